@@ -1,0 +1,163 @@
+"""A worker pool that can be resized while it runs.
+
+``WorkerPool(4)`` keeps four threads taking callables from one queue;
+``WorkerPool(0)`` starts a thread for each callable instead. :meth:`WorkerPool.resize`
+changes between the two, up or down, without dropping or pausing work: surplus
+workers leave after the task in hand, and a pool shrinking to zero drains its queue
+first.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from .errors import SchedulerClosed
+
+__all__ = ["WorkerPool"]
+
+logger = logging.getLogger("django_htask.engine")
+
+_WAKE = None  # a queue item that only makes a worker look at the pool's size
+
+
+class WorkerPool:
+    """Threads running submitted callables; ``workers=0`` means a thread per callable."""
+
+    def __init__(self, workers: int = 4, name: str = "htask") -> None:
+        self._check_workers(workers)
+        self.name = name
+        self._queue: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._target = 0
+        self._threads: set[threading.Thread] = set()  # pool workers alive
+        self._extra: set[threading.Thread] = set()  # thread-per-task threads running
+        self._serial = 0
+        self._closed = False
+        self.resize(workers)
+
+    @staticmethod
+    def _check_workers(workers: object) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise ValueError(f"workers must be an int >= 0, got {workers!r}")
+
+    @property
+    def workers(self) -> int:
+        """The requested number of pool threads (0: a thread per task)."""
+        return self._target
+
+    def alive(self) -> int:
+        """Threads currently alive: pool workers plus thread-per-task threads."""
+        with self._lock:
+            return len(self._threads) + len(self._extra)
+
+    def is_worker_thread(self) -> bool:
+        """True when called from a thread of this pool."""
+        current = threading.current_thread()
+        with self._lock:
+            return current in self._threads or current in self._extra
+
+    def submit(self, fn: Callable[[], object]) -> None:
+        """Run ``fn()`` on a worker. Exceptions are logged; the worker lives on."""
+        with self._lock:
+            if self._closed:
+                raise SchedulerClosed(f"worker pool {self.name!r} is shut down")
+            if self._target:
+                self._queue.put(fn)
+                return
+            self._serial += 1
+            thread = threading.Thread(
+                target=self._run_one,
+                args=(fn,),
+                name=f"{self.name}-task-{self._serial}",
+                daemon=True,
+            )
+            self._extra.add(thread)
+        thread.start()
+
+    def resize(self, workers: int) -> None:
+        """Change the number of pool threads now; running tasks are not interrupted."""
+        self._check_workers(workers)
+        with self._lock:
+            if self._closed:
+                raise SchedulerClosed(f"worker pool {self.name!r} is shut down")
+            self._target = workers
+            surplus = len(self._threads) - workers
+            started = []
+            while len(self._threads) < workers:
+                self._serial += 1
+                thread = threading.Thread(
+                    target=self._work, name=f"{self.name}-worker-{self._serial}", daemon=True
+                )
+                self._threads.add(thread)
+                started.append(thread)
+            # Inside the lock: every callable queued before the resize is ahead of these.
+            for _ in range(max(surplus, 0)):
+                self._queue.put(_WAKE)
+        for thread in started:
+            thread.start()
+
+    def _leave_if_surplus(self, woken: bool) -> bool:
+        # Shrinking to zero, a worker leaves only on a wake-up item: those are queued
+        # after every callable submitted before the resize, so the queue drains first.
+        with self._lock:
+            if len(self._threads) > self._target and (self._target or woken):
+                self._threads.discard(threading.current_thread())
+                return True
+            return False
+
+    def _work(self) -> None:
+        get = self._queue.get
+        while True:
+            fn = get()
+            if fn is not None:
+                self._call(fn)
+            if len(self._threads) > self._target and self._leave_if_surplus(fn is None):
+                return
+
+    def _run_one(self, fn: Callable[[], object]) -> None:
+        try:
+            self._call(fn)
+        finally:
+            with self._lock:
+                self._extra.discard(threading.current_thread())
+
+    def _call(self, fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except BaseException:
+            logger.exception(
+                "uncaught error in worker pool %r", self.name, extra={"action": "worker_error"}
+            )
+
+    def shutdown(self, wait: bool = True, timeout: float | None = None) -> bool:
+        """Stop taking work; queued work still runs. Return True if every thread ended.
+
+        With ``wait`` it blocks until the threads have finished (at most ``timeout``
+        seconds); a worker calling this does not wait for itself.
+        """
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._target = 0
+                for _ in range(len(self._threads)):
+                    self._queue.put(_WAKE)
+        if not wait:
+            return self.alive() == 0
+        deadline = None if timeout is None else time.monotonic() + timeout
+        current = threading.current_thread()
+        while True:
+            with self._lock:
+                others = [t for t in self._threads | self._extra if t is not current]
+            if not others:
+                return True
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            others[0].join(remaining)
+
+    def __repr__(self) -> str:
+        return f"<WorkerPool {self.name!r} workers={self._target} alive={self.alive()}>"

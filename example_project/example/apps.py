@@ -1,0 +1,7 @@
+"""The example app."""
+
+from django.apps import AppConfig
+
+
+class ExampleConfig(AppConfig):
+    name = "example"

@@ -1,0 +1,23 @@
+"""The engine never imports Django: it works with no settings configured."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_engine_imports_without_django() -> None:
+    code = (
+        "import sys, django_htask.engine as e\n"
+        "import django_htask.engine.scheduler\n"
+        "bad = sorted(m for m in sys.modules if m == 'django' or m.startswith('django.'))\n"
+        "assert not bad, bad\n"
+        "with e.Scheduler(workers=1, clock=e.FakeClock()) as s:\n"
+        "    s.call_later(1, print)\n"
+        "print('clean')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "clean"

@@ -1,12 +1,16 @@
 # django-htask developer commands. Each target installs what it needs into .venv first.
 #   make example   run the example project (SQLite) with the scheduler
-#   make test      every check CI runs: lint, types, migrations, docs, all tests
+#   make test      every check CI runs: lint, types, migrations, docs, all tests,
+#                  then the tests again on Django 6.0 and 6.1
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# Interpreters for the Django 6 runs (Django 6 needs Python >= 3.12).
+PYENV_ROOT ?= $(HOME)/.pyenv
+TOX_PYTHONS := $(wildcard $(PYENV_ROOT)/versions/3.12.*/bin/python3 $(PYENV_ROOT)/versions/3.13.*/bin/python3)
 
-.PHONY: example test lint typecheck migrations docs pytest bench tox clean
+.PHONY: example test lint typecheck migrations docs pytest compat bench tox clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,13 +38,17 @@ migrations: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest
 
-test: lint typecheck migrations docs pytest
+# The suite again on Django 6.0 (Python 3.12) and 6.1 (Python 3.13).
+compat: $(STAMP)
+	$(BIN)/tox -e py312-django60,py313-django61 --discover $(TOX_PYTHONS)
+
+test: lint typecheck migrations docs pytest compat
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine.py
 
 tox: $(STAMP)
-	$(BIN)/tox
+	$(BIN)/tox --discover $(TOX_PYTHONS)
 
 clean:
-	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tox docs/_build .pytest_cache .mypy_cache .ruff_cache

@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PYENV_ROOT ?= $(HOME)/.pyenv
 TOX_PYTHONS := $(wildcard $(PYENV_ROOT)/versions/3.12.*/bin/python3 $(PYENV_ROOT)/versions/3.13.*/bin/python3)
 
-.PHONY: example test lint typecheck migrations docs pytest compat bench tox clean
+.PHONY: system-deps example test lint typecheck migrations docs pytest compat bench tox clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev,postgres]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
+
+# Debian packages the tests need: Chromium for the browser tests, the PostgreSQL server
+# for the multi-node tests. Installed only when missing (needs root or sudo).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system-deps:
+	@command -v chromium >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium postgresql; }
 
 example: $(STAMP)
 	$(BIN)/python example_project/run.py
@@ -35,11 +43,11 @@ docs: $(STAMP)
 migrations: $(STAMP)
 	PYTHONPATH=. $(BIN)/django-admin makemigrations --check --dry-run --settings=tests.settings
 
-pytest: $(STAMP)
+pytest: $(STAMP) system-deps
 	$(BIN)/pytest
 
 # The suite again on Django 6.0 (Python 3.12) and 6.1 (Python 3.13).
-compat: $(STAMP)
+compat: $(STAMP) system-deps
 	$(BIN)/tox -e py312-django60,py313-django61 --discover $(TOX_PYTHONS)
 
 test: lint typecheck migrations docs pytest compat

@@ -1,0 +1,60 @@
+"""Headless Chromium for end-to-end tests.
+
+Chromium comes from Debian's ``chromium`` package (``/usr/bin/chromium``) and is driven
+by Playwright from PyPI; no browser is ever downloaded. ``HTASK_CHROMIUM`` overrides
+the path. A missing browser is an error, not a skip: CI installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+# Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
+# around it are ordinary synchronous calls.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+# Playwright gives each launch a fresh temporary profile and runs it headless.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_path() -> str:
+    path = os.environ.get("HTASK_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(path).exists():
+        pytest.fail(
+            f"Chromium not found at {path!r}: install Debian's chromium package "
+            "(apt-get install chromium) or set HTASK_CHROMIUM"
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS
+        )
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context()
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    yield page
+    context.close()

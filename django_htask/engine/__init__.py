@@ -28,6 +28,28 @@ from .scheduler import Scheduler, TimerHandle, TimerQueue
 from .tokens import CancelToken, current_token
 
 # -- schedules, fluent API, Cron runner, wrappers (issue 3) --------------------------
+# isort: split
+from .cron import Cron, EntrySnapshot, RunEvent, plan_occurrences
+from .fluent import Every, every, once
+from .schedules import (
+    CronSchedule,
+    IntervalSchedule,
+    OnceSchedule,
+    Schedule,
+    describe,
+    parse_schedule,
+)
+from .wrappers import (
+    JobSkipped,
+    RunContext,
+    chain,
+    current_run,
+    delay_if_still_running,
+    recover,
+    retry,
+    skip_if_still_running,
+    timeout,
+)
 
 # -- registry, wire format, binding (issue 4) ----------------------------------------
 
@@ -38,12 +60,22 @@ __all__ = [
     "BusySource",
     "CancelToken",
     "Clock",
+    "Cron",
+    "CronSchedule",
+    "EntrySnapshot",
+    "Every",
     "Executor",
     "FakeClock",
     "FunctionNotRegistered",
     "HtaskError",
+    "IntervalSchedule",
     "InvalidSchedule",
+    "JobSkipped",
+    "OnceSchedule",
     "PayloadError",
+    "RunContext",
+    "RunEvent",
+    "Schedule",
     "Scheduler",
     "SchedulerClosed",
     "SchedulerFull",
@@ -52,5 +84,17 @@ __all__ = [
     "TimerQueue",
     "TokenCancelled",
     "WorkerPool",
+    "chain",
+    "current_run",
     "current_token",
+    "delay_if_still_running",
+    "describe",
+    "every",
+    "once",
+    "parse_schedule",
+    "plan_occurrences",
+    "recover",
+    "retry",
+    "skip_if_still_running",
+    "timeout",
 ]

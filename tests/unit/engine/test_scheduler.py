@@ -24,11 +24,6 @@ START = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(START)
-
-
-@pytest.fixture
 def sched(clock: FakeClock) -> Iterator[Scheduler]:
     scheduler = Scheduler(workers=1, clock=clock, name="test")
     yield scheduler

@@ -1,0 +1,631 @@
+"""The Cron runner: robfig/cron's API on the engine's :class:`Scheduler`.
+
+::
+
+    cron = Cron()
+    entry_id = cron.add("*/5 * * * *", report, "daily", name="report", tags=("reports",))
+    cron.add(every().day.at("04:30").in_tz("Asia/Tokyo"), cleanup, catch_up="skip")
+    cron.start()
+    ...
+    cron.stop().wait()  # set once running jobs have finished
+
+Each entry has one timer in the scheduler's heap, at its next occurrence, so 100k idle
+entries cost no CPU. When it fires, the runner decides what runs (the misfire policy,
+see :func:`plan_occurrences`), arms the timer for the next occurrence computed from
+the *scheduled* time (runs do not drift; a late run does not burst), and runs the job
+through the entry's wrapper chain. Hooks see every run: ``before_run``,
+``after_run``, ``failed`` and ``skipped``, each with a :class:`RunEvent`.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from .clock import SystemClock
+from .errors import InvalidSchedule, SchedulerClosed
+from .fluent import Every
+from .interfaces import Clock
+from .scheduler import Scheduler, TimerHandle
+from .schedules import parse_schedule
+from .wrappers import JobSkipped, RunContext, Wrapper, _current, chain, recover
+
+__all__ = [
+    "CATCH_UP_POLICIES",
+    "Cron",
+    "EntrySnapshot",
+    "Plan",
+    "RunEvent",
+    "SupportsNextAfter",
+    "plan_occurrences",
+]
+
+logger = logging.getLogger("django_htask.engine.cron")
+
+CatchUp = Literal["latest", "all", "skip"]
+CATCH_UP_POLICIES: tuple[str, ...] = ("latest", "all", "skip")
+EVENTS = ("before_run", "after_run", "failed", "skipped")
+
+
+class SupportsNextAfter(Protocol):
+    """Anything usable as a schedule."""
+
+    def next_after(self, dt: datetime, /) -> datetime | None: ...
+
+
+# -- the misfire policy (pure) --------------------------------------------------------
+@dataclass(frozen=True)
+class Plan:
+    """What to do when an occurrence fires: the occurrences to run, those missed, and
+    the next occurrence to arm (None: never again)."""
+
+    to_run: list[datetime]
+    missed: list[datetime]
+    next: datetime | None
+
+
+def plan_occurrences(
+    schedule: SupportsNextAfter,
+    scheduled: datetime,
+    now: datetime,
+    *,
+    grace: float | None = None,
+    catch_up: str = "latest",
+    limit: int = 10,
+) -> Plan:
+    """Decide what runs when the occurrence ``scheduled`` fires at ``now``.
+
+    The occurrences due are ``scheduled`` and every later one up to ``now`` (at most
+    ``limit``; further behind, the next occurrence jumps to after ``now``). One whose
+    lateness exceeds ``grace`` seconds is missed. ``catch_up``: ``latest`` runs once,
+    for the latest due occurrence; ``all`` runs each due occurrence that is on time;
+    ``skip`` runs only when nothing was missed. The next occurrence is computed from
+    the scheduled times, never from ``now`` plus an interval, so runs do not drift.
+    """
+    if catch_up not in CATCH_UP_POLICIES:
+        raise ValueError(f"catch_up must be one of {CATCH_UP_POLICIES}, got {catch_up!r}")
+    due = [scheduled]
+    nxt = schedule.next_after(scheduled)
+    cap = max(limit, 1)
+    while nxt is not None and nxt <= now and len(due) < cap:
+        due.append(nxt)
+        nxt = schedule.next_after(nxt)
+    if nxt is not None and nxt <= now:  # more than the cap behind: jump past now
+        nxt = schedule.next_after(now)
+
+    def on_time(when: datetime) -> bool:
+        return grace is None or (now - when).total_seconds() <= grace
+
+    if catch_up == "all":
+        to_run = [w for w in due if on_time(w)]
+    elif catch_up == "skip":
+        to_run = due if len(due) == 1 and on_time(due[0]) else []
+    else:
+        to_run = [due[-1]] if on_time(due[-1]) else []
+    missed = [w for w in due if w not in to_run]
+    if catch_up == "latest" and to_run:
+        missed = []  # coalesced into the one run
+    return Plan(to_run, missed, nxt)
+
+
+# -- entries and events ---------------------------------------------------------------
+@dataclass(frozen=True)
+class EntrySnapshot:
+    """A copy of an entry's state, safe to keep (``Cron.entries()``)."""
+
+    id: int
+    name: str
+    schedule: object
+    next: datetime | None
+    prev: datetime | None
+    runs: int
+    failures: int
+    skips: int
+    running: int
+    tags: frozenset[str]
+    max_runs: int | None
+    grace: float | None
+    catch_up: str
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """What a hook receives. ``duration`` and ``error`` are set after a run;
+    ``reason`` says why a run was skipped."""
+
+    event: str
+    entry_id: int | None
+    name: str
+    scheduled: datetime
+    lateness: float
+    started: datetime | None = None
+    duration: float | None = None
+    error: BaseException | None = None
+    reason: str | None = None
+
+
+class _Entry:
+    __slots__ = (
+        "args",
+        "catch_up",
+        "failures",
+        "fn",
+        "grace",
+        "handle",
+        "id",
+        "job",
+        "kwargs",
+        "max_runs",
+        "name",
+        "next",
+        "prev",
+        "removed",
+        "running",
+        "runs",
+        "schedule",
+        "skips",
+        "tags",
+    )
+
+    def __init__(
+        self,
+        entry_id: int,
+        name: str,
+        schedule: SupportsNextAfter,
+        fn: Callable[..., object],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        tags: frozenset[str],
+        max_runs: int | None,
+        grace: float | None,
+        catch_up: str,
+    ) -> None:
+        self.id = entry_id
+        self.name = name
+        self.schedule = schedule
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.tags = tags
+        self.max_runs = max_runs
+        self.grace = grace
+        self.catch_up = catch_up
+        self.job: Callable[[], object] = self._call
+        self.next: datetime | None = None
+        self.prev: datetime | None = None
+        self.handle: TimerHandle | None = None
+        self.runs = 0
+        self.failures = 0
+        self.skips = 0
+        self.running = 0
+        self.removed = False
+
+    def _call(self) -> object:
+        return self.fn(*self.args, **self.kwargs)
+
+    def snapshot(self) -> EntrySnapshot:
+        return EntrySnapshot(
+            id=self.id,
+            name=self.name,
+            schedule=self.schedule,
+            next=self.next,
+            prev=self.prev,
+            runs=self.runs,
+            failures=self.failures,
+            skips=self.skips,
+            running=self.running,
+            tags=self.tags,
+            max_runs=self.max_runs,
+            grace=self.grace,
+            catch_up=self.catch_up,
+        )
+
+
+def _as_schedule(schedule: object) -> SupportsNextAfter:
+    if isinstance(schedule, str):
+        return parse_schedule(schedule)
+    if isinstance(schedule, Every):
+        return schedule.schedule
+    if callable(getattr(schedule, "next_after", None)):
+        return schedule  # type: ignore[return-value]
+    raise InvalidSchedule(f"expected a schedule (text or value with next_after), got {schedule!r}")
+
+
+# -- the runner -----------------------------------------------------------------------
+class Cron:
+    """Runs functions on schedules (robfig/cron v3's ``Cron``) on an engine Scheduler.
+
+    ``scheduler``: the Scheduler to put timers on (default: one of its own, with a
+    thread per job, closed by :meth:`stop`). ``wrappers``: the chain every entry's job
+    runs through (default, as in robfig/cron: ``(recover(),)``). ``clock``: for a
+    scheduler of its own (a :class:`FakeClock` in tests). ``catch_up_limit`` caps
+    ``catch_up="all"``. ``workers``: the job threads of a scheduler of its own.
+
+    Adding, removing and listing entries are safe while it runs, from any thread,
+    including from inside a job.
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler | None = None,
+        wrappers: Iterable[Wrapper] | None = None,
+        clock: Clock | None = None,
+        *,
+        catch_up_limit: int = 10,
+        workers: int = 4,
+    ) -> None:
+        if scheduler is not None and clock is not None and scheduler.clock is not clock:
+            raise ValueError("give either a scheduler or a clock, not both")
+        if isinstance(catch_up_limit, bool) or not isinstance(catch_up_limit, int):
+            raise ValueError(f"catch_up_limit must be a whole number, got {catch_up_limit!r}")
+        if catch_up_limit < 1:
+            raise ValueError(f"catch_up_limit must be at least 1, got {catch_up_limit!r}")
+        self._wrappers = (recover(),) if wrappers is None else tuple(wrappers)
+        self._wrap = chain(*self._wrappers)
+        self._own_scheduler = scheduler is None
+        self._clock_arg = clock
+        self._scheduler = scheduler
+        self._control: Scheduler | None = None
+        self._workers = workers
+        self._clock: Clock = scheduler.clock if scheduler is not None else (clock or SystemClock())
+        self.catch_up_limit = catch_up_limit
+        self._lock = threading.RLock()
+        self._entries: dict[int, _Entry] = {}
+        self._ids = itertools.count(1)
+        self._running = False
+        self._active = 0
+        self._stopped = threading.Event()
+        self._stopped.set()
+        self._hooks: dict[str, list[Callable[[RunEvent], object]]] = {e: [] for e in EVENTS}
+
+    # -- entries ---------------------------------------------------------------------
+    def add(
+        self,
+        schedule: object,
+        fn: Callable[..., object],
+        /,
+        *args: Any,
+        name: str | None = None,
+        tags: Iterable[str] = (),
+        max_runs: int | None = None,
+        grace: float | None = None,
+        catch_up: CatchUp = "latest",
+        **kwargs: Any,
+    ) -> int:
+        """Run ``fn(*args, **kwargs)`` on ``schedule``; return the entry id.
+
+        ``schedule`` is text (:func:`parse_schedule`), a schedule value or a fluent
+        builder. ``max_runs`` removes the entry after that many runs. ``grace``: seconds
+        late after which an occurrence is skipped (None: no limit). ``catch_up``:
+        ``latest``, ``all`` or ``skip`` (see :func:`plan_occurrences`).
+        """
+        sched = _as_schedule(schedule)
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
+        if max_runs is not None and (
+            isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1
+        ):
+            raise ValueError(f"max_runs must be a whole number >= 1 or None, got {max_runs!r}")
+        if grace is not None and (
+            isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0
+        ):
+            raise ValueError(f"grace must be a number of seconds >= 0 or None, got {grace!r}")
+        if catch_up not in CATCH_UP_POLICIES:
+            raise ValueError(f"catch_up must be one of {CATCH_UP_POLICIES}, got {catch_up!r}")
+        tag_set = frozenset(tags)
+        for tag in tag_set:
+            if not isinstance(tag, str):
+                raise TypeError(f"tags must be strings, got {tag!r}")
+        label = name or str(getattr(fn, "__qualname__", None) or fn)
+        with self._lock:
+            entry = _Entry(
+                next(self._ids),
+                label,
+                sched,
+                fn,
+                args,
+                kwargs,
+                tag_set,
+                max_runs,
+                None if grace is None else float(grace),
+                catch_up,
+            )
+            entry.job = self._wrap(entry._call)
+            self._entries[entry.id] = entry
+            if self._running:
+                entry.next = _first(sched, self._clock.now())
+                self._arm(entry)
+        logger.debug(
+            "added entry %d %s (%s)", entry.id, label, sched, extra={"action": "entry_added"}
+        )
+        return entry.id
+
+    def remove(self, entry_id: int) -> bool:
+        """Remove an entry (a run in progress finishes). False if there was none."""
+        with self._lock:
+            entry = self._entries.pop(entry_id, None)
+            if entry is None:
+                return False
+            entry.removed = True
+            self._disarm(entry)
+        logger.debug("removed entry %d", entry_id, extra={"action": "entry_removed"})
+        return True
+
+    def remove_by_tag(self, tag: str) -> int:
+        """Remove every entry with ``tag``; return how many."""
+        with self._lock:
+            ids = [e.id for e in self._entries.values() if tag in e.tags]
+            for entry_id in ids:
+                self.remove(entry_id)
+        return len(ids)
+
+    def entries(self) -> list[EntrySnapshot]:
+        """Snapshots of every entry, soonest first (entries that never run again last)."""
+        with self._lock:
+            snaps = [e.snapshot() for e in self._entries.values()]
+        far = datetime.max.replace(tzinfo=self._clock.now().tzinfo)
+        return sorted(snaps, key=lambda s: (s.next or far, s.id))
+
+    def entry(self, entry_id: int) -> EntrySnapshot:
+        """A snapshot of one entry (raises KeyError naming the id)."""
+        with self._lock:
+            entry = self._entries.get(entry_id)
+            if entry is None:
+                raise KeyError(f"no cron entry with id {entry_id!r}")
+            return entry.snapshot()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def run_now(self, entry_id: int) -> None:
+        """Run an entry's job now, once, through its wrappers (its schedule is unchanged)."""
+        with self._lock:
+            entry = self._entries.get(entry_id)
+            if entry is None:
+                raise KeyError(f"no cron entry with id {entry_id!r}")
+            scheduler = self._ensure_scheduler()
+            now = self._clock.now()
+            self._active += 1
+            self._stopped.clear()
+        try:
+            scheduler.call_soon(self._run_once, entry, now)
+        except SchedulerClosed:
+            self._done_one()
+            raise
+
+    # -- hooks -----------------------------------------------------------------------
+    def on(self, event: str, callback: Callable[[RunEvent], object]) -> Callable[[], None]:
+        """Call ``callback(RunEvent)`` on ``before_run``, ``after_run``, ``failed`` or
+        ``skipped``; returns a function that unsubscribes it."""
+        if event not in self._hooks:
+            raise ValueError(f"unknown event {event!r}; expected one of {EVENTS}")
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, got {callback!r}")
+        with self._lock:
+            self._hooks[event] = [*self._hooks[event], callback]
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._hooks[event] = [cb for cb in self._hooks[event] if cb is not callback]
+
+        return unsubscribe
+
+    def _emit(self, event: RunEvent) -> None:
+        for callback in self._hooks[event.event]:
+            try:
+                callback(event)
+            except Exception:
+                logger.exception(
+                    "cron hook %r for %s failed",
+                    callback,
+                    event.event,
+                    extra={"action": "hook_failed"},
+                )
+
+    # -- running ---------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def start(self) -> None:
+        """Arm every entry (their next occurrence counts from now). Idempotent."""
+        with self._lock:
+            if self._running:
+                return
+            self._ensure_scheduler()
+            self._running = True
+            now = self._clock.now()
+            for entry in self._entries.values():
+                entry.next = _first(entry.schedule, now)
+                self._arm(entry)
+        logger.info("cron started with %d entries", len(self._entries), extra={"action": "started"})
+
+    def stop(self) -> threading.Event:
+        """Stop firing; return an Event that is set once the running jobs have finished.
+
+        A scheduler of its own is closed (pending timers dropped, running jobs finish).
+        :meth:`start` may be called again later.
+        """
+        with self._lock:
+            was_running = self._running
+            self._running = False
+            for entry in self._entries.values():
+                self._disarm(entry)
+            scheduler, control = self._scheduler, self._control
+            self._control = None
+            if self._own_scheduler:
+                self._scheduler = None
+            if self._active == 0:
+                self._stopped.set()
+        if self._own_scheduler and scheduler is not None:
+            scheduler.close(wait=False)
+        if control is not None:
+            control.close(wait=False)
+        if was_running:
+            logger.info("cron stopped", extra={"action": "stopped"})
+        return self._stopped
+
+    def __enter__(self) -> Cron:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop().wait()
+
+    def _ensure_scheduler(self) -> Scheduler:
+        if self._scheduler is None:
+            self._scheduler = Scheduler(workers=self._workers, clock=self._clock, name="htask-cron")
+        if self._control is None:
+            # Timers of the wrappers (timeouts) get a worker of their own, so that a
+            # timeout fires even when every job worker is busy.
+            self._control = Scheduler(workers=1, clock=self._clock, name="htask-cron-control")
+        return self._scheduler
+
+    def _arm(self, entry: _Entry) -> None:
+        # Called with the lock held.
+        if entry.next is None or not self._running or entry.removed:
+            return
+        assert self._scheduler is not None
+        entry.handle = self._scheduler.call_at(entry.next, self._fire, entry, entry.next)
+
+    def _disarm(self, entry: _Entry) -> None:
+        # Called with the lock held.
+        if entry.handle is not None:
+            entry.handle.cancel()
+            entry.handle = None
+
+    def _fire(self, entry: _Entry, scheduled: datetime) -> None:
+        """The timer of an entry went off (in a worker thread)."""
+        now = self._clock.now()
+        with self._lock:
+            if entry.removed or not self._running or entry.next != scheduled:
+                return
+            entry.handle = None
+            try:
+                plan = plan_occurrences(
+                    entry.schedule,
+                    scheduled,
+                    now,
+                    grace=entry.grace,
+                    catch_up=entry.catch_up,
+                    limit=self.catch_up_limit,
+                )
+            except Exception as exc:  # a schedule that cannot compute: the entry stops
+                logger.exception(
+                    "cron entry %d %s: its schedule failed; the entry is stopped",
+                    entry.id,
+                    entry.name,
+                    extra={"action": "schedule_failed"},
+                )
+                entry.next = None
+                entry.failures += 1
+                self._emit(RunEvent("failed", entry.id, entry.name, scheduled, 0.0, error=exc))
+                return
+            to_run = plan.to_run
+            if entry.max_runs is not None:
+                left = entry.max_runs - entry.runs - entry.running
+                to_run = to_run[: max(left, 0)]
+            entry.prev = to_run[-1] if to_run else entry.prev
+            entry.next = plan.next
+            if entry.max_runs is not None and entry.runs + entry.running + len(to_run) >= (
+                entry.max_runs
+            ):
+                entry.next = None
+            self._arm(entry)
+            self._active += len(to_run)
+            if to_run:
+                self._stopped.clear()
+        for when in plan.missed:
+            entry.skips += 1
+            late = (now - when).total_seconds()
+            logger.warning(
+                "cron entry %d %s missed %s (%.3fs late)",
+                entry.id,
+                entry.name,
+                when.isoformat(),
+                late,
+                extra={"action": "missed"},
+            )
+            self._emit(RunEvent("skipped", entry.id, entry.name, when, late, reason="missed"))
+        for when in to_run:
+            self._run_once(entry, when)
+        if entry.next is None and entry.max_runs is not None:
+            with self._lock:
+                if entry.runs + entry.running >= entry.max_runs:
+                    self._entries.pop(entry.id, None)
+                    entry.removed = True
+
+    def _run_once(self, entry: _Entry, scheduled: datetime) -> None:
+        """Run the wrapped job once (``_active`` was counted by the caller)."""
+        try:
+            clock = self._clock
+            started = clock.now()
+            lateness = (started - scheduled).total_seconds()
+            with self._lock:
+                entry.running += 1
+            context = RunContext(entry.id, entry.name, scheduled, clock, self._control)
+            self._emit(RunEvent("before_run", entry.id, entry.name, scheduled, lateness, started))
+            began = clock.monotonic()
+            reset = _current.set(context)
+            error: BaseException | None = None
+            skipped: str | None = None
+            try:
+                entry.job()
+            except JobSkipped as exc:
+                skipped = str(exc)
+            except Exception as exc:
+                error = exc
+                logger.exception("cron job %s failed", entry.name, extra={"action": "job_failed"})
+            finally:
+                _current.reset(reset)
+                with self._lock:
+                    entry.running -= 1
+            duration = clock.monotonic() - began
+            if error is None and context.errors:
+                error = context.errors[-1]
+            with self._lock:
+                if skipped is not None:
+                    entry.skips += 1
+                else:
+                    entry.runs += 1
+                    if error is not None:
+                        entry.failures += 1
+            event = functools.partial(
+                RunEvent,
+                entry_id=entry.id,
+                name=entry.name,
+                scheduled=scheduled,
+                lateness=lateness,
+                started=started,
+            )
+            if skipped is not None:
+                self._emit(event("skipped", reason=skipped))
+                return
+            if error is not None:
+                self._emit(event("failed", duration=duration, error=error))
+            self._emit(event("after_run", duration=duration, error=error))
+        finally:
+            self._done_one()
+
+    def _done_one(self) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active == 0 and not self._running:
+                self._stopped.set()
+
+    def __repr__(self) -> str:
+        state = "running" if self._running else "stopped"
+        return f"<Cron {state} entries={len(self._entries)}>"
+
+
+def _first(schedule: SupportsNextAfter, now: datetime) -> datetime | None:
+    """The first occurrence of a new entry: now for an interval that runs immediately."""
+    if getattr(schedule, "immediately", False):
+        return now
+    return schedule.next_after(now)

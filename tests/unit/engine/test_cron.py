@@ -1,0 +1,372 @@
+"""The Cron runner, driven by a FakeClock (no sleeps)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from django_htask.engine import (
+    Cron,
+    FakeClock,
+    IntervalSchedule,
+    InvalidSchedule,
+    RunEvent,
+    Scheduler,
+    every,
+    plan_occurrences,
+    skip_if_still_running,
+)
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def cron(clock: FakeClock) -> Cron:
+    runner = Cron(clock=clock)
+    yield runner
+    assert runner.stop().wait(5)
+
+
+def secs(*values: float) -> list[datetime]:
+    return [T0 + timedelta(seconds=v) for v in values]
+
+
+# -- plan_occurrences (pure) -------------------------------------------------------------
+EVERY_10S = IntervalSchedule(10, anchor=T0)
+
+
+@pytest.mark.parametrize(
+    ("catch_up", "grace", "to_run", "missed", "nxt"),
+    [
+        ("latest", None, [30], [], 40),
+        ("all", None, [0, 10, 20, 30], [], 40),
+        ("skip", None, [], [0, 10, 20, 30], 40),
+        ("latest", 5.0, [30], [], 40),
+        ("all", 15.0, [20, 30], [0, 10], 40),
+        ("skip", 100.0, [], [0, 10, 20, 30], 40),
+    ],
+)
+def test_plan(
+    catch_up: str, grace: float | None, to_run: list[int], missed: list[int], nxt: int
+) -> None:
+    plan = plan_occurrences(
+        EVERY_10S, T0, T0 + timedelta(seconds=32), grace=grace, catch_up=catch_up
+    )
+    assert plan.to_run == secs(*to_run)
+    assert plan.missed == secs(*missed)
+    assert plan.next == secs(nxt)[0]
+
+
+def test_plan_on_time_and_late_beyond_grace() -> None:
+    on_time = plan_occurrences(EVERY_10S, T0, T0 + timedelta(seconds=1), grace=5)
+    assert (on_time.to_run, on_time.missed, on_time.next) == (secs(0), [], secs(10)[0])
+    late = plan_occurrences(EVERY_10S, T0, T0 + timedelta(seconds=8), grace=5)
+    assert (late.to_run, late.missed, late.next) == ([], secs(0), secs(10)[0])
+
+
+def test_plan_caps_catch_up_and_does_not_burst() -> None:
+    plan = plan_occurrences(EVERY_10S, T0, T0 + timedelta(hours=1), catch_up="all", limit=3)
+    assert plan.to_run == secs(0, 10, 20)
+    assert plan.next == T0 + timedelta(hours=1, seconds=10)
+    with pytest.raises(ValueError, match="catch_up must be one of"):
+        plan_occurrences(EVERY_10S, T0, T0, catch_up="most")
+
+
+# -- the runner ------------------------------------------------------------------------
+def test_runs_on_schedule_without_drift(clock: FakeClock, cron: Cron) -> None:
+    seen: list[datetime] = []
+    entry_id = cron.add("*/10 * * * * *", lambda: seen.append(clock.now()), name="tick")
+    cron.start()
+    clock.advance(35)
+    assert seen == secs(10, 20, 30)
+    snap = cron.entry(entry_id)
+    assert (snap.name, snap.runs, snap.prev, snap.next) == ("tick", 3, secs(30)[0], secs(40)[0])
+
+
+def test_arguments_and_fluent_schedules(clock: FakeClock, cron: Cron) -> None:
+    seen: list[tuple[str, int]] = []
+    cron.add(every(2).seconds, lambda a, b=0: seen.append((a, b)), "x", b=7)
+    cron.add(every(2).seconds.not_immediately(), lambda: seen.append(("late", 0)))
+    cron.start()
+    clock.advance(0)
+    assert seen == [("x", 7)]  # immediately
+    clock.advance(2)
+    assert sorted(seen) == [("late", 0), ("x", 7), ("x", 7)]
+
+
+def test_add_rejects_bad_input(cron: Cron) -> None:
+    with pytest.raises(InvalidSchedule, match="61"):
+        cron.add("61 * * * *", print)
+    with pytest.raises(InvalidSchedule, match="expected a schedule"):
+        cron.add(42, print)
+    with pytest.raises(TypeError, match="callable"):
+        cron.add("@daily", "print")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_runs"):
+        cron.add("@daily", print, max_runs=0)
+    with pytest.raises(ValueError, match="grace"):
+        cron.add("@daily", print, grace=-1)
+    with pytest.raises(ValueError, match="catch_up"):
+        cron.add("@daily", print, catch_up="most")  # type: ignore[arg-type]
+    with pytest.raises(KeyError, match="no cron entry with id 99"):
+        cron.entry(99)
+    with pytest.raises(ValueError, match="unknown event"):
+        cron.on("exploded", print)
+    assert len(cron) == 0
+
+
+def test_entries_snapshot_remove_and_tags(clock: FakeClock, cron: Cron) -> None:
+    a = cron.add("@hourly", print, name="a", tags=("reports",))
+    b = cron.add("*/5 * * * *", print, name="b", tags=("reports", "x"))
+    c = cron.add("@daily", print, name="c")
+    cron.start()
+    assert [s.name for s in cron.entries()] == ["b", "a", "c"]  # soonest first
+    snap = cron.entries()[0]
+    assert snap.next == T0 + timedelta(minutes=5)
+    assert cron.remove_by_tag("reports") == 2
+    assert [s.id for s in cron.entries()] == [c]
+    assert cron.remove(c) is True
+    assert cron.remove(c) is False
+    assert a != b
+
+
+def test_max_runs_removes_the_entry(clock: FakeClock, cron: Cron) -> None:
+    seen: list[datetime] = []
+    cron.add("* * * * * *", lambda: seen.append(clock.now()), max_runs=2)
+    cron.start()
+    clock.advance(5)
+    assert seen == secs(1, 2)
+    assert cron.entries() == []
+
+
+def test_once_schedule_runs_once_and_stays_listed(clock: FakeClock, cron: Cron) -> None:
+    seen: list[datetime] = []
+    entry_id = cron.add("@once 2030-01-01T00:00:03Z", lambda: seen.append(clock.now()))
+    cron.start()
+    clock.advance(10)
+    assert seen == secs(3)
+    assert cron.entry(entry_id).next is None
+
+
+def test_add_and_remove_while_running_and_from_inside_a_job(clock: FakeClock, cron: Cron) -> None:
+    seen: list[str] = []
+    cron.start()
+    other: list[int] = []
+
+    def spawner() -> None:
+        seen.append("spawner")
+        if not other:
+            other.append(cron.add("* * * * * *", lambda: seen.append("child")))
+
+    parent = cron.add("*/2 * * * * *", spawner)
+    clock.advance(3)
+    assert seen == ["spawner", "child"]
+    cron.remove(parent)
+    cron.remove(other[0])
+    clock.advance(10)
+    assert seen == ["spawner", "child"]
+
+
+def test_run_now_does_not_move_the_schedule(clock: FakeClock, cron: Cron) -> None:
+    seen: list[datetime] = []
+    entry_id = cron.add("@hourly", lambda: seen.append(clock.now()))
+    cron.start()
+    cron.run_now(entry_id)
+    clock.advance(0)
+    assert seen == [T0]
+    assert cron.entry(entry_id).next == T0 + timedelta(hours=1)
+    assert cron.entry(entry_id).runs == 1
+
+
+def test_late_fire_runs_once_and_next_is_from_schedule(clock: FakeClock) -> None:
+    # A scheduler whose single worker is blocked makes the runner fire late.
+    scheduler = Scheduler(workers=1, clock=clock)
+    cron = Cron(scheduler=scheduler)
+    seen: list[datetime] = []
+    release = threading.Event()
+    scheduler.call_soon(release.wait, 10)
+    cron.add(IntervalSchedule(10, anchor=T0), lambda: seen.append(clock.now()))
+    cron.start()
+    clock.advance(35, wait=False)
+    release.set()
+    clock.advance(0)
+    assert seen == [T0 + timedelta(seconds=35)]  # latest: one run for 10, 20, 30
+    assert cron.entries()[0].next == T0 + timedelta(seconds=40)
+    assert cron.stop().wait(5)
+    scheduler.close()
+
+
+def test_grace_and_skip_policy_emit_skipped(clock: FakeClock) -> None:
+    scheduler = Scheduler(workers=1, clock=clock)
+    cron = Cron(scheduler=scheduler)
+    events: list[RunEvent] = []
+    cron.on("skipped", events.append)
+    seen: list[datetime] = []
+    release = threading.Event()
+    scheduler.call_soon(release.wait, 10)
+    cron.add(IntervalSchedule(10, anchor=T0), lambda: seen.append(clock.now()), grace=3)
+    cron.start()
+    clock.advance(15, wait=False)
+    release.set()
+    clock.advance(0)
+    assert seen == []
+    assert [(e.reason, e.scheduled) for e in events] == [("missed", secs(10)[0])]
+    assert events[0].lateness == 5.0
+    clock.advance(5)
+    assert seen == secs(20)
+    assert cron.stop().wait(5)
+    scheduler.close()
+
+
+def test_hooks_with_durations(clock: FakeClock, cron: Cron) -> None:
+    events: list[RunEvent] = []
+    for name in ("before_run", "after_run", "failed", "skipped"):
+        cron.on(name, events.append)
+
+    def slow() -> None:
+        clock.advance(0.25, wait=False)
+
+    def bad() -> None:
+        raise RuntimeError("boom")
+
+    cron.add("* * * * * *", slow, name="slow", max_runs=1)
+    cron.add("*/2 * * * * *", bad, name="bad", max_runs=1)
+    cron.start()
+    clock.advance(2)
+    kinds = [(e.event, e.name) for e in events]
+    assert kinds == [
+        ("before_run", "slow"),
+        ("after_run", "slow"),
+        ("before_run", "bad"),
+        ("failed", "bad"),
+        ("after_run", "bad"),
+    ]
+    assert events[1].duration == pytest.approx(0.25)
+    assert isinstance(events[3].error, RuntimeError)
+    assert events[0].lateness == 0.0
+
+
+def test_a_failing_hook_does_not_stop_the_job(clock: FakeClock, cron: Cron) -> None:
+    seen: list[int] = []
+
+    def broken(event: RunEvent) -> None:
+        raise ValueError("hook broke")
+
+    unsubscribe = cron.on("before_run", broken)
+    cron.add("* * * * * *", lambda: seen.append(1))
+    cron.start()
+    clock.advance(1)
+    unsubscribe()
+    clock.advance(1)
+    assert seen == [1, 1]
+
+
+def test_failures_are_counted_and_never_kill_the_runner(clock: FakeClock, cron: Cron) -> None:
+    calls: list[int] = []
+
+    def bad() -> None:
+        calls.append(1)
+        raise RuntimeError("boom")
+
+    entry_id = cron.add("* * * * * *", bad)
+    cron.start()
+    clock.advance(3)
+    snap = cron.entry(entry_id)
+    assert (len(calls), snap.runs, snap.failures) == (3, 3, 3)
+
+
+def test_without_recover_exceptions_are_still_contained(clock: FakeClock) -> None:
+    cron = Cron(clock=clock, wrappers=())
+    failed: list[RunEvent] = []
+    cron.on("failed", failed.append)
+    cron.add("* * * * * *", lambda: 1 / 0)
+    cron.start()
+    clock.advance(2)
+    assert len(failed) == 2
+    assert isinstance(failed[0].error, ZeroDivisionError)
+    assert cron.stop().wait(5)
+
+
+def test_skip_wrapper_reports_skipped(clock: FakeClock) -> None:
+    cron = Cron(clock=clock, wrappers=(skip_if_still_running(),))
+    skipped: list[RunEvent] = []
+    cron.on("skipped", skipped.append)
+    release = threading.Event()
+    started = threading.Event()
+
+    def slow() -> None:
+        started.set()
+        release.wait(10)
+
+    entry_id = cron.add("* * * * * *", slow)
+    cron.start()
+    clock.advance(1, wait=False)
+    assert started.wait(5)
+    clock.advance(1, wait=False)
+    deadline = threading.Event()
+    for _ in range(500):
+        if skipped:
+            break
+        deadline.wait(0.01)
+    release.set()
+    clock.advance(0)
+    assert [e.reason for e in skipped] == ["the previous run is still running"]
+    assert cron.entry(entry_id).skips == 1
+    assert cron.stop().wait(5)
+
+
+def test_stop_returns_an_event_set_when_jobs_finish(clock: FakeClock) -> None:
+    cron = Cron(clock=clock)
+    release = threading.Event()
+    started = threading.Event()
+
+    def slow() -> None:
+        started.set()
+        release.wait(10)
+
+    cron.add("* * * * * *", slow, max_runs=1)
+    cron.start()
+    clock.advance(1, wait=False)
+    assert started.wait(5)
+    done = cron.stop()
+    assert not done.is_set()
+    release.set()
+    assert done.wait(5)
+    # start again after stop: a new scheduler of its own
+    seen: list[int] = []
+    cron.add("* * * * * *", lambda: seen.append(1))
+    cron.start()
+    clock.advance(1)
+    assert seen == [1]
+    assert cron.stop().wait(5)
+
+
+def test_stop_without_jobs_is_set_at_once(cron: Cron) -> None:
+    assert cron.stop().is_set()
+    cron.start()
+    cron.start()  # idempotent
+    assert cron.running
+    assert cron.stop().is_set()
+    assert not cron.running
+
+
+def test_context_manager_and_scheduler_argument(clock: FakeClock) -> None:
+    with Scheduler(workers=2, clock=clock) as scheduler, Cron(scheduler=scheduler) as cron:
+        seen: list[int] = []
+        cron.add("* * * * * *", lambda: seen.append(1))
+        clock.advance(2)
+        assert seen == [1, 1]
+    with pytest.raises(ValueError, match="either a scheduler or a clock"):
+        Cron(scheduler=scheduler, clock=FakeClock())
+
+
+def test_dst_in_the_runner(cron: Cron) -> None:
+    clock = FakeClock(datetime(2026, 3, 29, 0, 0, tzinfo=UTC))
+    berlin = Cron(clock=clock)
+    seen: list[datetime] = []
+    berlin.add("CRON_TZ=Europe/Berlin 30 2 * * *", lambda: seen.append(clock.now()))
+    berlin.start()
+    clock.advance(3600 * 2)
+    assert seen == [datetime(2026, 3, 29, 1, 0, tzinfo=UTC)]  # 03:00 CEST, the gap's end
+    assert berlin.stop().wait(5)

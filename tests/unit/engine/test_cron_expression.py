@@ -1,0 +1,62 @@
+"""The compiled cron expression: wall-time evaluation, validation, caching."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+from croniter import croniter
+
+from django_htask.engine import InvalidSchedule
+from django_htask.engine.cron_expression import DESCRIPTORS, CronExpression, compile_cron
+
+
+def test_canonical_text_and_fields() -> None:
+    expr = compile_cron("  0  9 * jan-mar  mon-fri ")
+    assert expr.text == "0 9 * JAN-MAR MON-FRI"
+    assert expr.fields == ("0", "9", "*", "JAN-MAR", "MON-FRI")
+    assert not expr.has_seconds
+    assert not expr.hour_is_star
+    assert compile_cron("@DAILY").text == "@daily"
+    assert compile_cron("@daily").fields == tuple(DESCRIPTORS["@daily"].split())
+    assert compile_cron("5 * * * * *").has_seconds
+    assert compile_cron("5 * * * * *").hour_is_star
+
+
+def test_compiled_once_per_canonical_text() -> None:
+    assert compile_cron("0 4 * * *") is compile_cron("0  4 * * *")
+    assert compile_cron("0 4 * * mon") is compile_cron("0 4 * * MON")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["*/7 3-5 * * *", "0 0 29 2 *", "15,45 */4 1,15 * MON", "30 2 * 3,10 SUN", "0 0 L * *"],
+)
+def test_wall_time_search_agrees_with_croniter(text: str) -> None:
+    expr = CronExpression(text)
+    it = croniter(text, datetime(2024, 1, 1))
+    wall = datetime(2024, 1, 1)
+    for _ in range(50):
+        wall_next = expr.next_after(wall)
+        assert wall_next == it.get_next(datetime)
+        assert wall_next is not None
+        assert expr.matches(wall_next)
+        wall = wall_next
+
+
+def test_next_at_or_after_includes_the_instant() -> None:
+    expr = compile_cron("30 2 * * *")
+    at = datetime(2026, 1, 1, 2, 30)
+    assert expr.next_at_or_after(at) == at
+    assert expr.next_after(at) == datetime(2026, 1, 2, 2, 30)
+    assert not expr.matches(datetime(2026, 1, 1, 2, 30, 0, 1))
+
+
+def test_never_and_far_future() -> None:
+    assert compile_cron("0 0 29 2 *").next_after(datetime(9996, 3, 1)) is None
+    with pytest.raises(InvalidSchedule, match="can never fire"):
+        compile_cron("0 0 31 2,4 *")
+    with pytest.raises(InvalidSchedule, match="must be a string"):
+        compile_cron(None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidSchedule, match="day-of-week field"):
+        compile_cron("0 0 * * 9#2")

@@ -52,11 +52,16 @@ from .wrappers import (
 )
 
 # -- registry, wire format, binding (issue 4) ----------------------------------------
+# isort: split
+from .binding import Binder
+from .codec import decode_call, encode_call
+from .registry import Registry, registry
 
 # -- timing wheel, batching executors (issue 5) --------------------------------------
 
 __all__ = [
     "ArgumentError",
+    "Binder",
     "BusySource",
     "CancelToken",
     "Clock",
@@ -73,6 +78,7 @@ __all__ = [
     "JobSkipped",
     "OnceSchedule",
     "PayloadError",
+    "Registry",
     "RunContext",
     "RunEvent",
     "Schedule",
@@ -87,13 +93,16 @@ __all__ = [
     "chain",
     "current_run",
     "current_token",
+    "decode_call",
     "delay_if_still_running",
     "describe",
+    "encode_call",
     "every",
     "once",
     "parse_schedule",
     "plan_occurrences",
     "recover",
+    "registry",
     "retry",
     "skip_if_still_running",
     "timeout",

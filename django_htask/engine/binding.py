@@ -1,0 +1,776 @@
+"""Typed argument binding by reflection: decoded values back to the declared types.
+
+msgpack loses some of Python's types (a tuple comes back as an array unless it was
+sent as one, an Enum travels as its value, a dataclass as a map). A :class:`Binder`
+reads a function's signature and type hints **once** and compiles, for each
+parameter, a converter (a plain closure) from "what the wire gives" to "what the
+function declares". Binding a call then runs only those closures: it never inspects
+the signature again.
+
+Rules (``docs/wire-format.md`` has the full table):
+
+* exact types: ``int`` takes an int but not a bool; ``float`` takes a float or an int
+  (converted); ``Decimal`` takes a Decimal or an int; ``date`` does not take a
+  datetime; ``str`` takes only a str (no parsing, anywhere);
+* containers convert their items: ``list[T]`` (from an array or tuple),
+  ``tuple[T, ...]``, ``tuple[A, B]`` (exact length), ``set[T]``, ``frozenset[T]``,
+  ``dict[K, V]``; unions try an exact type match first, then each member in order;
+* ``Enum`` subclasses are looked up by value; dataclasses and ``NamedTuple`` classes
+  are built from a map (a sequence for ``NamedTuple``) with their fields converted;
+* an unannotated parameter, ``Any``, ``object``, a type variable and any hint that
+  cannot be resolved take the value as decoded; any other class takes its instances.
+"""
+
+from __future__ import annotations
+
+import collections.abc as cabc
+import contextlib
+import dataclasses
+import inspect
+import logging
+import reprlib
+import types
+import typing
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from enum import Enum
+from typing import Any, Final, Literal, Union
+
+from .errors import ArgumentError
+
+__all__ = ["Binder", "Converter", "compile_converter"]
+
+logger = logging.getLogger("django_htask.engine.binding")
+
+#: Turns a decoded value into the declared type, or raises (a private) mismatch.
+Converter = Callable[[Any], Any]
+
+_NoneType: Final = type(None)
+_repr = reprlib.Repr()
+_repr.maxstring = 60
+_repr.maxother = 60
+_repr.maxlist = _repr.maxtuple = _repr.maxset = _repr.maxdict = 4
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "None"
+    return f"{type(value).__name__} {_repr.repr(value)}"
+
+
+def describe(tp: Any) -> str:
+    """A type as a reader writes it: ``list[int]``, ``datetime``, ``int | None``."""
+    if tp is None or tp is _NoneType:
+        return "None"
+    if tp is Ellipsis:
+        return "..."
+    if tp is Any:
+        return "Any"
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is Union or origin is types.UnionType:
+        return " | ".join(describe(arg) for arg in args)
+    if origin is Literal:
+        return f"Literal[{', '.join(repr(arg) for arg in args)}]"
+    if origin is not None:
+        base = getattr(origin, "__name__", None) or repr(origin)
+        if not args:
+            return base
+        return f"{base}[{', '.join(describe(arg) for arg in args)}]"
+    if isinstance(tp, type):
+        return tp.__name__
+    return repr(tp).removeprefix("typing.")
+
+
+class _Mismatch(Exception):
+    """Raised by converters; the binder turns it into an :class:`ArgumentError`."""
+
+    def __init__(self, expected: str, value: object, detail: str = "") -> None:
+        super().__init__(expected)
+        self.expected = expected
+        self.value = value
+        self.detail = detail
+        self.path: list[str] = []  # innermost first
+
+    def where(self) -> str:
+        return "".join(reversed(self.path))
+
+
+# -- scalar converters ----------------------------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    """An int that is not a bool (msgpack keeps them apart; so do we)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _to_int(value: Any) -> Any:
+    if _is_int(value):
+        return value
+    raise _Mismatch("int", value)
+
+
+def _to_float(value: Any) -> Any:
+    if isinstance(value, float):
+        return value
+    if _is_int(value):
+        try:
+            return float(value)
+        except OverflowError:
+            raise _Mismatch("float", value, "too large for a float") from None
+    raise _Mismatch("float", value)
+
+
+def _to_bool(value: Any) -> Any:
+    if value is True or value is False:
+        return value
+    raise _Mismatch("bool", value)
+
+
+def _to_none(value: Any) -> Any:
+    if value is None:
+        return value
+    raise _Mismatch("None", value)
+
+
+def _to_bytes(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray):
+        return bytes(value)
+    raise _Mismatch("bytes", value)
+
+
+def _to_date(value: Any) -> Any:
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return value
+    raise _Mismatch("date", value)
+
+
+def _to_decimal(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return value
+    if _is_int(value):
+        return Decimal(value)
+    raise _Mismatch("Decimal", value)
+
+
+def _instance_of(cls: type[Any]) -> Converter:
+    name = describe(cls)
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, cls):
+            return value
+        raise _Mismatch(name, value)
+
+    return convert
+
+
+_SCALARS: Final[dict[Any, Converter]] = {
+    int: _to_int,
+    float: _to_float,
+    bool: _to_bool,
+    str: _instance_of(str),
+    bytes: _to_bytes,
+    _NoneType: _to_none,
+    datetime: _instance_of(datetime),
+    date: _to_date,
+    time: _instance_of(time),
+    timedelta: _instance_of(timedelta),
+    Decimal: _to_decimal,
+    uuid.UUID: _instance_of(uuid.UUID),
+}
+
+# Hints whose converter returns a value of exactly that type unchanged: the binder
+# skips the call when ``type(value) is hint`` (the common case).
+_PASS_THROUGH: Final = frozenset(_SCALARS) - {bytes}
+
+
+# -- containers ---------------------------------------------------------------------
+
+
+def _locate(convert: Converter | None, items: Any) -> _Mismatch | None:
+    """After a failure, convert again one by one to name the item that failed."""
+    if convert is None:
+        return None
+    for index, item in enumerate(items):
+        try:
+            convert(item)
+        except _Mismatch as err:
+            err.path.append(f"[{index}]" if isinstance(items, (list, tuple)) else "{*}")
+            return err
+    return None
+
+
+def _sequence(tp: Any, item: Converter | None, build: type[Any]) -> Converter:
+    name = describe(tp)
+    accepted: tuple[type[Any], ...] = (list, tuple)
+    if build is not list and build is not tuple:
+        accepted = (list, tuple, set, frozenset)
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, accepted):
+            raise _Mismatch(name, value)
+        try:
+            if item is None:
+                return value if type(value) is build else build(value)
+            return build([item(x) for x in value])
+        except _Mismatch as err:
+            raise _locate(item, value) or err from None
+        except TypeError as exc:  # unhashable items for a set
+            raise _Mismatch(name, value, str(exc)) from None
+
+    return convert
+
+
+def _fixed_tuple(tp: Any, items: list[Converter | None]) -> Converter:
+    name = describe(tp)
+    size = len(items)
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, (list, tuple)):
+            raise _Mismatch(name, value)
+        if len(value) != size:
+            raise _Mismatch(name, value, f"{size} items expected, got {len(value)}")
+        out = []
+        for index, (conv, item) in enumerate(zip(items, value, strict=True)):
+            if conv is None:
+                out.append(item)
+                continue
+            try:
+                out.append(conv(item))
+            except _Mismatch as err:
+                err.path.append(f"[{index}]")
+                raise
+        return tuple(out)
+
+    return convert
+
+
+def _mapping(tp: Any, key: Converter | None, val: Converter | None) -> Converter:
+    name = describe(tp)
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise _Mismatch(name, value)
+        if key is None and val is None:
+            return value if type(value) is dict else dict(value)
+        out = {}
+        for k, v in value.items():
+            if key is not None:
+                try:
+                    k = key(k)  # noqa: PLW2901
+                except _Mismatch as err:
+                    err.path.append(f" key {_repr.repr(k)}")
+                    raise
+            if val is not None:
+                try:
+                    v = val(v)  # noqa: PLW2901
+                except _Mismatch as err:
+                    err.path.append(f"[{_repr.repr(k)}]")
+                    raise
+            out[k] = v
+        return out
+
+    return convert
+
+
+def _union(
+    tp: Any, members: tuple[Any, ...], memo: dict[Any, Converter | None]
+) -> Converter | None:
+    name = describe(tp)
+    convs: list[Converter] = []
+    exact: dict[type[Any], Converter] = {}
+    for member in members:
+        conv = _compile(member, memo)
+        if conv is None:
+            return None  # a member takes anything: so does the union
+        convs.append(conv)
+        if isinstance(member, type) and typing.get_origin(member) is None:
+            exact.setdefault(member, conv)
+
+    def convert(value: Any) -> Any:
+        conv = exact.get(type(value))
+        if conv is not None:
+            return conv(value)
+        for conv in convs:
+            try:
+                return conv(value)
+            except _Mismatch:
+                pass
+        raise _Mismatch(name, value)
+
+    return convert
+
+
+def _literal(tp: Any, allowed: tuple[Any, ...]) -> Converter:
+    name = describe(tp)
+
+    def convert(value: Any) -> Any:
+        for choice in allowed:
+            if isinstance(choice, Enum):
+                if isinstance(value, type(choice)) and value is choice:
+                    return value
+                try:
+                    if not isinstance(value, bool) and type(choice)(value) is choice:
+                        return choice
+                except (ValueError, TypeError):
+                    pass
+            elif type(value) is type(choice) and value == choice:
+                return value
+        raise _Mismatch(name, value)
+
+    return convert
+
+
+def _enum(cls: type[Enum]) -> Converter:
+    name = cls.__name__
+    bool_values = any(isinstance(member.value, bool) for member in cls)
+    choices = ", ".join(_repr.repr(member.value) for member in list(cls)[:6])
+    if len(cls) > 6:
+        choices += ", ..."
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, cls):
+            return value
+        if not (isinstance(value, bool) and not bool_values):
+            try:
+                return cls(value)
+            except (ValueError, TypeError):
+                pass
+        raise _Mismatch(name, value, f"not one of its values: {choices}")
+
+    return convert
+
+
+def _field_hints(cls: type[Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception as exc:
+        logger.warning(
+            "type hints of %s cannot be resolved (%s); its fields take values as decoded",
+            cls.__qualname__,
+            exc,
+            extra={"action": "binding.unresolved_hints"},
+        )
+        return {}
+
+
+def _dataclass(cls: type[Any], memo: dict[Any, Converter | None]) -> Converter:
+    name = cls.__name__
+    fields: list[tuple[str, Converter | None, bool]] = []
+    known: set[str] = set()
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise _Mismatch(name, value, "a dataclass is sent as a map of its fields")
+        for key in value:
+            if key not in known:
+                raise _Mismatch(name, value, f"unexpected field {_repr.repr(key)}")
+        kwargs = {}
+        for field, conv, required in fields:
+            if field in value:
+                item = value[field]
+                if conv is not None:
+                    try:
+                        item = conv(item)
+                    except _Mismatch as err:
+                        err.path.append(f".{field}")
+                        raise
+                kwargs[field] = item
+            elif required:
+                raise _Mismatch(name, value, f"missing field {field!r}")
+        try:
+            return cls(**kwargs)
+        except Exception as exc:
+            raise _Mismatch(name, value, f"{type(exc).__name__}: {exc}") from None
+
+    memo[cls] = convert  # before the fields, so a recursive dataclass finds itself
+    hints = _field_hints(cls)
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        required = (
+            field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+        )
+        fields.append((field.name, _compile(hints.get(field.name, Any), memo), required))
+        known.add(field.name)
+    return convert
+
+
+def _named_tuple(cls: type[Any], memo: dict[Any, Converter | None]) -> Converter:
+    name = cls.__name__
+    names: tuple[str, ...] = cls._fields
+    required = len(names) - len(cls._field_defaults)
+    items: list[Converter | None] = []
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, (list, tuple)):
+            raise _Mismatch(name, value)
+        if not required <= len(value) <= len(names):
+            raise _Mismatch(name, value, f"{len(names)} items expected, got {len(value)}")
+        out = []
+        for field, conv, item in zip(names, items, value, strict=False):
+            if conv is None:
+                out.append(item)
+                continue
+            try:
+                out.append(conv(item))
+            except _Mismatch as err:
+                err.path.append(f".{field}")
+                raise
+        return cls(*out)
+
+    memo[cls] = convert
+    hints = _field_hints(cls)
+    items.extend(_compile(hints.get(field, Any), memo) for field in names)
+    return convert
+
+
+# -- the compiler -------------------------------------------------------------------
+
+_LIST_ORIGINS: Final = frozenset(
+    {list, cabc.Sequence, cabc.MutableSequence, cabc.Iterable, cabc.Collection}
+)
+_SET_ORIGINS: Final = frozenset({set, cabc.Set, cabc.MutableSet})
+_MAP_ORIGINS: Final = frozenset({dict, cabc.Mapping, cabc.MutableMapping})
+
+
+def compile_converter(tp: Any) -> Converter | None:
+    """The converter for a type hint, or ``None`` when values pass as decoded."""
+    return _compile(tp, {})
+
+
+def _compile(tp: Any, memo: dict[Any, Converter | None]) -> Converter | None:
+    try:
+        if tp in memo:
+            return memo[tp]
+    except TypeError:  # an unhashable hint: compile it every time
+        pass
+    conv = _compile_new(tp, memo)
+    with contextlib.suppress(TypeError):
+        memo[tp] = conv
+    return conv
+
+
+def _compile_new(tp: Any, memo: dict[Any, Converter | None]) -> Converter | None:
+    if tp is Any or tp is object or tp is inspect.Parameter.empty:
+        return None
+    if tp is None:
+        return _to_none
+    if isinstance(tp, typing.NewType):
+        return _compile(tp.__supertype__, memo)
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _compile(args[0], memo)
+    if origin is Union or origin is types.UnionType:
+        return _union(tp, args, memo)
+    if origin is Literal:
+        return _literal(tp, args)
+    if origin in _LIST_ORIGINS:
+        return _sequence(tp, _compile(args[0], memo) if args else None, list)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return _sequence(tp, _compile(args[0], memo), tuple)
+        if args == ((),):  # typing.Tuple[()]
+            args = ()
+        return _fixed_tuple(tp, [_compile(arg, memo) for arg in args])
+    if origin in _SET_ORIGINS or origin is frozenset:
+        item = _compile(args[0], memo) if args else None
+        return _sequence(tp, item, frozenset if origin is frozenset else set)
+    if origin in _MAP_ORIGINS:
+        key = _compile(args[0], memo) if args else None
+        val = _compile(args[1], memo) if len(args) > 1 else None
+        return _mapping(tp, key, val)
+    if origin is not None:
+        return _instance_of(origin) if isinstance(origin, type) else None
+    scalar = _SCALARS.get(tp)
+    if scalar is not None:
+        return scalar
+    if not isinstance(tp, type):
+        return None  # a TypeVar or another typing construct: as decoded
+    if tp is list or tp is tuple or tp is set or tp is frozenset:
+        return _sequence(tp, None, tp)
+    if tp is dict:
+        return _mapping(tp, None, None)
+    if issubclass(tp, Enum):
+        return _enum(tp)
+    if dataclasses.is_dataclass(tp):
+        return _dataclass(tp, memo)
+    if issubclass(tp, tuple) and hasattr(tp, "_fields"):
+        return _named_tuple(tp, memo)
+    return _instance_of(tp)
+
+
+def _pass_through(tp: Any) -> type[Any] | None:
+    """The type a converter returns unchanged: the binder skips calling it."""
+    if tp in _PASS_THROUGH or (isinstance(tp, type) and issubclass(tp, Enum)):
+        return tp  # type: ignore[no-any-return]
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return tp
+    return None
+
+
+# -- the binder ---------------------------------------------------------------------
+
+_Spec = tuple[type[Any] | None, Converter | None]  # (pass-through type, converter)
+_KEYWORD: Final = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+_POSITIONAL: Final = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _resolve_hints(fn: Callable[..., Any], sig: inspect.Signature, name: str) -> dict[str, Any]:
+    """``typing.get_type_hints``; if that fails, parameter by parameter (bad ones skipped)."""
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:  # fall back to one parameter at a time
+        pass
+    globalns = getattr(inspect.unwrap(fn), "__globals__", {})
+    hints: dict[str, Any] = {}
+    for param in sig.parameters.values():
+        if param.annotation is inspect.Parameter.empty:
+            continue
+        holder = types.SimpleNamespace(__annotations__={param.name: param.annotation})
+        try:
+            hints[param.name] = typing.get_type_hints(holder, globalns=globalns)[param.name]
+        except Exception as exc:  # unresolvable: take the value as decoded
+            logger.warning(
+                "%s() parameter %r: type hint %r cannot be resolved (%s: %s); "
+                "the value is passed as decoded",
+                name,
+                param.name,
+                param.annotation,
+                type(exc).__name__,
+                exc,
+                extra={"action": "binding.unresolved_hint"},
+            )
+    return hints
+
+
+class Binder:
+    """Binds decoded ``args`` / ``kwargs`` to one function's declared parameter types.
+
+    Built once per function (the registry caches it); :meth:`bind` then runs only the
+    precompiled converters.
+    """
+
+    __slots__ = (
+        "_all_exact",
+        "_expects",
+        "_fast",
+        "_kw",
+        "_kw_required",
+        "_kw_types",
+        "_needed",
+        "_npos",
+        "_pos",
+        "_pos_names",
+        "_pos_required",
+        "_var_kw",
+        "_var_pos",
+        "fn",
+        "name",
+    )
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+        self.fn = fn
+        self.name = name or f"{fn.__module__}:{fn.__qualname__}"
+        sig = inspect.signature(fn)
+        hints = _resolve_hints(fn, sig, self.name)
+        memo: dict[Any, Converter | None] = {}
+        pos: list[_Spec] = []
+        pos_names: list[str] = []
+        pos_required: list[tuple[int, str, bool]] = []
+        kw: dict[str, tuple[type[Any] | None, Converter | None, int]] = {}
+        kw_required: list[str] = []
+        self._expects: dict[str, str] = {}
+        self._var_pos: _Spec | None = None
+        self._var_kw: _Spec | None = None
+        for param in sig.parameters.values():
+            hint = hints.get(param.name, Any)
+            conv = _compile(hint, memo)
+            fast = _pass_through(hint) if conv is not None else None
+            self._expects[param.name] = describe(hint)
+            required = param.default is inspect.Parameter.empty
+            if param.kind in _POSITIONAL:
+                index = len(pos)
+                pos.append((fast, conv))
+                pos_names.append(param.name)
+                if required:
+                    positional_only = param.kind is inspect.Parameter.POSITIONAL_ONLY
+                    pos_required.append((index, param.name, positional_only))
+                if param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+                    kw[param.name] = (fast, conv, index)
+            elif param.kind is inspect.Parameter.KEYWORD_ONLY:
+                kw[param.name] = (fast, conv, -1)
+                if required:
+                    kw_required.append(param.name)
+            elif param.kind is inspect.Parameter.VAR_POSITIONAL:
+                self._var_pos = (fast, conv)
+                pos_names.append(param.name)
+            else:
+                self._var_kw = (fast, conv)
+                self._expects["**"] = param.name
+        self._pos = tuple(pos)
+        self._pos_names = tuple(pos_names)
+        self._npos = len(pos)
+        self._pos_required = tuple(pos_required)
+        self._kw = kw
+        self._kw_required = tuple(kw_required)
+        # The common case costs one C-level comparison: when every positional value
+        # already has its parameter's type, ``tuple(map(type, args))`` equals this.
+        self._fast: dict[int, tuple[type[Any] | None, ...]] = {}
+        # What must come by keyword when ``count`` values came by position (the last
+        # entry also serves any longer call); None: a positional-only one is missing.
+        needed: list[frozenset[str] | None] = []
+        for count in range(len(pos) + 1):
+            later = [(name, po) for index, name, po in pos_required if index >= count]
+            if any(po for _name, po in later):
+                needed.append(None)
+            else:
+                needed.append(frozenset([name for name, _po in later] + kw_required))
+        self._needed = tuple(needed)
+        # Keyword-capable parameters whose converter returns a value of this exact type
+        # unchanged: a keyword value of that type passes as it is.
+        self._kw_types = {key: fast for key, (fast, _conv, _index) in kw.items() if fast}
+        # (Required positional parameters come first: Python has no other order.)
+        exact = tuple(fast for fast, _conv in pos)
+        self._all_exact = exact if None not in exact else None
+        if None not in exact:
+            for count in range(len(pos_required), len(pos) + 1):
+                self._fast[count] = exact[:count]
+
+    def __repr__(self) -> str:
+        return f"<Binder {self.name}>"
+
+    def bind(
+        self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Convert ``args`` / ``kwargs`` to the declared types; raise ArgumentError."""
+        # The usual call: every parameter by position, each value already of its type.
+        if (
+            not kwargs
+            and type(args) is list
+            and len(args) == self._npos
+            and tuple(map(type, args)) == self._all_exact
+            and not self._kw_required
+        ):
+            return tuple(args), {}
+        if (
+            type(args) is not list
+            and type(args) is not tuple
+            and not isinstance(args, (list, tuple))
+        ):
+            raise ArgumentError(f"{self.name}() args must be a list or tuple, got {_show(args)}")
+        count = len(args)
+        if not count:
+            bound: tuple[Any, ...] = ()
+        else:
+            fast = self._fast.get(count)
+            if fast is not None and tuple(map(type, args)) == fast:
+                bound = tuple(args)
+            else:
+                bound = self._bind_positional(args, count)
+        out_kw = self._bind_keywords(kwargs, count) if kwargs else {}
+        needed = self._needed[min(count, self._npos)]
+        if needed is None or (needed and not needed.issubset(out_kw)):
+            self._check_missing(count, out_kw)
+        return bound, out_kw
+
+    def _bind_positional(self, args: Sequence[Any], count: int) -> tuple[Any, ...]:
+        npos = self._npos
+        if count > npos and self._var_pos is None:
+            raise ArgumentError(
+                f"{self.name}() takes {npos} positional argument{'s' * (npos != 1)} "
+                f"but {count} {'was' if count == 1 else 'were'} given"
+            )
+        out: list[Any] = []
+        append = out.append
+        try:
+            for (fast, conv), value in zip(self._pos, args):  # noqa: B905 - args may be longer
+                append(value if conv is None or type(value) is fast else conv(value))
+            if count > npos:
+                fast, conv = self._var_pos  # type: ignore[misc]
+                for value in args[npos:]:
+                    append(value if conv is None or type(value) is fast else conv(value))
+        except _Mismatch as err:
+            index = len(out)
+            pname = self._pos_names[min(index, len(self._pos_names) - 1)]
+            where = f"{pname}[{index - npos}]" if index >= npos else pname
+            raise self._error(pname, where, err) from None
+        return tuple(out)
+
+    def _bind_keywords(self, kwargs: Mapping[str, Any], count: int) -> dict[str, Any]:
+        if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
+            raise ArgumentError(f"{self.name}() kwargs must be a map, got {_show(kwargs)}")
+        types = self._kw_types
+        for key, value in kwargs.items():
+            if types.get(key) is not type(value):
+                break
+        else:  # every value already has its type: only a clash with a positional is left
+            if not count or kwargs.keys().isdisjoint(self._pos_names[:count]):
+                return dict(kwargs)
+        specs = self._kw
+        out_kw: dict[str, Any] = {}
+        for key, value in kwargs.items():
+            spec = specs.get(key)
+            if spec is None:
+                out_kw[key] = self._extra_keyword(key, value)
+                continue
+            fast, conv, index = spec
+            if 0 <= index < count:
+                raise ArgumentError(f"{self.name}() got multiple values for argument {key!r}")
+            if conv is None or type(value) is fast:
+                out_kw[key] = value
+                continue
+            try:
+                out_kw[key] = conv(value)
+            except _Mismatch as err:
+                raise self._error(key, key, err) from None
+        return out_kw
+
+    def _extra_keyword(self, key: Any, value: Any) -> Any:
+        if type(key) is not str:
+            raise ArgumentError(f"{self.name}() keywords must be str, got {_show(key)}")
+        if self._var_kw is None:
+            if key in self._pos_names:
+                raise ArgumentError(
+                    f"{self.name}() got positional-only argument {key!r} as a keyword"
+                )
+            raise ArgumentError(f"{self.name}() got an unexpected keyword argument {key!r}")
+        fast, conv = self._var_kw
+        if conv is None or type(value) is fast:
+            return value
+        try:
+            return conv(value)
+        except _Mismatch as err:
+            varkw = self._expects["**"]
+            raise self._error(varkw, f"{varkw}[{key!r}]", err) from None
+
+    def _check_missing(self, count: int, out_kw: dict[str, Any]) -> None:
+        missing = [
+            name
+            for index, name, positional_only in self._pos_required
+            if index >= count and (positional_only or name not in out_kw)
+        ]
+        missing += [name for name in self._kw_required if name not in out_kw]
+        if missing:
+            names = ", ".join(repr(name) for name in missing)
+            plural = "s" * (len(missing) > 1)
+            raise ArgumentError(f"{self.name}() missing required argument{plural}: {names}")
+
+    def _error(self, param: str, where: str, err: _Mismatch) -> ArgumentError:
+        detail = f" ({err.detail})" if err.detail else ""
+        got = f"got {_show(err.value)}{detail}"
+        if not err.path and where == param:
+            return ArgumentError(f"{self.name}() parameter {param!r} expects {err.expected}, {got}")
+        return ArgumentError(
+            f"{self.name}() parameter {param!r} expects {self._expects.get(param, '?')}: "
+            f"{where}{err.where()} expects {err.expected}, {got}"
+        )

@@ -27,7 +27,6 @@ import json
 import os
 import sched
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -35,6 +34,8 @@ from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchutil import memory_in_child, rss_bytes
 
 from django_htask.engine import Scheduler
 from django_htask.engine.clock import from_us
@@ -106,11 +107,6 @@ class Reference:
             self.heap.clear()
             self.cond.notify()
         self.thread.join()
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 # -- add / cancel rates ------------------------------------------------------------------
@@ -232,15 +228,7 @@ def memory_child(impl: str, n: int) -> dict[str, float]:
 
 
 def memory(impl: str, n: int) -> dict[str, float]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--memory-child", impl, str(n)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    result: dict[str, float] = json.loads(out.stdout)
-    return result
+    return memory_in_child(__file__, impl, n)
 
 
 # -- lateness ------------------------------------------------------------------------------

@@ -58,15 +58,28 @@ from .codec import decode_call, encode_call
 from .registry import Registry, registry
 
 # -- timing wheel, batching executors (issue 5) --------------------------------------
+# isort: split
+from .executors import (
+    BulkExecutor,
+    ChunkExecutor,
+    DelayExecutor,
+    LessExecutor,
+    PeriodicalExecutor,
+    TaskContainer,
+)
+from .wheel import TimingWheel
 
 __all__ = [
     "ArgumentError",
     "Binder",
+    "BulkExecutor",
     "BusySource",
     "CancelToken",
+    "ChunkExecutor",
     "Clock",
     "Cron",
     "CronSchedule",
+    "DelayExecutor",
     "EntrySnapshot",
     "Every",
     "Executor",
@@ -76,8 +89,10 @@ __all__ = [
     "IntervalSchedule",
     "InvalidSchedule",
     "JobSkipped",
+    "LessExecutor",
     "OnceSchedule",
     "PayloadError",
+    "PeriodicalExecutor",
     "Registry",
     "RunContext",
     "RunEvent",
@@ -86,8 +101,10 @@ __all__ = [
     "SchedulerClosed",
     "SchedulerFull",
     "SystemClock",
+    "TaskContainer",
     "TimerHandle",
     "TimerQueue",
+    "TimingWheel",
     "TokenCancelled",
     "WorkerPool",
     "chain",

@@ -1,0 +1,28 @@
+"""Helpers shared by the benchmarks (run as ``python bench/<name>.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+
+def rss_bytes() -> int:
+    """This process's resident set size, from /proc (Linux)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def memory_in_child(script: str, impl: str, n: int, timeout: float = 900) -> dict[str, float]:
+    """Run ``script --memory-child IMPL N`` in a fresh interpreter, so that one
+    measurement's garbage cannot inflate the next, and return the JSON it prints."""
+    out = subprocess.run(
+        [sys.executable, script, "--memory-child", impl, str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=timeout,
+    )
+    result: dict[str, float] = json.loads(out.stdout)
+    return result

@@ -165,6 +165,13 @@ class FakeClock:
         with self._lock:
             self._lock.notify_all()
 
+    def waiting(self) -> list[datetime]:
+        """The deadlines threads wait for on this clock now, earliest first (for tests
+        that must move time only once a thread has started waiting)."""
+        with self._lock:
+            deadlines = [w.deadline_us for w in self._waiters.values()]
+        return sorted(from_us(d) for d in deadlines if d is not None)
+
     # -- moving ----------------------------------------------------------------------
     def advance(self, seconds: float = 0.0, *, wait: bool = True, timeout: float = 10.0) -> None:
         """Move time forward by ``seconds`` and run everything that became due.

@@ -4,7 +4,9 @@
 ``WorkerPool(0)`` starts a thread for each callable instead. :meth:`WorkerPool.resize`
 changes between the two, up or down, without dropping or pausing work: surplus
 workers leave after the task in hand, and a pool shrinking to zero drains its queue
-first.
+first. ``on_thread_exit``, if given, runs on each worker thread just before it ends
+(to close what the thread opened: the node passes ``django.db.connections.close_all``);
+:meth:`WorkerPool.shutdown` waits for it.
 """
 
 from __future__ import annotations
@@ -25,16 +27,26 @@ _WAKE = None  # a queue item that only makes a worker look at the pool's size
 
 
 class WorkerPool:
-    """Threads running submitted callables; ``workers=0`` means a thread per callable."""
+    """Threads running submitted callables; ``workers=0`` means a thread per callable.
 
-    def __init__(self, workers: int = 4, name: str = "htask") -> None:
+    ``on_thread_exit()`` runs on every worker thread as it ends (an exception in it is
+    logged)."""
+
+    def __init__(
+        self,
+        workers: int = 4,
+        name: str = "htask",
+        on_thread_exit: Callable[[], object] | None = None,
+    ) -> None:
         self._check_workers(workers)
         self.name = name
+        self._on_thread_exit = on_thread_exit
         self._queue: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._target = 0
         self._threads: set[threading.Thread] = set()  # pool workers alive
         self._extra: set[threading.Thread] = set()  # thread-per-task threads running
+        self._leaving: set[threading.Thread] = set()  # left the pool, in on_thread_exit
         self._serial = 0
         self._closed = False
         self.resize(workers)
@@ -52,7 +64,7 @@ class WorkerPool:
     def alive(self) -> int:
         """Threads currently alive: pool workers plus thread-per-task threads."""
         with self._lock:
-            return len(self._threads) + len(self._extra)
+            return len(self._threads) + len(self._extra) + len(self._leaving)
 
     def is_worker_thread(self) -> bool:
         """True when called from a thread of this pool."""
@@ -105,7 +117,10 @@ class WorkerPool:
         # after every callable submitted before the resize, so the queue drains first.
         with self._lock:
             if len(self._threads) > self._target and (self._target or woken):
-                self._threads.discard(threading.current_thread())
+                current = threading.current_thread()
+                self._threads.discard(current)
+                if self._on_thread_exit is not None:
+                    self._leaving.add(current)  # shutdown() still waits for it
                 return True
             return False
 
@@ -116,14 +131,31 @@ class WorkerPool:
             if fn is not None:
                 self._call(fn)
             if len(self._threads) > self._target and self._leave_if_surplus(fn is None):
+                if self._on_thread_exit is not None:
+                    self._thread_exit(self._leaving)
                 return
 
     def _run_one(self, fn: Callable[[], object]) -> None:
         try:
             self._call(fn)
         finally:
+            self._thread_exit(self._extra)
+
+    def _thread_exit(self, members: set[threading.Thread]) -> None:
+        """Run ``on_thread_exit`` on this ending thread, then drop it from ``members``
+        (so :meth:`shutdown` returns only once it has run)."""
+        try:
+            if self._on_thread_exit is not None:
+                self._on_thread_exit()
+        except BaseException:
+            logger.exception(
+                "error in on_thread_exit of worker pool %r",
+                self.name,
+                extra={"action": "worker_exit_error"},
+            )
+        finally:
             with self._lock:
-                self._extra.discard(threading.current_thread())
+                members.discard(threading.current_thread())
 
     def _call(self, fn: Callable[[], object]) -> None:
         try:
@@ -151,7 +183,9 @@ class WorkerPool:
         current = threading.current_thread()
         while True:
             with self._lock:
-                others = [t for t in self._threads | self._extra if t is not current]
+                others = [
+                    t for t in self._threads | self._extra | self._leaving if t is not current
+                ]
             if not others:
                 return True
             remaining = None if deadline is None else deadline - time.monotonic()

@@ -193,6 +193,11 @@ class Scheduler:
     pending timers: the call past it raises :class:`SchedulerFull` at once (it never
     blocks, so a task that schedules from inside a worker cannot deadlock).
 
+    ``on_thread_exit()`` runs on each worker thread as it ends (at :meth:`close`, or
+    when the pool shrinks), e.g. ``django.db.connections.close_all`` so that the
+    database connections the workers opened are closed; :meth:`close` with ``wait``
+    returns after it ran.
+
     Use it as a context manager, or call :meth:`close`.
     """
 
@@ -202,6 +207,7 @@ class Scheduler:
         capacity: int | None = None,
         clock: Clock | None = None,
         name: str | None = None,
+        on_thread_exit: Callable[[], object] | None = None,
     ) -> None:
         if capacity is not None and (
             isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
@@ -210,7 +216,7 @@ class Scheduler:
         self.name = name or f"htask-{next(_serial)}"
         self.capacity = capacity
         self._clock: Clock = clock if clock is not None else SystemClock()
-        self._pool = WorkerPool(workers, name=self.name)
+        self._pool = WorkerPool(workers, name=self.name, on_thread_exit=on_thread_exit)
         # Hot paths take the raw lock (cheaper than entering the Condition); the
         # scheduler thread waits on the Condition built over the same lock.
         self._lock = threading.Lock()

@@ -467,7 +467,9 @@ class OnceSchedule(_Bounded):
         return f"OnceSchedule({str(self)!r})"
 
     def _key(self) -> tuple[object, ...]:
-        return (self.at, self.at.utcoffset())
+        # The instant as UTC: an aware datetime in a repeated wall hour never equals
+        # one in another zone (PEP 495), so ``self.at`` itself would not round-trip.
+        return (self.at.astimezone(UTC), self.at.utcoffset())
 
 
 Schedule: TypeAlias = CronSchedule | IntervalSchedule | OnceSchedule

@@ -102,8 +102,10 @@ def test_fake_clock_wakes_a_raw_waiter_at_its_deadline() -> None:
     thread = threading.Thread(target=ticker)
     thread.start()
     clock.advance(0)  # lets the thread reach its first wait
+    assert clock.waiting() == [clock.now() + timedelta(seconds=1)]
     clock.advance(3.5)
     assert ticks == [1.0, 2.0, 3.0]
+    assert clock.waiting() == [clock.now() + timedelta(seconds=0.5)]
     with cond:
         stop = True
         clock.kick(cond)

@@ -102,3 +102,46 @@ def test_is_worker_thread() -> None:
     assert answer == [True]
     assert pool.is_worker_thread() is False
     pool.shutdown(timeout=5)
+
+
+@pytest.mark.parametrize("workers", [0, 3])
+def test_on_thread_exit_runs_on_each_ending_thread_before_shutdown_returns(
+    workers: int,
+) -> None:
+    ran: list[str] = []
+    lock = threading.Lock()
+
+    def on_exit() -> None:
+        threading.Event().wait(0.05)  # shutdown() must wait for it
+        with lock:
+            ran.append(threading.current_thread().name)
+
+    pool = WorkerPool(workers, name="p", on_thread_exit=on_exit)
+    run_all(pool, 5)
+    assert pool.shutdown(timeout=5)
+    assert pool.alive() == 0
+    assert len(ran) == len(set(ran)) == (workers or 5)
+
+
+def test_on_thread_exit_runs_when_the_pool_shrinks_and_errors_are_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ran: list[str] = []
+
+    def on_exit() -> None:
+        ran.append(threading.current_thread().name)
+        raise RuntimeError("cannot close")
+
+    pool = WorkerPool(3, name="p", on_thread_exit=on_exit)
+    with caplog.at_level(logging.ERROR, logger="django_htask.engine"):
+        pool.resize(1)
+        for _ in range(500):
+            if pool.alive() == 1:
+                break
+            threading.Event().wait(0.01)
+        assert pool.alive() == 1
+        assert len(ran) == 2
+        assert sorted(run_all(pool, 3)) == [0, 1, 2]
+        assert pool.shutdown(timeout=5)
+    assert len(ran) == 3
+    assert [getattr(r, "action", None) for r in caplog.records] == ["worker_exit_error"] * 3

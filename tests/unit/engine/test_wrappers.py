@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -33,6 +33,11 @@ def wait_for(predicate: object, seconds: float = 5.0) -> bool:
             return True
         pause.wait(0.01)
     return False
+
+
+def waiting_until(clock: FakeClock, when: datetime) -> bool:
+    """True once a thread waits on ``clock`` for ``when`` (a retry's backoff, say)."""
+    return when in clock.waiting()
 
 
 def test_chain_order_is_outermost_first() -> None:
@@ -193,10 +198,14 @@ def test_retry_backs_off_on_the_runner_clock() -> None:
 
     cron.add("@once 2030-01-01T00:00:01Z", flaky, name="flaky")
     cron.start()
+    # Advance only once the retry waits for its backoff: advanced earlier, the clock
+    # would already be past the moment the backoff starts counting from.
     clock.advance(1, wait=False)
-    assert wait_for(lambda: len(attempts) == 1)
+    assert wait_for(lambda: waiting_until(clock, T0 + timedelta(seconds=11)))
+    assert len(attempts) == 1
     clock.advance(10, wait=False)
-    assert wait_for(lambda: len(attempts) == 2)
+    assert wait_for(lambda: waiting_until(clock, T0 + timedelta(seconds=31)))
+    assert len(attempts) == 2
     clock.advance(20, wait=False)
     assert wait_for(lambda: len(after) == 1)
     assert [(a - T0).total_seconds() for a in attempts] == [1, 11, 31]

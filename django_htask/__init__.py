@@ -1,6 +1,67 @@
 """django-htask: a scheduler for Django.
 
-The engine (``django_htask.engine``) is pure Python and usable without Django.
+The engine (``django_htask.engine``) is pure Python and usable without Django. The
+Django-facing names below are imported lazily, so importing this package needs no
+settings::
+
+    from django_htask import periodic, schedule, task
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0.dev0"
+
+__all__ = [
+    "acancel",
+    "aget_task",
+    "areschedule",
+    "aschedule",
+    "cancel",
+    "get_task",
+    "periodic",
+    "reschedule",
+    "schedule",
+    "task",
+]
+
+_LAZY = {
+    "task": "django_htask.decorators",
+    "periodic": "django_htask.decorators",
+    "schedule": "django_htask.api",
+    "cancel": "django_htask.api",
+    "reschedule": "django_htask.api",
+    "get_task": "django_htask.api",
+    "aschedule": "django_htask.api",
+    "acancel": "django_htask.api",
+    "areschedule": "django_htask.api",
+    "aget_task": "django_htask.api",
+}
+
+if TYPE_CHECKING:
+    from .api import (
+        acancel,
+        aget_task,
+        areschedule,
+        aschedule,
+        cancel,
+        get_task,
+        reschedule,
+        schedule,
+    )
+    from .decorators import periodic, task
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'django_htask' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -30,16 +30,33 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
-__all__ = ["PostgresCluster", "PostgresUnavailable", "find_bin_dir"]
+__all__ = ["PostgresCluster", "PostgresUnavailable", "database_settings", "find_bin_dir"]
 
 ENV_URL = "HTASK_TEST_DATABASE_URL"
 
 
 class PostgresUnavailable(RuntimeError):
     """The PostgreSQL server binaries cannot be found or the server does not start."""
+
+
+def database_settings(url: str) -> dict[str, Any]:
+    """A Django ``DATABASES`` entry for ``postgresql://user[:password]@host[:port]/name``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("postgres", "postgresql") or not parts.path.strip("/"):
+        raise ValueError(f"{ENV_URL} must look like postgresql://user@host:port/name, got {url!r}")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": urllib.parse.unquote(parts.path.strip("/")),
+        "USER": urllib.parse.unquote(parts.username or ""),
+        "PASSWORD": urllib.parse.unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+    }
 
 
 def find_bin_dir() -> Path:

@@ -1,4 +1,12 @@
-"""Settings for the test suite (SQLite unless HTASK_TEST_DATABASE_URL names PostgreSQL)."""
+"""Settings for the test suite (SQLite unless HTASK_TEST_DATABASE_URL names PostgreSQL).
+
+The SQLite test database is a file (not ``:memory:``): the scheduler's threads and the
+``runscheduler`` subprocesses open their own connections, and a file gives them
+SQLite's ordinary locking with a busy timeout.
+"""
+
+import os
+import tempfile
 
 SECRET_KEY = "tests-only"
 USE_TZ = True
@@ -10,8 +18,20 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django_htask",
+    "tests.integration.testapp",
 ]
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": ":memory:",
+        "OPTIONS": {"timeout": 20},
+        "TEST": {"NAME": os.path.join(tempfile.gettempdir(), f"htask-tests-{os.getpid()}.sqlite3")},
+    }
+}
+if os.environ.get("HTASK_TEST_DATABASE_URL"):  # python -m tests.pgcluster -- pytest
+    from tests.pgcluster import database_settings
+
+    DATABASES = {"default": database_settings(os.environ["HTASK_TEST_DATABASE_URL"])}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -35,3 +55,8 @@ TEMPLATES = [
 ]
 ROOT_URLCONF = "tests.urls"
 STATIC_URL = "static/"
+
+HTASK = {"RETRY_BACKOFF": 1.0}
+
+# django.tasks (Django >= 6.0; Django 5.2 ignores the setting).
+TASKS = {"default": {"BACKEND": "django_htask.backends.HtaskBackend"}}

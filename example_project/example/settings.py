@@ -1,5 +1,9 @@
-"""Settings of the django-htask example project (SQLite, one node)."""
+"""Settings of the django-htask example project (SQLite, one node).
 
+``HTASK_EXAMPLE_DB`` names the SQLite file (default ``example_project/db.sqlite3``).
+"""
+
+import os
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -51,7 +55,11 @@ WSGI_APPLICATION = "example.wsgi.application"
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": BASE_DIR / "db.sqlite3",
+        "NAME": os.environ.get("HTASK_EXAMPLE_DB") or BASE_DIR / "db.sqlite3",
+        # The web server and the scheduler write to one SQLite file: wait for the lock
+        # (timeout) and take it when a transaction begins (IMMEDIATE), so a transaction
+        # that reads and then writes never fails with "database is locked".
+        "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
     }
 }
 
@@ -60,7 +68,13 @@ TIME_ZONE = "UTC"
 LANGUAGE_CODE = "en-us"
 USE_I18N = True
 STATIC_URL = "static/"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "home"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# The scheduler looks for changes made by the web process every half second.
+HTASK = {"POLL_INTERVAL": 0.5}
 
 LOGGING = {
     "version": 1,

@@ -1,0 +1,645 @@
+"""The scheduler in the Django admin.
+
+Schedules
+    the list shows each schedule in words (``describe``), its zone, next and last run
+    and status; the form offers the registered functions, validates the schedule text
+    with the parser's own message and the arguments (JSON) against the function's
+    signature, and previews the next five runs in the schedule's zone and in UTC.
+    Code-defined schedules are read-only except ``enabled``. Actions: run now, enable,
+    disable.
+Runs
+    read-only, with status, duration, node, error and traceback.
+Tasks
+    status, due time, attempts, last error; a pending task's time can be changed;
+    action: cancel.
+Nodes
+    live or dead from the heartbeat, with the work each holds.
+
+Every state-changing action is an admin action (a POST with the CSRF token) that
+needs the model's *change* permission.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.http import HttpRequest, JsonResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from . import clock
+from .models import Node, Origin, Run, RunStatus, Schedule, Task, TaskStatus
+from .operations import (
+    describe_schedule,
+    live_nodes,
+    node_state,
+    preview_runs,
+    run_schedule_soon,
+    validate_zone,
+)
+
+__all__ = ["NodeAdmin", "RunAdmin", "ScheduleAdmin", "ScheduleForm", "TaskAdmin"]
+
+logger = logging.getLogger("django_htask.admin")
+
+PREVIEW_COUNT = 5
+
+
+# -- schedules ---------------------------------------------------------------------------
+class _JSONText(forms.CharField):
+    """JSON text that must decode to ``kind`` (a list or a dict)."""
+
+    def __init__(self, kind: type, **kwargs: Any) -> None:
+        self.kind = kind
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("widget", forms.Textarea(attrs={"rows": 2, "cols": 60}))
+        super().__init__(**kwargs)
+
+    def to_python(self, value: Any) -> Any:
+        text = (super().to_python(value) or "").strip()
+        if not text:
+            return self.kind()
+        try:
+            decoded = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValidationError(f"not valid JSON: {exc} in {text!r}") from exc
+        if not isinstance(decoded, self.kind):
+            what = (
+                "a JSON list, e.g. [1, 2]" if self.kind is list else 'a JSON object, e.g. {"x": 1}'
+            )
+            raise ValidationError(f"must be {what}, got {text!r}")
+        return decoded
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, list | dict):
+            return json.dumps(value, default=str)
+        return value
+
+
+def _function_choices(current: str | None) -> list[tuple[str, str]]:
+    from django_htask.engine import registry  # noqa: PLC0415
+
+    names = registry.names()
+    choices = [("", "---------")] + [(n, n) for n in names]
+    if current and current not in names:
+        choices.append((current, f"{current} (not registered)"))
+    return choices
+
+
+class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
+    """The schedule form: registered functions, parsed schedule, JSON arguments."""
+
+    function = forms.ChoiceField(
+        choices=(), help_text="a registered function (``@task`` or ``@periodic``)"
+    )
+    call_args = _JSONText(list, label="Args", help_text="positional arguments, a JSON list")
+    call_kwargs = _JSONText(dict, label="Kwargs", help_text="keyword arguments, a JSON object")
+
+    class Meta:
+        model = Schedule
+        fields = (
+            "name",
+            "function",
+            "schedule",
+            "timezone",
+            "enabled",
+            "grace",
+            "catch_up",
+            "overlap",
+            "max_attempts",
+            "retry_backoff",
+        )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        instance = self.instance
+        if "function" in self.fields:
+            field = self.fields["function"]
+            assert isinstance(field, forms.ChoiceField)
+            field.choices = _function_choices(instance.function if instance.pk else None)
+        if instance.pk and instance.payload:
+            args, kwargs = _safe_call(instance)
+            self.initial.setdefault("call_args", list(args))
+            self.initial.setdefault("call_kwargs", dict(kwargs))
+
+    def clean_timezone(self) -> str:
+        value = (self.cleaned_data.get("timezone") or "UTC").strip()
+        try:
+            validate_zone(value)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from exc
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        from django_htask.engine import (  # noqa: PLC0415
+            ArgumentError,
+            FunctionNotRegistered,
+            InvalidSchedule,
+            PayloadError,
+            parse_schedule,
+            registry,
+        )
+
+        data = super().clean() or {}
+        text = data.get("schedule")
+        zone = data.get("timezone")
+        if text and zone is not None:
+            try:
+                parse_schedule(text, tz=zone or None)
+            except InvalidSchedule as exc:
+                self.add_error("schedule", str(exc))
+        if "function" not in self.fields:
+            return data  # a code-defined schedule: its call is not edited here
+        function = data.get("function")
+        if function and not self.has_error("call_args") and not self.has_error("call_kwargs"):
+            args = data.get("call_args") or []
+            kwargs = data.get("call_kwargs") or {}
+            try:
+                self.instance.payload = registry.check_call(function, args, kwargs)
+            except FunctionNotRegistered as exc:
+                self.add_error("function", str(exc))
+            except (ArgumentError, PayloadError) as exc:
+                self.add_error(_argument_field(str(exc), kwargs), str(exc))
+        return data
+
+    def _update_errors(self, errors: ValidationError) -> None:
+        """Add the model's own errors, without repeating what the form found; an error
+        about the stored call belongs to the arguments."""
+        if not hasattr(errors, "error_dict"):
+            super()._update_errors(errors)  # type: ignore[misc]
+            return
+        kept: dict[str, list[ValidationError]] = {}
+        for field, messages_ in errors.error_dict.items():
+            target = field
+            if field == "payload":
+                target = "call_args" if "call_args" in self.fields else "__all__"
+            if target in self.fields and self.has_error(target):
+                continue
+            if target != "__all__" and target not in self.fields:
+                target = "__all__"
+            if target == "__all__" and any(self.errors.values()):
+                continue  # the form already says what is wrong
+            kept.setdefault(target, []).extend(messages_)
+        if kept:
+            super()._update_errors(ValidationError(kept))  # type: ignore[misc]
+
+
+def _argument_field(message: str, kwargs: dict[str, Any]) -> str:
+    """Put an argument error on kwargs when it names one of the keyword arguments."""
+    for key in kwargs:
+        if repr(key) in message:
+            return "call_kwargs"
+    return "call_args"
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = ScheduleForm
+    list_display = (
+        "name",
+        "function",
+        "in_words",
+        "timezone",
+        "next_run_at",
+        "last_run_at",
+        "last_status",
+        "enabled",
+    )
+    list_filter = ("enabled", "last_status", "origin", "orphaned", "timezone")
+    search_fields = ("name", "function", "schedule")
+    actions = ("run_now", "enable", "disable")
+    ordering = ("name",)
+
+    class Media:
+        js = ("django_htask/schedule_preview.js",)
+
+    _info_fields = (
+        "origin",
+        "orphaned",
+        "next_run_at",
+        "last_run_at",
+        "last_status",
+        "version",
+        "created_at",
+        "updated_at",
+    )
+
+    def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
+        main = ["name", "function", "schedule", "timezone", "enabled", "call_args", "call_kwargs"]
+        fieldsets: list[tuple[str | None, dict[str, Any]]] = [
+            (None, {"fields": main}),
+            (
+                "Next runs",
+                {"fields": ["next_runs"]},
+            ),
+            (
+                "Misfires, overlap and retries",
+                {"fields": ["grace", "catch_up", "overlap", "max_attempts", "retry_backoff"]},
+            ),
+        ]
+        if obj is not None:
+            fieldsets.append(("State", {"fields": list(self._info_fields)}))
+        return fieldsets
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
+        fields = ["next_runs", *self._info_fields]
+        if obj is not None and obj.origin == Origin.CODE:
+            fields += [
+                "name",
+                "function",
+                "schedule",
+                "timezone",
+                "call_args",
+                "call_kwargs",
+                "grace",
+                "catch_up",
+                "overlap",
+                "max_attempts",
+                "retry_backoff",
+            ]
+        return fields
+
+    # -- columns and read-only values --------------------------------------------------
+    @admin.display(description="schedule", ordering="schedule")
+    def in_words(self, obj: Schedule) -> str:
+        return describe_schedule(obj.schedule, obj.timezone)
+
+    @admin.display(description="args")
+    def call_args(self, obj: Schedule) -> str:
+        return json.dumps(list(_safe_call(obj)[0]), default=str)
+
+    @admin.display(description="kwargs")
+    def call_kwargs(self, obj: Schedule) -> str:
+        return json.dumps(_safe_call(obj)[1], default=str)
+
+    @admin.display(description="next five runs")
+    def next_runs(self, obj: Schedule | None) -> SafeString:
+        """The preview box: filled here for a saved schedule, and updated by
+        ``schedule_preview.js`` while the schedule or zone is typed."""
+        url = reverse(f"{self.admin_site.name}:django_htask_schedule_preview")
+        if obj is None or obj.pk is None:
+            inner = format_html("{}", "type a schedule to see its next runs")
+        elif not obj.enabled:
+            inner = format_html("{}", "disabled: no runs")
+        else:
+            inner = _preview_html(preview(obj.schedule, obj.timezone))
+        return format_html('<div id="htask-live-preview" data-url="{}">{}</div>', url, inner)
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view(self.preview_view)
+        mine = [path("preview/", view, name="django_htask_schedule_preview")]
+        return mine + super().get_urls()
+
+    def preview_view(self, request: HttpRequest) -> JsonResponse:
+        """``GET preview/?schedule=…&timezone=…``: the next five runs, as JSON."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        text = request.GET.get("schedule", "")
+        zone = request.GET.get("timezone", "") or "UTC"
+        return JsonResponse(preview(text, zone))
+
+    # -- saving ------------------------------------------------------------------------
+    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        if change and obj.origin == Origin.CODE:
+            obj.save(update_fields=["enabled", "updated_at"])
+            return
+        if not change:
+            obj.origin = Origin.ADMIN
+        super().save_model(request, obj, form, change)
+
+    # -- actions (POST with CSRF, change permission) -----------------------------------
+    @admin.action(description="Run the selected schedules now", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        for row in queryset:
+            try:
+                how = run_schedule_soon(row)
+            except (LookupError, TypeError, ValueError) as exc:
+                self.message_user(request, f"{row.name!r} cannot run: {exc}", messages.ERROR)
+                continue
+            self.message_user(request, f"{row.name!r} {how}", messages.SUCCESS)
+            logger.info(
+                "run now: %s (%s) by %s",
+                row.name,
+                how,
+                request.user,
+                extra={"action": "admin_run_now"},
+            )
+
+    @admin.action(description="Enable the selected schedules", permissions=["change"])
+    def enable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        self._set_enabled(request, queryset, True)
+
+    @admin.action(description="Disable the selected schedules", permissions=["change"])
+    def disable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        self._set_enabled(request, queryset, False)
+
+    def _set_enabled(
+        self, request: HttpRequest, queryset: QuerySet[Schedule], enabled: bool
+    ) -> None:
+        done = 0
+        for row in queryset.filter(enabled=not enabled):
+            row.enabled = enabled
+            try:
+                row.save(update_fields=["enabled", "updated_at"])
+            except (LookupError, TypeError, ValueError) as exc:
+                self.message_user(request, f"{row.name!r}: {exc}", messages.ERROR)
+                continue
+            done += 1
+        word = "enabled" if enabled else "disabled"
+        self.message_user(request, f"{done} schedule(s) {word}", messages.SUCCESS)
+
+
+def preview(text: str, zone: str) -> dict[str, Any]:
+    """The next five runs of ``text`` in ``zone`` and in UTC, or the error."""
+    zone = zone or "UTC"
+    try:
+        validate_zone(zone)
+        runs = preview_runs(text, zone, PREVIEW_COUNT, clock.now())
+    except ValueError as exc:
+        return {"zone": zone, "runs": [], "error": str(exc)}
+    return {
+        "zone": zone,
+        "runs": [
+            {
+                "local": local.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                "utc": utc.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            }
+            for local, utc in runs
+        ],
+        "error": None,
+    }
+
+
+def _preview_html(data: dict[str, Any]) -> SafeString:
+    if data["error"]:
+        return format_html('<p class="htask-preview-error errornote">{}</p>', data["error"])
+    if not data["runs"]:
+        return format_html("{}", "none: the schedule will not fire again")
+    rows = format_html_join(
+        "", "<tr><td>{}</td><td>{}</td></tr>", ((r["local"], r["utc"]) for r in data["runs"])
+    )
+    return format_html(
+        '<table class="htask-preview"><thead><tr><th>{}</th><th>UTC</th></tr></thead>'
+        "<tbody>{}</tbody></table>",
+        data["zone"],
+        rows,
+    )
+
+
+def _safe_call(obj: Schedule) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    try:
+        return obj.call
+    except ValueError:
+        return (), {}
+
+
+# -- runs --------------------------------------------------------------------------------
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = (
+        "name",
+        "status",
+        "scheduled_for",
+        "started_at",
+        "took",
+        "node",
+        "attempt",
+        "short_error",
+    )
+    list_filter = ("status", "schedule", "started_at")
+    list_select_related = ("schedule",)
+    search_fields = ("name", "function", "error", "node")
+    date_hierarchy = "started_at"
+    fields = (
+        "name",
+        "function",
+        "schedule",
+        "task",
+        "status",
+        "node",
+        "attempt",
+        "scheduled_for",
+        "started_at",
+        "finished_at",
+        "took",
+        "error",
+        "traceback_text",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
+        return False
+
+    @admin.display(description="duration", ordering="duration")
+    def took(self, obj: Run) -> str:
+        if obj.duration is None:
+            return "-"
+        if obj.duration < 1:
+            return f"{obj.duration * 1000:.1f} ms"
+        return f"{obj.duration:.2f} s"
+
+    @admin.display(description="error")
+    def short_error(self, obj: Run) -> str:
+        first = obj.error.splitlines()[0] if obj.error else ""
+        return first if len(first) <= 80 else first[:79] + "…"
+
+    @admin.display(description="traceback")
+    def traceback_text(self, obj: Run) -> SafeString | str:
+        if not obj.traceback:
+            return "-"
+        return format_html("<pre>{}</pre>", obj.traceback)
+
+
+# -- tasks -------------------------------------------------------------------------------
+class TaskForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = Task
+        fields = ("run_at",)
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = TaskForm
+    list_display = ("function", "status", "run_at", "attempts", "max_attempts", "short_error")
+    list_filter = ("status", "run_at")
+    search_fields = ("function", "token", "last_error")
+    date_hierarchy = "run_at"
+    actions = ("cancel_tasks",)
+    _info = (
+        "function",
+        "status",
+        "call",
+        "token",
+        "attempts",
+        "max_attempts",
+        "locked_by",
+        "lease_expires_at",
+        "last_error",
+        "traceback_text",
+        "created_at",
+        "finished_at",
+    )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
+        return ("run_at", *self._info)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
+        if obj is not None and obj.status == TaskStatus.PENDING:
+            return self._info
+        return ("run_at", *self._info)
+
+    @admin.display(description="last error")
+    def short_error(self, obj: Task) -> str:
+        first = obj.last_error.splitlines()[0] if obj.last_error else ""
+        return first if len(first) <= 80 else first[:79] + "…"
+
+    @admin.display(description="call")
+    def call(self, obj: Task) -> str:
+        try:
+            args, kwargs = obj.call
+        except ValueError as exc:
+            return f"undecodable payload: {exc}"
+        return (
+            f"args={json.dumps(list(args), default=str)} kwargs={json.dumps(kwargs, default=str)}"
+        )
+
+    @admin.display(description="traceback")
+    def traceback_text(self, obj: Task) -> SafeString | str:
+        return format_html("<pre>{}</pre>", obj.traceback) if obj.traceback else "-"
+
+    def save_model(self, request: HttpRequest, obj: Task, form: Any, change: bool) -> None:
+        from .api import reschedule  # noqa: PLC0415
+
+        moved = change and "run_at" in form.changed_data
+        if moved and not reschedule(obj.token, at=obj.run_at):
+            self.message_user(
+                request,
+                f"task {obj.pk} is no longer pending ({_status_now(obj)}): not moved",
+                messages.ERROR,
+            )
+
+    @admin.action(description="Cancel the selected pending tasks", permissions=["change"])
+    def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        from .api import cancel  # noqa: PLC0415
+
+        done = skipped = 0
+        for token in queryset.values_list("token", flat=True):
+            if cancel(token):
+                done += 1
+            else:
+                skipped += 1
+        self.message_user(request, f"{done} task(s) cancelled", messages.SUCCESS)
+        if skipped:
+            self.message_user(
+                request,
+                f"{skipped} task(s) not cancelled: already running or finished",
+                messages.WARNING,
+            )
+
+
+def _status_now(obj: Task) -> str:
+    return str(Task.objects.filter(pk=obj.pk).values_list("status", flat=True).first())
+
+
+# -- nodes -------------------------------------------------------------------------------
+class _AliveFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "alive"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "live"), ("no", "dead or stopped")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        live = live_nodes()
+        if self.value() == "yes":
+            return queryset.filter(live)
+        if self.value() == "no":
+            return queryset.exclude(live)
+        return queryset
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = (
+        "id",
+        "state",
+        "hostname",
+        "pid",
+        "last_heartbeat",
+        "held_tasks",
+        "running_tasks",
+        "running_runs",
+        "started_at",
+        "version",
+    )
+    list_filter = (_AliveFilter,)
+    search_fields = ("id", "hostname")
+    readonly_fields = (
+        "id",
+        "state",
+        "hostname",
+        "pid",
+        "started_at",
+        "last_heartbeat",
+        "stopped_at",
+        "version",
+        "held_tasks",
+        "running_tasks",
+        "running_runs",
+    )
+    fields = readonly_fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Node | None = None) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Node]:
+        return _with_work(super().get_queryset(request))
+
+    @admin.display(description="state")
+    def state(self, obj: Node) -> str:
+        return node_state(obj)
+
+    @admin.display(description="held tasks")
+    def held_tasks(self, obj: Node) -> int:
+        return int(getattr(obj, "n_held", 0) or 0)
+
+    @admin.display(description="running tasks")
+    def running_tasks(self, obj: Node) -> int:
+        return int(getattr(obj, "n_running_tasks", 0) or 0)
+
+    @admin.display(description="running schedule runs")
+    def running_runs(self, obj: Node) -> int:
+        return int(getattr(obj, "n_running_runs", 0) or 0)
+
+
+def _count(queryset: QuerySet[Any], by: str) -> Subquery:
+    """A correlated ``COUNT(*)`` (None when nothing matches)."""
+    grouped = queryset.order_by().values(by).annotate(c=Count("pk")).values("c")
+    return Subquery(grouped[:1], output_field=IntegerField())
+
+
+def _with_work(nodes: QuerySet[Node]) -> QuerySet[Node]:
+    """Annotate each node with the pending tasks it holds and what it is running."""
+    mine = Task.objects.filter(locked_by=OuterRef("id"))
+    runs = Run.objects.filter(node=OuterRef("id"), status=RunStatus.RUNNING, task=None)
+    return nodes.annotate(
+        n_held=_count(mine.filter(status=TaskStatus.PENDING), "locked_by"),
+        n_running_tasks=_count(mine.filter(status=TaskStatus.RUNNING), "locked_by"),
+        n_running_runs=_count(runs, "node"),
+    )

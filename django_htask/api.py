@@ -1,0 +1,183 @@
+"""Scheduling one-off tasks from views: ``schedule``, ``cancel``, ``reschedule``,
+``get_task`` and their async twins.
+
+::
+
+    from django_htask import schedule, cancel
+
+    def snooze(request, pk):
+        task = schedule(send_reminder, pk, delay=600)
+        request.session["reminder"] = task.token   # cancel(task.token) later
+
+Arguments are checked against the function's signature here, in the caller: a wrong
+call raises (``ArgumentError``, ``FunctionNotRegistered``, ``PayloadError``) and stores
+nothing. Inside ``transaction.atomic()`` the task is an ordinary row of that
+transaction: it exists, and can fire, only once the transaction commits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import router, transaction
+
+from django_htask.engine import registry
+
+from . import clock
+from .decorators import function_name
+from .models import Task, TaskStatus
+from .signals import task_scheduled
+
+__all__ = [
+    "acancel",
+    "aget_task",
+    "areschedule",
+    "aschedule",
+    "cancel",
+    "get_task",
+    "reschedule",
+    "schedule",
+]
+
+
+def _run_at(at: datetime | None, delay: float | timedelta | None) -> datetime:
+    if at is not None and delay is not None:
+        raise ValueError(f"give at or delay, not both (at={at!r}, delay={delay!r})")
+    if at is not None:
+        if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
+            raise ValueError(f"at must be an aware datetime, got {at!r}")
+        return at
+    now = clock.now()
+    if delay is None:
+        return now
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, int | float) and not isinstance(delay, bool):
+        seconds = float(delay)
+    else:
+        raise TypeError(f"delay must be seconds or a timedelta, got {delay!r}")
+    if not 0 <= seconds < math.inf:
+        raise ValueError(f"delay must be >= 0 and finite, got {delay!r}")
+    return now + timedelta(seconds=seconds)
+
+
+def _after_commit(using: str, fn: Callable[[], None]) -> None:
+    transaction.on_commit(fn, using=using, robust=True)
+
+
+def _notify_node() -> None:
+    from . import node  # noqa: PLC0415
+
+    node.notify_local_change()
+
+
+def schedule(
+    fn_or_name: Callable[..., Any] | str,
+    /,
+    *args: Any,
+    at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    max_attempts: int = 1,
+    **kwargs: Any,
+) -> Task:
+    """Run ``fn(*args, **kwargs)`` once, at ``at``, after ``delay`` seconds, or now.
+
+    Returns the stored :class:`~django_htask.models.Task`; keep ``task.token`` to
+    cancel or move it.
+    """
+    name = function_name(fn_or_name)
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+    run_at = _run_at(at, delay)
+    payload = registry.check_call(name, args, kwargs)
+    task = Task(function=name, payload=payload, run_at=run_at, max_attempts=max_attempts)
+    using = router.db_for_write(Task)
+    task.save(using=using)
+
+    def committed() -> None:
+        task_scheduled.send_robust(sender=Task, task=task)
+        _notify_node()
+
+    _after_commit(using, committed)
+    return task
+
+
+def cancel(token: str) -> bool:
+    """Cancel a pending task. False if the token is unknown, or the task is running or
+    finished."""
+    using = router.db_for_write(Task)
+    count = (
+        Task.objects.using(using)
+        .filter(token=token, status=TaskStatus.PENDING)
+        .update(
+            status=TaskStatus.CANCELLED,
+            finished_at=clock.now(),
+            locked_by=None,
+            lease_expires_at=None,
+        )
+    )
+    return count == 1
+
+
+def reschedule(
+    token: str, at: datetime | None = None, delay: float | timedelta | None = None
+) -> bool:
+    """Move a pending task to ``at`` (or ``delay`` seconds from now, or now).
+
+    False if the token is unknown, or the task is running or finished.
+    """
+    run_at = _run_at(at, delay)
+    using = router.db_for_write(Task)
+    count = (
+        Task.objects.using(using)
+        .filter(token=token, status=TaskStatus.PENDING)
+        .update(run_at=run_at, locked_by=None, lease_expires_at=None)
+    )
+    if count:
+        _after_commit(using, _notify_node)
+    return count == 1
+
+
+def get_task(token: str) -> Task | None:
+    """The task with this token, or None."""
+    return Task.objects.using(router.db_for_read(Task)).filter(token=token).first()
+
+
+# The async twins run the sync function in Django's thread for sync code
+# (``thread_sensitive``), so a transaction opened around them behaves as in a view.
+
+
+async def aschedule(
+    fn_or_name: Callable[..., Any] | str,
+    /,
+    *args: Any,
+    at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    max_attempts: int = 1,
+    **kwargs: Any,
+) -> Task:
+    """:func:`schedule` for async views."""
+    return await sync_to_async(schedule)(
+        fn_or_name, *args, at=at, delay=delay, max_attempts=max_attempts, **kwargs
+    )
+
+
+async def acancel(token: str) -> bool:
+    """:func:`cancel` for async views."""
+    return await sync_to_async(cancel)(token)
+
+
+async def areschedule(
+    token: str, at: datetime | None = None, delay: float | timedelta | None = None
+) -> bool:
+    """:func:`reschedule` for async views."""
+    return await sync_to_async(reschedule)(token, at=at, delay=delay)
+
+
+async def aget_task(token: str) -> Task | None:
+    """:func:`get_task` for async views."""
+    return await sync_to_async(get_task)(token)

@@ -1,0 +1,153 @@
+"""System checks (``manage.py check``), registered when the app is ready.
+
+=====================  =======  ===========================================================
+id                     level    when
+=====================  =======  ===========================================================
+``django_htask.E001``  error    ``USE_TZ = False``: the scheduler stores and compares aware
+                                UTC datetimes.
+``django_htask.E002``  error    the ``HTASK`` setting is not a dict, has an unknown key or a
+                                value of the wrong type.
+``django_htask.W003``  warning  schedules or pending tasks in the database name functions
+                                that are not registered (they would fail when due).
+``django_htask.W004``  warning  several live ``runscheduler`` nodes share a SQLite database.
+``django_htask.E005``  error    the django.tasks backend is configured but ``django_htask``
+                                is not in ``INSTALLED_APPS`` (checked by the backend).
+=====================  =======  ===========================================================
+
+W003 and W004 read the database, so they run with the ``database`` tag:
+``manage.py check --database default`` (``migrate`` runs them too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, connections, router
+
+__all__ = [
+    "check_database_rows",
+    "check_settings",
+    "check_sqlite_nodes",
+    "check_use_tz",
+]
+
+#: Unregistered names listed in one warning, at most.
+SHOWN = 10
+
+
+@checks.register()
+def check_use_tz(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[Any]:
+    if getattr(settings, "USE_TZ", False):
+        return []
+    return [
+        checks.Error(
+            "USE_TZ is False: django-htask stores and compares aware UTC datetimes",
+            hint="set USE_TZ = True in your settings",
+            id="django_htask.E001",
+        )
+    ]
+
+
+@checks.register()
+def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[Any]:
+    from .conf import load  # noqa: PLC0415
+
+    try:
+        load(getattr(settings, "HTASK", None))
+    except ImproperlyConfigured as exc:
+        return [
+            checks.Error(
+                str(exc),
+                hint="see the settings in django-htask's documentation",
+                obj="settings.HTASK",
+                id="django_htask.E002",
+            )
+        ]
+    return []
+
+
+def _aliases(databases: Sequence[str] | None) -> list[str]:
+    if not databases:
+        return []
+    from .models import Schedule  # noqa: PLC0415
+
+    wanted = router.db_for_read(Schedule) or "default"
+    return [alias for alias in databases if alias == wanted]
+
+
+@checks.register(checks.Tags.database)
+def check_database_rows(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[Any]:
+    from django_htask.engine import registry  # noqa: PLC0415
+
+    from .models import Schedule, Task, TaskStatus  # noqa: PLC0415
+
+    found: list[Any] = []
+    for alias in _aliases(databases):
+        try:
+            names = set(
+                Schedule.objects.using(alias)
+                .filter(enabled=True)
+                .values_list("function", flat=True)
+                .distinct()
+            )
+            names |= set(
+                Task.objects.using(alias)
+                .filter(status=TaskStatus.PENDING)
+                .values_list("function", flat=True)
+                .distinct()
+            )
+        except DatabaseError:
+            continue  # not migrated yet: nothing stored to check
+        missing = sorted(n for n in names if n not in registry)
+        if missing:
+            shown = ", ".join(repr(n) for n in missing[:SHOWN])
+            more = f" and {len(missing) - SHOWN} more" if len(missing) > SHOWN else ""
+            found.append(
+                checks.Warning(
+                    f"enabled schedules or pending tasks in database {alias!r} name "
+                    f"functions that are not registered: {shown}{more}; they fail when due",
+                    hint="register them with @task (in an installed app's tasks module), "
+                    "or disable or delete those rows",
+                    id="django_htask.W003",
+                )
+            )
+    return found
+
+
+@checks.register(checks.Tags.database)
+def check_sqlite_nodes(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[Any]:
+    from .models import Node  # noqa: PLC0415
+    from .operations import live_nodes  # noqa: PLC0415
+
+    found: list[Any] = []
+    for alias in _aliases(databases):
+        if connections[alias].vendor != "sqlite":
+            continue
+        try:
+            live = list(Node.objects.using(alias).filter(live_nodes()).values_list("id", flat=True))
+        except DatabaseError:
+            continue
+        if len(live) > 1:
+            found.append(
+                checks.Warning(
+                    f"{len(live)} live scheduler nodes share the SQLite database {alias!r} "
+                    f"({', '.join(live)}): SQLite is for one node",
+                    hint="run one runscheduler per SQLite database, or use PostgreSQL for "
+                    "several nodes",
+                    id="django_htask.W004",
+                )
+            )
+    return found

@@ -1,0 +1,38 @@
+"""The clock the Django layer reads: the engine's :class:`SystemClock` unless a test
+swaps in a :class:`~django_htask.engine.FakeClock` with :func:`use_clock`.
+
+``schedule()``, ``Schedule.save()`` and ``runscheduler`` all read the time here, so a
+test that drives a fake clock sees one consistent time everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import datetime
+
+from django_htask.engine import Clock, SystemClock
+
+__all__ = ["get_clock", "now", "use_clock"]
+
+_clock: Clock = SystemClock()
+
+
+def get_clock() -> Clock:
+    return _clock
+
+
+def now() -> datetime:
+    """The current time (aware, UTC)."""
+    return _clock.now()
+
+
+@contextlib.contextmanager
+def use_clock(clock: Clock) -> Iterator[Clock]:
+    """Read the time from ``clock`` inside the block (tests)."""
+    global _clock  # noqa: PLW0603
+    previous, _clock = _clock, clock
+    try:
+        yield clock
+    finally:
+        _clock = previous

@@ -1,0 +1,127 @@
+"""django-htask settings: one ``HTASK = {...}`` dict in the project's settings.
+
+Every key is optional; :func:`get_settings` returns a frozen :class:`HtaskSettings`
+with the defaults filled in and each value checked. An unknown key or a value of the
+wrong type raises :class:`~django.core.exceptions.ImproperlyConfigured` naming it.
+
+Example::
+
+    HTASK = {
+        "WORKERS": 8,
+        "POLL_INTERVAL": 0.5,
+        "RUN_RETENTION_DAYS": 7,
+    }
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+__all__ = ["HtaskSettings", "get_settings"]
+
+
+@dataclass(frozen=True)
+class HtaskSettings:
+    """The resolved settings (the ``HTASK`` dict's keys, lower-cased)."""
+
+    #: Worker threads running jobs in ``runscheduler`` (0: a thread per job).
+    workers: int = 4
+    #: Seconds between two looks at the database for changes made by other processes.
+    poll_interval: float = 1.0
+    #: One-off tasks due within this many seconds are held in memory by a node.
+    lookahead: float = 30.0
+    #: How many one-off tasks a node claims in one query.
+    claim_batch: int = 500
+    #: Seconds a node's claim on a task lasts; renewed by every heartbeat.
+    lease: float = 60.0
+    #: Seconds between two node heartbeats (which also renew leases and reap dead nodes).
+    heartbeat_interval: float = 10.0
+    #: A node whose last heartbeat is older than this many seconds is dead.
+    node_timeout: float = 60.0
+    #: Seconds running jobs get to finish after SIGTERM before they are handed back.
+    shutdown_timeout: float = 30.0
+    #: First retry delay of a failed one-off task, in seconds (doubled at each attempt).
+    retry_backoff: float = 10.0
+    #: The longest retry delay, in seconds.
+    retry_backoff_max: float = 3600.0
+    #: At most this many missed occurrences run when a schedule's catch-up is ``all``.
+    catch_up_limit: int = 100
+    #: Days a Run row is kept (``manage.py htask prune``); 0 keeps them for ever.
+    run_retention_days: int = 30
+    #: Import each installed app's ``tasks`` module when Django starts.
+    autodiscover: bool = True
+    #: Seconds between two attempts to reach a database that went away (doubled up to
+    #: ``db_retry_max``).
+    db_retry: float = 0.5
+    db_retry_max: float = 30.0
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(HtaskSettings)}
+_lock = threading.Lock()
+_cached: HtaskSettings | None = None
+
+
+def _check(key: str, value: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ImproperlyConfigured(f"HTASK[{key!r}] must be True or False, got {value!r}")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ImproperlyConfigured(f"HTASK[{key!r}] must be an int >= 0, got {value!r}")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise ImproperlyConfigured(f"HTASK[{key!r}] must be a number >= 0, got {value!r}")
+        return float(value)
+    return value  # pragma: no cover - every field is typed above
+
+
+def load(raw: object) -> HtaskSettings:
+    """Build :class:`HtaskSettings` from the raw ``HTASK`` setting (a dict or None)."""
+    if raw is None:
+        return HtaskSettings()
+    if not isinstance(raw, dict):
+        raise ImproperlyConfigured(f"HTASK must be a dict, got {raw!r}")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = str(key).lower()
+        field = _FIELDS.get(name)
+        if not isinstance(key, str) or field is None or key != name.upper():
+            known = ", ".join(sorted(n.upper() for n in _FIELDS))
+            raise ImproperlyConfigured(f"HTASK has an unknown key {key!r} (known: {known})")
+        values[name] = _check(key, value, field.default)
+    result = HtaskSettings(**values)
+    if result.poll_interval <= 0:
+        raise ImproperlyConfigured(
+            f"HTASK['POLL_INTERVAL'] must be > 0, got {result.poll_interval!r}"
+        )
+    if result.claim_batch < 1:
+        raise ImproperlyConfigured(f"HTASK['CLAIM_BATCH'] must be >= 1, got {result.claim_batch!r}")
+    return result
+
+
+def get_settings() -> HtaskSettings:
+    """The current settings (cached; reset when a test overrides ``HTASK``)."""
+    global _cached  # noqa: PLW0603
+    current = _cached
+    if current is None:
+        with _lock:
+            current = _cached = load(getattr(settings, "HTASK", None))
+    return current
+
+
+def _reset(*, setting: str, **kwargs: object) -> None:
+    global _cached  # noqa: PLW0603
+    if setting == "HTASK":
+        _cached = None
+
+
+setting_changed.connect(_reset, dispatch_uid="django_htask.conf.reset")

@@ -1,0 +1,282 @@
+"""``@task`` and ``@periodic``: register functions, declare code-defined schedules.
+
+::
+
+    from django_htask import periodic, task
+
+    @task
+    def send_reminder(reminder_id: int) -> None: ...
+
+    @periodic("@every 5m")
+    def refresh_feeds() -> None: ...
+
+    @periodic("30 4 * * *", tz="Asia/Tokyo", overlap="skip", max_attempts=3)
+    def nightly_report() -> None: ...
+
+Both decorators return the function unchanged. ``@periodic`` checks its schedule and
+arguments when the module is imported (a typo fails at start-up, not at 3 a.m.); the
+declared schedules reach the database with :func:`sync_schedules`, which
+``runscheduler`` runs at start and ``manage.py htask sync`` runs on demand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, overload
+
+from django.conf import settings
+from django.db import transaction
+
+from django_htask.engine import encode_call, parse_schedule, registry
+from django_htask.engine.registry import default_name
+
+from .models import CatchUp, Origin, Overlap, Schedule
+
+__all__ = [
+    "PeriodicSpec",
+    "SyncResult",
+    "declared_schedules",
+    "function_name",
+    "periodic",
+    "sync_schedules",
+    "task",
+]
+
+logger = logging.getLogger("django_htask.decorators")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The attribute ``@task`` / ``@periodic`` set on a function: its registered name.
+NAME_ATTRIBUTE = "htask_name"
+
+
+@dataclass(frozen=True)
+class PeriodicSpec:
+    """A schedule declared in code with ``@periodic``."""
+
+    name: str
+    function: str
+    schedule: str
+    timezone: str | None
+    overlap: str
+    catch_up: str
+    grace: float | None
+    max_attempts: int
+    retry_backoff: float
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+_lock = threading.Lock()
+_declared: dict[str, PeriodicSpec] = {}
+
+
+def declared_schedules() -> dict[str, PeriodicSpec]:
+    """The schedules declared with ``@periodic`` so far, by schedule name."""
+    with _lock:
+        return dict(_declared)
+
+
+def _register(fn: Callable[..., Any], name: str | None) -> str:
+    registry.register(fn, name=name)
+    registered = name or default_name(fn)
+    # Builtins and bound methods take no attribute: they are looked up by name.
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(fn, NAME_ATTRIBUTE, registered)
+    return registered
+
+
+def function_name(fn_or_name: Callable[..., Any] | str) -> str:
+    """The registered name of a function (or a name, checked to be registered)."""
+    if isinstance(fn_or_name, str):
+        registry.get(fn_or_name)  # raises FunctionNotRegistered naming it
+        return fn_or_name
+    if not callable(fn_or_name):
+        raise TypeError(f"expected a registered function or its name, got {fn_or_name!r}")
+    name = getattr(fn_or_name, NAME_ATTRIBUTE, None)
+    return name if isinstance(name, str) else registry.name_of(fn_or_name)
+
+
+@overload
+def task(fn: F, /) -> F: ...
+@overload
+def task(*, name: str | None = None) -> Callable[[F], F]: ...
+def task(fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
+    """Register ``fn`` so that :func:`django_htask.schedule` can run it later.
+
+    Its name is ``package.module:qualname`` unless ``name`` is given.
+    """
+
+    def decorate(f: F) -> F:
+        _register(f, name)
+        return f
+
+    return decorate if fn is None else decorate(fn)
+
+
+def periodic(
+    when: object,
+    *,
+    tz: str | None = None,
+    name: str | None = None,
+    function_name: str | None = None,
+    overlap: str = Overlap.SKIP,
+    catch_up: str = CatchUp.LATEST,
+    grace: float | None = None,
+    max_attempts: int = 1,
+    retry_backoff: float = 10.0,
+    args: tuple[Any, ...] | list[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+) -> Callable[[F], F]:
+    """Register the function and declare a schedule for it.
+
+    ``when`` is anything ``parse_schedule`` reads (``"@every 5m"``, ``"30 4 * * *"``,
+    ``"@daily"``) or a schedule value (``every().day.at("10:30")``). ``name`` names
+    the schedule (default: the function's registered name); ``function_name``
+    registers the function under another name. ``args`` / ``kwargs`` are passed at
+    every run and checked against the signature now.
+    """
+    text = _schedule_text(when, tz)
+    if overlap not in Overlap.values:
+        raise ValueError(f"overlap must be one of {Overlap.values}, got {overlap!r}")
+    if catch_up not in CatchUp.values:
+        raise ValueError(f"catch_up must be one of {CatchUp.values}, got {catch_up!r}")
+    if grace is not None and (isinstance(grace, bool) or not grace >= 0):
+        raise ValueError(f"grace must be a number of seconds >= 0 or None, got {grace!r}")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+    if not retry_backoff >= 0:
+        raise ValueError(f"retry_backoff must be a number of seconds >= 0, got {retry_backoff!r}")
+
+    def decorate(fn: F) -> F:
+        registered = _register(fn, function_name)
+        call_args, call_kwargs = tuple(args), dict(kwargs or {})
+        registry.check_call(registered, call_args, call_kwargs)
+        spec = PeriodicSpec(
+            name=name or registered,
+            function=registered,
+            schedule=text,
+            timezone=tz,
+            overlap=str(overlap),
+            catch_up=str(catch_up),
+            grace=None if grace is None else float(grace),
+            max_attempts=max_attempts,
+            retry_backoff=float(retry_backoff),
+            args=call_args,
+            kwargs=call_kwargs,
+        )
+        with _lock:
+            other = _declared.get(spec.name)
+            if other is not None and other.function != spec.function:
+                raise ValueError(
+                    f"schedule name {spec.name!r} is declared twice: for {other.function!r} "
+                    f"and for {spec.function!r}"
+                )
+            _declared[spec.name] = spec
+        return fn
+
+    return decorate
+
+
+def _schedule_text(when: object, tz: str | None) -> str:
+    """The canonical text of ``when``, checked (raises InvalidSchedule naming it)."""
+    if isinstance(when, str):
+        text = when
+    elif hasattr(when, "next_after"):
+        text = str(when)
+    else:
+        raise TypeError(f"expected a schedule text or value, got {when!r}")
+    return str(parse_schedule(text, tz=tz))
+
+
+@dataclass
+class SyncResult:
+    """What :func:`sync_schedules` did, by schedule name."""
+
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    orphaned: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return (
+            f"{len(self.created)} created, {len(self.updated)} updated, "
+            f"{len(self.unchanged)} unchanged, {len(self.orphaned)} orphaned"
+        )
+
+
+def sync_schedules(using: str = "default") -> SyncResult:
+    """Create or update the code-defined schedules in the database.
+
+    A code-defined schedule no longer declared is disabled and marked orphaned, never
+    deleted (its runs stay). A row is saved only when something changed, so a sync
+    that changes nothing bumps no version. The enabled flag of an existing row is left
+    as the admin set it, except that an orphan declared again is enabled again.
+    """
+    result = SyncResult()
+    declared = declared_schedules()
+    default_tz = getattr(settings, "TIME_ZONE", None) or "UTC"
+    with transaction.atomic(using=using):
+        existing = {s.name: s for s in Schedule.objects.using(using).filter(name__in=declared)}
+        for spec in declared.values():
+            row = existing.get(spec.name)
+            wanted: dict[str, Any] = {
+                "function": spec.function,
+                "schedule": spec.schedule,
+                "timezone": spec.timezone or default_tz,
+                "overlap": spec.overlap,
+                "catch_up": spec.catch_up,
+                "grace": spec.grace,
+                "max_attempts": spec.max_attempts,
+                "retry_backoff": spec.retry_backoff,
+                "origin": Origin.CODE,
+                "orphaned": False,
+            }
+            if row is None:
+                row = Schedule(name=spec.name, **wanted)
+                row.set_call(spec.args, spec.kwargs)
+                row.save(using=using)
+                result.created.append(spec.name)
+                continue
+            if row.origin != Origin.CODE:
+                logger.warning(
+                    "schedule %r was made in the admin; code now defines it",
+                    spec.name,
+                    extra={"action": "sync_takeover"},
+                )
+            changed = [k for k, v in wanted.items() if getattr(row, k) != v]
+            if row.orphaned:
+                row.enabled = True
+                changed.append("enabled")
+            if bytes(row.payload) != encode_call(spec.function, spec.args, spec.kwargs):
+                changed.append("payload")
+            if not changed:
+                result.unchanged.append(spec.name)
+                continue
+            for key, value in wanted.items():
+                setattr(row, key, value)
+            row.set_call(spec.args, spec.kwargs)
+            row.save(using=using)
+            result.updated.append(spec.name)
+        gone = Schedule.objects.using(using).filter(origin=Origin.CODE, orphaned=False)
+        gone = gone.exclude(name__in=declared)
+        result.orphaned = list(gone.values_list("name", flat=True))
+        if result.orphaned:
+            gone.update(enabled=False, orphaned=True, next_run_at=None)
+    from . import node  # noqa: PLC0415
+
+    node.notify_local_change()
+    for label in ("created", "updated", "orphaned"):
+        names = getattr(result, label)
+        if names:
+            logger.info(
+                "code schedules %s: %s",
+                label,
+                ", ".join(names),
+                extra={"action": f"sync_{label}"},
+            )
+    return result

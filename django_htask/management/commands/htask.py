@@ -1,0 +1,169 @@
+"""``manage.py htask``: look at and drive the scheduler from the shell.
+
+``htask list [--runs N]``
+    every schedule, like ``crontab -l``: name, the schedule in words, the next runs.
+``htask run NAME``
+    run a schedule now, in this process, recorded as a run.
+``htask sync``
+    create or update the schedules declared with ``@periodic`` (orphan the ones gone).
+``htask status``
+    the nodes (live or dead), pending tasks and recent failures.
+``htask prune [--days N]``
+    delete finished runs older than ``RUN_RETENTION_DAYS`` (or N) days.
+
+Exit codes: 0 done; 1 the run failed; 2 bad usage or an unknown schedule name.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Count
+
+from django_htask import clock
+from django_htask.conf import get_settings
+from django_htask.decorators import sync_schedules
+from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
+from django_htask.operations import (
+    describe_schedule,
+    node_alive,
+    node_state,
+    preview_runs,
+    run_schedule_inline,
+)
+
+#: Exit code of a run that failed.
+RUN_FAILED = 1
+#: Exit code of bad usage (an unknown name, a bad option value).
+USAGE = 2
+
+
+class Command(BaseCommand):
+    help = (
+        "django-htask from the shell: list schedules, run one now, sync code-defined "
+        "schedules, show the status, prune old runs."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        listing = sub.add_parser("list", help="every schedule and its next runs")
+        listing.add_argument("--runs", type=int, default=3, help="next runs shown (3)")
+        run = sub.add_parser("run", help="run a schedule now, here, recorded as a run")
+        run.add_argument("name", help="the schedule's name")
+        sub.add_parser("sync", help="create or update the code-defined schedules")
+        status = sub.add_parser("status", help="nodes, pending tasks, recent failures")
+        status.add_argument(
+            "--hours", type=float, default=24.0, help="failures within this many hours (24)"
+        )
+        prune = sub.add_parser("prune", help="delete old finished runs")
+        prune.add_argument(
+            "--days", type=int, default=None, help="keep this many days (RUN_RETENTION_DAYS)"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        action = options["action"]
+        getattr(self, f"do_{action}")(**options)
+
+    # -- list ------------------------------------------------------------------------
+    def do_list(self, runs: int, **options: Any) -> None:
+        if runs < 0:
+            raise CommandError(f"--runs must be >= 0, got {runs}", returncode=USAGE)
+        rows = list(Schedule.objects.order_by("name"))
+        if not rows:
+            self.stdout.write("no schedules (code-defined ones appear after `htask sync`)")
+            return
+        now = clock.now()
+        for row in rows:
+            zone = row.timezone or "UTC"
+            flags = [] if row.enabled else ["disabled"]
+            if row.orphaned:
+                flags.append("orphaned")
+            flag = f"  [{', '.join(flags)}]" if flags else ""
+            self.stdout.write(f"{row.name}{flag}")
+            self.stdout.write(f"    {row.schedule}  ({describe_schedule(row.schedule, zone)})")
+            self.stdout.write(f"    runs {row.function}, {row.origin}-defined")
+            if not row.enabled or not runs:
+                continue
+            try:
+                upcoming = preview_runs(row.schedule, zone, runs, now)
+            except ValueError as exc:
+                self.stdout.write(f"    invalid: {exc}")
+                continue
+            if not upcoming:
+                self.stdout.write("    next: none (will not fire again)")
+            for local, _utc in upcoming:
+                self.stdout.write(f"    next: {local:%Y-%m-%d %H:%M:%S %Z}")
+
+    # -- run -------------------------------------------------------------------------
+    def do_run(self, name: str, **options: Any) -> None:
+        row = Schedule.objects.filter(name=name).first()
+        if row is None:
+            known = list(Schedule.objects.order_by("name").values_list("name", flat=True)[:20])
+            hint = f" (known: {', '.join(known)})" if known else " (there are none)"
+            raise CommandError(f"no schedule named {name!r}{hint}", returncode=USAGE)
+        run = run_schedule_inline(row)
+        took = f"{(run.duration or 0) * 1000:.1f} ms"
+        if run.status != RunStatus.SUCCEEDED:
+            self.stderr.write(f"{name}: {run.status} after {took}: {run.error}")
+            if run.traceback:
+                self.stderr.write(run.traceback)
+            raise CommandError(f"{name} failed (run {run.pk})", returncode=RUN_FAILED)
+        self.stdout.write(f"{name}: {run.status} in {took} (run {run.pk})")
+
+    # -- sync ------------------------------------------------------------------------
+    def do_sync(self, **options: Any) -> None:
+        result = sync_schedules()
+        self.stdout.write(f"code-defined schedules: {result}")
+        for label in ("created", "updated", "orphaned"):
+            for name in getattr(result, label):
+                self.stdout.write(f"  {label}: {name}")
+
+    # -- status ----------------------------------------------------------------------
+    def do_status(self, hours: float, **options: Any) -> None:
+        if not hours > 0:
+            raise CommandError(f"--hours must be > 0, got {hours}", returncode=USAGE)
+        now = clock.now()
+        nodes = list(Node.objects.order_by("-last_heartbeat")[:50])
+        live = [n for n in nodes if node_alive(n, now)]
+        self.stdout.write(f"nodes: {len(live)} live, {len(nodes) - len(live)} dead or stopped")
+        for node in nodes:
+            age = (now - node.last_heartbeat).total_seconds()
+            state = node_state(node, now)
+            self.stdout.write(
+                f"  {node.id}  {state}  heartbeat {age:.0f}s ago  pid {node.pid}  v{node.version}"
+            )
+        counts = dict(
+            Task.objects.filter(status__in=(TaskStatus.PENDING, TaskStatus.RUNNING))
+            .values_list("status")
+            .annotate(n=Count("id"))
+            .values_list("status", "n")
+        )
+        overdue = Task.objects.filter(status=TaskStatus.PENDING, run_at__lt=now).count()
+        self.stdout.write(
+            f"tasks: {counts.get(TaskStatus.PENDING, 0)} pending ({overdue} overdue), "
+            f"{counts.get(TaskStatus.RUNNING, 0)} running"
+        )
+        since = now - timedelta(hours=hours)
+        failed = Run.objects.filter(status=RunStatus.FAILED, finished_at__gte=since)
+        self.stdout.write(f"failures in the last {hours:g}h: {failed.count()}")
+        for run in failed.order_by("-finished_at")[:10]:
+            when = f"{run.finished_at:%Y-%m-%d %H:%M:%S}" if run.finished_at else "?"
+            first = run.error.splitlines()[0] if run.error else ""
+            self.stdout.write(f"  {when}  {run.name}: {first}")
+
+    # -- prune -----------------------------------------------------------------------
+    def do_prune(self, days: int | None, **options: Any) -> None:
+        given = days is not None
+        if days is None:
+            days = get_settings().run_retention_days
+        if days < 0:
+            raise CommandError(f"--days must be >= 0, got {days}", returncode=USAGE)
+        if days == 0 and not given:
+            self.stdout.write("RUN_RETENTION_DAYS is 0: runs are kept for ever")
+            return
+        cutoff = clock.now() - timedelta(days=days)
+        old = Run.objects.filter(finished_at__lt=cutoff).exclude(status=RunStatus.RUNNING)
+        count, _ = old.delete()
+        self.stdout.write(f"deleted {count} runs finished before {cutoff:%Y-%m-%d %H:%M}")

@@ -1,0 +1,337 @@
+"""The scheduler's tables: schedules, one-off tasks, runs and nodes.
+
+The database is the source of truth. A :class:`Schedule` keeps its ``next_run_at``
+current on every save and every fire, so a node loads it without evaluating any cron.
+Its ``version`` is set by the database itself (a trigger, see ``store/sqlite.py``) from
+one counter that only grows, on every insert and update, including
+``QuerySet.update()`` and raw SQL: a node reads only the rows whose version is above
+the last one it saw.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import models, transaction
+
+from . import clock
+
+__all__ = [
+    "CatchUp",
+    "Node",
+    "Origin",
+    "Overlap",
+    "Run",
+    "RunStatus",
+    "Schedule",
+    "Task",
+    "TaskStatus",
+    "new_token",
+    "prune_runs",
+]
+
+
+def new_token() -> str:
+    """A public task token: 192 random bits, URL-safe (32 characters)."""
+    return secrets.token_urlsafe(24)
+
+
+class Origin(models.TextChoices):
+    CODE = "code", "code"
+    ADMIN = "admin", "admin"
+
+
+class Overlap(models.TextChoices):
+    ALLOW = "allow", "allow (run beside the previous run)"
+    SKIP = "skip", "skip (drop the occurrence)"
+    DELAY = "delay", "delay (wait for the previous run)"
+
+
+class CatchUp(models.TextChoices):
+    LATEST = "latest", "latest (missed occurrences run once)"
+    ALL = "all", "all (each missed occurrence runs, up to a cap)"
+    SKIP = "skip", "skip (missed occurrences do not run)"
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    MISSED = "missed", "missed"
+    SKIPPED = "skipped", "skipped"
+
+
+class TaskStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    CANCELLED = "cancelled", "cancelled"
+
+
+def _parse(text: str, tz: str) -> Any:
+    from django_htask.engine import parse_schedule  # noqa: PLC0415
+
+    return parse_schedule(text, tz=tz or None)
+
+
+class Schedule(models.Model):
+    """A periodic job: a registered function, its arguments and when it runs."""
+
+    name = models.CharField(max_length=200, unique=True)
+    function = models.CharField(
+        max_length=300, help_text="registered name, package.module:qualname"
+    )
+    schedule = models.CharField(
+        max_length=300, help_text="cron, @every 5m, @daily, once 2030-01-01T10:00 …"
+    )
+    timezone = models.CharField(max_length=64, default="UTC", blank=True)
+    payload = models.BinaryField(
+        default=b"", blank=True, editable=False, help_text="the msgpack call"
+    )
+    enabled = models.BooleanField(default=True)
+    next_run_at = models.DateTimeField(null=True, blank=True, db_index=True, editable=False)
+    last_run_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_status = models.CharField(
+        max_length=16, choices=RunStatus.choices, blank=True, default="", editable=False
+    )
+    grace = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="seconds an occurrence may be late and still run (empty: no limit)",
+    )
+    catch_up = models.CharField(max_length=8, choices=CatchUp.choices, default=CatchUp.LATEST)
+    overlap = models.CharField(max_length=8, choices=Overlap.choices, default=Overlap.SKIP)
+    max_attempts = models.PositiveSmallIntegerField(default=1)
+    retry_backoff = models.FloatField(default=10.0, help_text="seconds before the first retry")
+    origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.ADMIN)
+    orphaned = models.BooleanField(
+        default=False, editable=False, help_text="declared in code once, no longer"
+    )
+    version = models.BigIntegerField(default=0, db_index=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("name",)
+        indexes = (models.Index(fields=("enabled", "next_run_at"), name="htask_sched_due"),)
+
+    def __str__(self) -> str:
+        return self.name
+
+    # -- the call --------------------------------------------------------------------
+    def set_call(
+        self, args: tuple[Any, ...] | list[Any] = (), kwargs: dict[str, Any] | None = None
+    ) -> None:
+        """Store ``function(*args, **kwargs)``, checked against the signature."""
+        from django_htask.engine import registry  # noqa: PLC0415
+
+        self.payload = registry.check_call(self.function, tuple(args), dict(kwargs or {}))
+
+    @property
+    def call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The stored ``(args, kwargs)``."""
+        if not self.payload:
+            return (), {}
+        from django_htask.engine import decode_call  # noqa: PLC0415
+
+        _name, args, kwargs = decode_call(bytes(self.payload))
+        return tuple(args), dict(kwargs)
+
+    # -- time ------------------------------------------------------------------------
+    def parsed(self) -> Any:
+        """The schedule value (raises InvalidSchedule naming the bad text)."""
+        return _parse(self.schedule, self.timezone)
+
+    def compute_next_run(self, after: datetime | None = None) -> datetime | None:
+        """The first occurrence strictly after ``after`` (default: now)."""
+        when: datetime | None = self.parsed().next_after(after or clock.now())
+        return when
+
+    def clean(self) -> None:
+        from django_htask.engine import FunctionNotRegistered, InvalidSchedule  # noqa: PLC0415
+
+        errors: dict[str, str] = {}
+        try:
+            self.parsed()
+        except InvalidSchedule as exc:
+            errors["schedule"] = str(exc)
+        try:
+            self._check_call()
+        except FunctionNotRegistered as exc:
+            errors["function"] = str(exc)
+        except (TypeError, ValueError) as exc:
+            errors["payload"] = str(exc)
+        if errors:
+            raise ValidationError(errors)
+
+    def _check_call(self) -> None:
+        from django_htask.engine import registry  # noqa: PLC0415
+
+        args, kwargs = self.call
+        registry.check_call(self.function, args, kwargs)
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Check the call, recompute ``next_run_at`` and save.
+
+        ``next_run_at`` is recomputed from now when the row is new, when its schedule,
+        zone or enabled flag changed, or when it is empty. The version is set by the
+        database and read back. The call is checked against the function's signature
+        whenever the schedule is enabled; a disabled one is not checked, so a schedule
+        whose function is gone from the code (orphaned) can still be saved disabled.
+        """
+        if self.enabled:
+            self._check_call()
+        update_fields = kwargs.get("update_fields")
+        timing = update_fields is None or {"schedule", "timezone", "enabled"} & set(update_fields)
+        if timing and self._timing_changed():
+            self.next_run_at = self.compute_next_run() if self.enabled else None
+            if update_fields is not None:
+                kwargs["update_fields"] = {*update_fields, "next_run_at"}
+        super().save(*args, **kwargs)
+        using = kwargs.get("using") or self._state.db or "default"
+        self.version = (
+            Schedule.objects.using(using)
+            .filter(pk=self.pk)
+            .values_list("version", flat=True)
+            .first()
+            or 0
+        )
+        from . import node  # noqa: PLC0415
+
+        # A node in this process looks at once, but only after the commit: before it,
+        # its own connection could not see the row.
+        transaction.on_commit(node.notify_local_change, using=using)
+
+    def _timing_changed(self) -> bool:
+        if self.pk is None or self.next_run_at is None:
+            return True
+        old = (
+            Schedule.objects.using(self._state.db or "default")
+            .filter(pk=self.pk)
+            .values("schedule", "timezone", "enabled", "next_run_at")
+            .first()
+        )
+        if old is None:
+            return True
+        return (
+            old["schedule"] != self.schedule
+            or old["timezone"] != self.timezone
+            or old["enabled"] != self.enabled
+        )
+
+
+class Task(models.Model):
+    """A one-off call, scheduled for a time, cancellable by its public token."""
+
+    token = models.CharField(max_length=64, unique=True, default=new_token, editable=False)
+    function = models.CharField(max_length=300)
+    payload = models.BinaryField(default=b"", editable=False)
+    run_at = models.DateTimeField(db_index=True)
+    status = models.CharField(
+        max_length=16, choices=TaskStatus.choices, default=TaskStatus.PENDING, db_index=True
+    )
+    attempts = models.PositiveSmallIntegerField(default=0)
+    max_attempts = models.PositiveSmallIntegerField(default=1)
+    priority = models.SmallIntegerField(
+        default=0,
+        help_text="among tasks due together, a higher priority starts first (-100 to 100)",
+    )
+    locked_by = models.CharField(max_length=100, blank=True, null=True, db_index=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    return_value = models.JSONField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="what a django.tasks task returned (JSON), once it succeeded",
+    )
+
+    class Meta:
+        ordering = ("run_at", "id")
+        indexes = (models.Index(fields=("status", "run_at"), name="htask_task_due"),)
+
+    def __str__(self) -> str:
+        return f"{self.function} at {self.run_at:%Y-%m-%d %H:%M:%S} ({self.status})"
+
+    @property
+    def call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The stored ``(args, kwargs)``."""
+        from django_htask.engine import decode_call  # noqa: PLC0415
+
+        _name, args, kwargs = decode_call(bytes(self.payload))
+        return tuple(args), dict(kwargs)
+
+
+class Run(models.Model):
+    """One execution (or a missed or skipped occurrence) of a schedule or a task."""
+
+    schedule = models.ForeignKey(
+        Schedule, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    task = models.ForeignKey(
+        Task, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    name = models.CharField(max_length=300, help_text="the schedule's name or the function")
+    function = models.CharField(max_length=300)
+    node = models.CharField(max_length=100, blank=True, default="")
+    attempt = models.PositiveSmallIntegerField(default=1)
+    scheduled_for = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, db_index=True)
+    error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    duration = models.FloatField(null=True, blank=True, help_text="seconds")
+
+    class Meta:
+        ordering = ("-started_at", "-id")
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.status}"
+
+
+def prune_runs(days: int | None = None, *, using: str = "default") -> int:
+    """Delete the finished runs older than ``days`` days (default: the
+    ``RUN_RETENTION_DAYS`` setting); return how many. Runs still running are kept.
+
+    ``days=0`` deletes every finished run; with the setting at 0 (keep for ever) and no
+    ``days`` given, nothing is deleted. ``runscheduler`` calls it once an hour;
+    ``manage.py htask prune`` calls it on demand.
+    """
+    from .conf import get_settings  # noqa: PLC0415
+
+    if days is None:
+        days = get_settings().run_retention_days
+        if days == 0:
+            return 0
+    if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+        raise ValueError(f"days must be an int >= 0, got {days!r}")
+    cutoff = clock.now() - timedelta(days=days)
+    old = Run.objects.using(using).filter(finished_at__lt=cutoff).exclude(status=RunStatus.RUNNING)
+    deleted, _ = old.delete()
+    return deleted
+
+
+class Node(models.Model):
+    """A ``runscheduler`` process, alive while its heartbeat is recent."""
+
+    id = models.CharField(max_length=100, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    last_heartbeat = models.DateTimeField(db_index=True)
+    version = models.CharField(max_length=40, help_text="django-htask version")
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-last_heartbeat",)
+
+    def __str__(self) -> str:
+        return self.id

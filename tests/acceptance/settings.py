@@ -1,0 +1,37 @@
+"""Settings for ``runscheduler`` run as a subprocess by the acceptance tests.
+
+The database file comes from ``HTASK_ACCEPTANCE_DB``; ``HTASK_ACCEPTANCE_TIMEOUT``
+sets SQLite's busy timeout (short, so a locked database shows as errors quickly).
+"""
+
+import os
+
+SECRET_KEY = "acceptance-tests-only"
+USE_TZ = True
+TIME_ZONE = "UTC"
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django_htask",
+    "tests.acceptance.app",
+]
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("HTASK_ACCEPTANCE_DB", "acceptance.sqlite3"),
+        "OPTIONS": {"timeout": float(os.environ.get("HTASK_ACCEPTANCE_TIMEOUT", "5"))},
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+HTASK = {
+    "SHUTDOWN_TIMEOUT": float(os.environ.get("HTASK_ACCEPTANCE_SHUTDOWN", "10")),
+    "RETRY_BACKOFF": 0.2,
+    "DB_RETRY": 0.2,
+    "DB_RETRY_MAX": 1.0,
+}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_htask": {"handlers": ["stderr"], "level": "INFO"}},
+}

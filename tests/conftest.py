@@ -1,0 +1,97 @@
+"""Fixtures shared by the integration and acceptance tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from django_htask.engine import FakeClock
+
+START = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``postgres`` run in the PostgreSQL pass (``python -m tests.pgcluster
+    -- pytest``, the second run of ``make pytest``). Elsewhere they are skipped, or fail
+    when ``CI=true`` so a CI without PostgreSQL cannot pass by skipping them."""
+    if item.get_closest_marker("postgres") is None or os.environ.get("HTASK_TEST_DATABASE_URL"):
+        return
+    reason = "needs PostgreSQL: run it as `python -m tests.pgcluster -- pytest`"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{reason} (CI=true, so this is a failure, not a skip)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def _close_thread_connections() -> Iterator[None]:
+    """Close the PostgreSQL connections other threads (a node's) opened during the test:
+    the server cannot drop the test database while they are open, and psycopg warns
+    when one is garbage-collected open."""
+    from django.db.backends.signals import connection_created
+
+    opened: list[Any] = []
+
+    def created(sender: object, connection: Any, **kwargs: object) -> None:
+        if connection.vendor == "postgresql" and threading.current_thread() is not (
+            threading.main_thread()
+        ):
+            opened.append(connection)
+
+    connection_created.connect(created, weak=False)
+    yield
+    connection_created.disconnect(created)
+    for wrapper in opened:
+        if wrapper.connection is not None:
+            with contextlib.suppress(Exception):
+                wrapper.connection.close()
+
+
+@pytest.fixture
+def fake_clock() -> Iterator[FakeClock]:
+    """A FakeClock at 2030-01-01T00:00Z that the Django layer reads too."""
+    from django_htask.clock import use_clock
+
+    clock = FakeClock(START)
+    with use_clock(clock):
+        yield clock
+
+
+@pytest.fixture
+def make_node(fake_clock: FakeClock) -> Iterator[Callable[..., Any]]:
+    """Start nodes on the fake clock; every node started is stopped at the end."""
+    from django_htask.node import Node
+
+    nodes: list[Node] = []
+
+    def make(start: bool = True, sync_code: bool = False, **kwargs: Any) -> Node:
+        kwargs.setdefault("workers", 2)
+        kwargs.setdefault("poll_interval", 1.0)
+        kwargs.setdefault("node_id", f"test-node-{len(nodes) + 1}")
+        node = Node(clock=fake_clock, **kwargs)
+        nodes.append(node)
+        if start:
+            node.start(sync_code=sync_code)
+            fake_clock.advance(0)
+        return node
+
+    yield make
+    for node in nodes:
+        node.stop(timeout=5)
+
+
+@pytest.fixture
+def calls() -> Iterator[Any]:
+    """The test app's record of calls, emptied before and after."""
+    from tests.integration.testapp import tasks
+
+    tasks.calls.clear()
+    tasks.gate.clear()
+    yield tasks.calls
+    tasks.gate.set()
+    tasks.calls.clear()

@@ -1,0 +1,311 @@
+"""The admin pages: forms, previews, actions and permissions (Django's test client)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from django_htask import schedule
+from django_htask.engine import FakeClock
+from django_htask.models import Origin, Run, RunStatus, Schedule, Task, TaskStatus
+from tests.integration.node_rows import node_row
+from tests.integration.testapp import tasks
+
+pytestmark = pytest.mark.django_db
+
+ADD = "tests.integration.testapp.tasks:add"
+URL = "/admin/django_htask/"
+
+
+@pytest.fixture
+def admin_client_() -> Client:
+    user = User.objects.create_superuser("root", "root@example.com", "pw")
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def staff(*perms: str) -> Client:
+    user = User.objects.create_user("staff", "staff@example.com", "pw", is_staff=True)
+    for codename in perms:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    return client
+
+
+def form_data(**overrides: Any) -> dict[str, Any]:
+    data = {
+        "name": "nightly",
+        "function": ADD,
+        "schedule": "30 4 * * *",
+        "timezone": "Asia/Tokyo",
+        "enabled": "on",
+        "call_args": "[1]",
+        "call_kwargs": '{"b": 2}',
+        "grace": "",
+        "catch_up": "latest",
+        "overlap": "skip",
+        "max_attempts": "1",
+        "retry_backoff": "10",
+    }
+    data.update(overrides)
+    return data
+
+
+def make(name: str = "s", text: str = "@every 1m", **kwargs: Any) -> Schedule:
+    row = Schedule(name=name, function=ADD, schedule=text, **kwargs)
+    row.set_call((1,))
+    row.save()
+    return row
+
+
+def errors_of(response: Any, field: str) -> str:
+    form = response.context["adminform"].form
+    return " ".join(str(e) for e in form.errors.get(field, []))
+
+
+# -- the schedule form -------------------------------------------------------------------
+def test_the_function_field_offers_the_registered_functions(admin_client_: Client) -> None:
+    page = admin_client_.get(f"{URL}schedule/add/").content.decode()
+    assert f'<option value="{ADD}">' in page
+    assert '<option value="custom.name">' in page
+
+
+def test_an_invalid_cron_shows_the_parser_message_on_the_field(admin_client_: Client) -> None:
+    response = admin_client_.post(f"{URL}schedule/add/", form_data(schedule="61 * * * *"))
+    assert response.status_code == 200
+    message = errors_of(response, "schedule")
+    assert "61" in message and "minute" in message
+    assert not Schedule.objects.exists()
+
+
+def test_an_unknown_zone_is_named_on_the_zone_field(admin_client_: Client) -> None:
+    response = admin_client_.post(f"{URL}schedule/add/", form_data(timezone="Mars/Olympus"))
+    assert "Mars/Olympus" in errors_of(response, "timezone")
+    assert not Schedule.objects.exists()
+
+
+def test_arguments_are_checked_against_the_signature_naming_the_parameter(
+    admin_client_: Client,
+) -> None:
+    response = admin_client_.post(f"{URL}schedule/add/", form_data(call_args='["one"]'))
+    assert "'a'" in errors_of(response, "call_args")
+    response = admin_client_.post(f"{URL}schedule/add/", form_data(call_kwargs='{"c": 1}'))
+    assert "'c'" in errors_of(response, "call_kwargs")
+    response = admin_client_.post(f"{URL}schedule/add/", form_data(call_args="[1"))
+    assert "not valid JSON" in errors_of(response, "call_args")
+    response = admin_client_.post(f"{URL}schedule/add/", form_data(call_kwargs="[1]"))
+    assert "JSON object" in errors_of(response, "call_kwargs")
+    assert not Schedule.objects.exists()
+
+
+def test_a_valid_form_saves_the_call_and_the_next_run(
+    admin_client_: Client, fake_clock: FakeClock
+) -> None:
+    response = admin_client_.post(f"{URL}schedule/add/", form_data())
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    row = Schedule.objects.get(name="nightly")
+    assert row.call == ((1,), {"b": 2})
+    assert row.origin == Origin.ADMIN
+    # 04:30 in Tokyo is 19:30 UTC the day before.
+    assert row.next_run_at == fake_clock.now().replace(hour=19, minute=30)
+
+
+def test_the_change_page_previews_five_runs_in_the_zone_and_in_utc(
+    admin_client_: Client, fake_clock: FakeClock
+) -> None:
+    row = make("tokyo", "30 4 * * *", timezone="Asia/Tokyo")
+    page = admin_client_.get(f"{URL}schedule/{row.pk}/change/").content.decode()
+    preview = page[page.index("htask-preview") :]
+    assert preview.count("JST") == 5
+    # Now is 2030-01-01 09:00 in Tokyo: the first run is the next morning.
+    assert "<td>2030-01-02 04:30:00 JST</td><td>2030-01-01 19:30:00 UTC</td>" in preview
+    assert "<td>2030-01-06 04:30:00 JST</td><td>2030-01-05 19:30:00 UTC</td>" in preview
+    assert "2030-01-07" not in preview
+    assert "[1]" in page
+
+
+def test_the_preview_endpoint_answers_runs_or_the_parser_error(
+    admin_client_: Client, fake_clock: FakeClock
+) -> None:
+    url = f"{URL}schedule/preview/"
+    data = admin_client_.get(url, {"schedule": "0 12 * * *", "timezone": "Europe/Paris"}).json()
+    assert data["error"] is None
+    assert data["runs"][0] == {"local": "2030-01-01 12:00:00 CET", "utc": "2030-01-01 11:00:00 UTC"}
+    assert len(data["runs"]) == 5
+    bad = admin_client_.get(url, {"schedule": "0 12 * * * * *", "timezone": "UTC"}).json()
+    assert bad["runs"] == [] and "field" in bad["error"]
+    zone = admin_client_.get(url, {"schedule": "@daily", "timezone": "Nowhere/X"}).json()
+    assert "Nowhere/X" in zone["error"]
+    assert 'id="htask-live-preview"' in admin_client_.get(f"{URL}schedule/add/").content.decode()
+
+
+def test_the_preview_endpoint_needs_a_permission() -> None:
+    nobody = staff()
+    response = nobody.get(f"{URL}schedule/preview/", {"schedule": "@daily"})
+    assert response.status_code == 403
+
+
+def test_the_list_shows_the_schedule_in_words(admin_client_: Client) -> None:
+    make("tokyo", "30 4 * * *", timezone="Asia/Tokyo")
+    page = admin_client_.get(f"{URL}schedule/").content.decode()
+    assert "every day at 04:30" in page
+    page = admin_client_.get(f"{URL}schedule/?q=tokyo").content.decode()
+    assert "tokyo" in page
+    assert "0 results" not in page
+
+
+def test_code_defined_schedules_are_read_only_except_enabled(admin_client_: Client) -> None:
+    row = make("code", origin=Origin.CODE)
+    page = admin_client_.get(f"{URL}schedule/{row.pk}/change/").content.decode()
+    assert 'name="enabled"' in page
+    assert 'name="schedule"' not in page
+    assert 'name="function"' not in page
+    response = admin_client_.post(
+        f"{URL}schedule/{row.pk}/change/", {"schedule": "@every 5s", "name": "other"}
+    )
+    assert response.status_code == 302
+    row.refresh_from_db()
+    assert (row.name, row.schedule, row.enabled) == ("code", "@every 1m", False)
+
+
+# -- actions -----------------------------------------------------------------------------
+def test_run_now_makes_an_enabled_schedule_due_now(
+    admin_client_: Client, fake_clock: FakeClock
+) -> None:
+    row = make("soon", "@daily")
+    version = row.version
+    response = admin_client_.post(
+        f"{URL}schedule/", {"action": "run_now", "_selected_action": [row.pk]}
+    )
+    assert response.status_code == 302
+    row.refresh_from_db()
+    assert row.next_run_at == fake_clock.now()
+    assert row.version > version
+
+
+def test_run_now_on_a_disabled_schedule_queues_a_one_off_task(admin_client_: Client) -> None:
+    row = make("off", enabled=False)
+    admin_client_.post(f"{URL}schedule/", {"action": "run_now", "_selected_action": [row.pk]})
+    task = Task.objects.get()
+    assert (task.function, task.call) == (ADD, ((1,), {}))
+
+
+def test_enable_and_disable_actions(admin_client_: Client, fake_clock: FakeClock) -> None:
+    row = make("flip")
+    admin_client_.post(f"{URL}schedule/", {"action": "disable", "_selected_action": [row.pk]})
+    row.refresh_from_db()
+    assert (row.enabled, row.next_run_at) == (False, None)
+    admin_client_.post(f"{URL}schedule/", {"action": "enable", "_selected_action": [row.pk]})
+    row.refresh_from_db()
+    assert row.enabled
+    assert row.next_run_at == fake_clock.now() + timedelta(minutes=1)
+
+
+def test_actions_need_the_change_permission_and_csrf() -> None:
+    row = make("guarded", "@daily")
+    viewer = staff("view_schedule")
+    page = viewer.get(f"{URL}schedule/")
+    assert page.status_code == 200
+    assert b"run_now" not in page.content
+    token = page.cookies["csrftoken"].value
+    viewer.post(
+        f"{URL}schedule/",
+        {"action": "run_now", "_selected_action": [row.pk], "csrfmiddlewaretoken": token},
+    )
+    before = row.next_run_at
+    row.refresh_from_db()
+    assert row.next_run_at == before
+
+    Permission_change = Permission.objects.get(codename="change_schedule")
+    User.objects.get(username="staff").user_permissions.add(Permission_change)
+    # Without the CSRF token the POST is refused.
+    refused = viewer.post(f"{URL}schedule/", {"action": "run_now", "_selected_action": [row.pk]})
+    assert refused.status_code == 403
+    ok = viewer.post(
+        f"{URL}schedule/",
+        {"action": "run_now", "_selected_action": [row.pk], "csrfmiddlewaretoken": token},
+    )
+    assert ok.status_code == 302
+    row.refresh_from_db()
+    assert row.next_run_at != before
+
+
+# -- runs, tasks, nodes ------------------------------------------------------------------
+def test_runs_are_read_only_with_error_and_traceback(admin_client_: Client) -> None:
+    row = make("r")
+    run = Run.objects.create(
+        schedule=row,
+        name="r",
+        function=ADD,
+        status=RunStatus.FAILED,
+        node="n1",
+        error="RuntimeError: boom",
+        traceback="Traceback (most recent call last):\nRuntimeError: boom",
+        duration=0.25,
+    )
+    listing = admin_client_.get(f"{URL}run/?status=failed").content.decode()
+    assert "RuntimeError: boom" in listing and "250.0 ms" in listing
+    assert admin_client_.get(f"{URL}run/?schedule__id__exact={row.pk}").status_code == 200
+    detail = admin_client_.get(f"{URL}run/{run.pk}/change/").content.decode()
+    assert "<pre>Traceback (most recent call last):" in detail
+    assert 'name="status"' not in detail
+    assert admin_client_.get(f"{URL}run/add/").status_code == 403
+
+
+def test_a_pending_task_can_be_moved_and_cancelled(
+    admin_client_: Client, fake_clock: FakeClock
+) -> None:
+    task = schedule(tasks.add, 1, delay=60)
+    page = admin_client_.get(f"{URL}task/{task.pk}/change/").content.decode()
+    assert 'name="run_at_0"' in page
+    later = fake_clock.now() + timedelta(hours=2)
+    response = admin_client_.post(
+        f"{URL}task/{task.pk}/change/",
+        {"run_at_0": later.strftime("%Y-%m-%d"), "run_at_1": later.strftime("%H:%M:%S")},
+    )
+    assert response.status_code == 302
+    task.refresh_from_db()
+    assert task.run_at == later
+    admin_client_.post(f"{URL}task/", {"action": "cancel_tasks", "_selected_action": [task.pk]})
+    task.refresh_from_db()
+    assert task.status == TaskStatus.CANCELLED
+    page = admin_client_.get(f"{URL}task/{task.pk}/change/").content.decode()
+    assert 'name="run_at_0"' not in page
+
+
+def test_cancel_needs_the_change_permission() -> None:
+    task = schedule(tasks.add, 1, delay=60)
+    viewer = staff("view_task")
+    token = viewer.get(f"{URL}task/").cookies["csrftoken"].value
+    viewer.post(
+        f"{URL}task/",
+        {"action": "cancel_tasks", "_selected_action": [task.pk], "csrfmiddlewaretoken": token},
+    )
+    task.refresh_from_db()
+    assert task.status == TaskStatus.PENDING
+
+
+def test_nodes_show_live_or_dead_and_the_work_they_hold(
+    admin_client_: Client, fake_clock: FakeClock
+) -> None:
+    node_row("alive-1", fake_clock.now())
+    node_row("gone-2", fake_clock.now(), silent_for=3600)
+    held = schedule(tasks.add, 1, delay=5)
+    Task.objects.filter(pk=held.pk).update(locked_by="alive-1")
+    page = admin_client_.get(f"{URL}node/").content.decode()
+    rows = {
+        m.group(1): m.group(0)
+        for m in re.finditer(r"<tr[^>]*>.*?(alive-1|gone-2).*?</tr>", page, re.S)
+    }
+    assert ">live<" in rows["alive-1"] and ">dead<" in rows["gone-2"]
+    assert re.search(r'field-held_tasks">1<', rows["alive-1"])
+    assert re.search(r'field-held_tasks">0<', rows["gone-2"])
+    live_only = admin_client_.get(f"{URL}node/?alive=yes").content.decode()
+    assert "alive-1" in live_only and "gone-2" not in live_only

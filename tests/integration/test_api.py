@@ -1,0 +1,166 @@
+"""schedule / cancel / reschedule / get_task, from views and transactions."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import datetime, timedelta
+
+import pytest
+from django.db import transaction
+
+from django_htask import (
+    acancel,
+    aget_task,
+    areschedule,
+    aschedule,
+    cancel,
+    get_task,
+    reschedule,
+    schedule,
+)
+from django_htask.engine import ArgumentError, FakeClock, FunctionNotRegistered, PayloadError
+from django_htask.models import Task, TaskStatus
+from django_htask.signals import task_scheduled
+from tests.integration.testapp import tasks
+
+pytestmark = pytest.mark.django_db
+
+
+def test_schedule_stores_a_pending_task_for_now_at_or_after_a_delay(
+    fake_clock: FakeClock,
+) -> None:
+    now = fake_clock.now()
+    t1 = schedule(tasks.add, 1, b=2)
+    assert (t1.status, t1.run_at, t1.function) == (
+        TaskStatus.PENDING,
+        now,
+        "tests.integration.testapp.tasks:add",
+    )
+    assert t1.call == ((1,), {"b": 2})
+    assert schedule(tasks.add, 1, delay=90).run_at == now + timedelta(seconds=90)
+    assert schedule(tasks.add, 1, delay=timedelta(hours=1)).run_at == now + timedelta(hours=1)
+    at = now + timedelta(days=2)
+    t4 = schedule("tests.integration.testapp.tasks:add", 5, at=at, max_attempts=3)
+    assert (t4.run_at, t4.max_attempts) == (at, 3)
+    assert schedule("custom.name").function == "custom.name"
+    assert Task.objects.count() == 5
+
+
+def test_bad_calls_fail_in_the_caller_and_store_nothing(fake_clock: FakeClock) -> None:
+    with pytest.raises(ArgumentError):
+        schedule(tasks.add)  # a is missing
+    with pytest.raises(ArgumentError):
+        schedule(tasks.add, "one")
+    with pytest.raises(FunctionNotRegistered, match="nowhere:gone"):
+        schedule("nowhere:gone")
+    with pytest.raises(PayloadError):
+        schedule(tasks.when, object())
+    with pytest.raises(ValueError, match="not both"):
+        schedule(tasks.add, 1, at=fake_clock.now(), delay=5)
+    with pytest.raises(ValueError, match="aware"):
+        schedule(tasks.add, 1, at=datetime(2030, 1, 1))
+    with pytest.raises(ValueError, match="-5"):
+        schedule(tasks.add, 1, delay=-5)
+    with pytest.raises(ValueError, match="max_attempts"):
+        schedule(tasks.add, 1, max_attempts=0)
+    assert not Task.objects.exists()
+
+
+def test_datetimes_travel_with_their_type(fake_clock: FakeClock) -> None:
+    when = fake_clock.now() + timedelta(minutes=3)
+    task = schedule(tasks.when, when)
+    task.refresh_from_db()
+    assert task.call == ((when,), {})
+
+
+def schedule_then_fail() -> None:
+    with transaction.atomic():
+        schedule(tasks.add, 1)
+        raise RuntimeError("roll back")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_scheduled_in_a_rolled_back_transaction_never_exists(
+    fake_clock: FakeClock,
+) -> None:
+    sent: list[Task] = []
+
+    def receiver(task: Task, **kwargs: object) -> None:
+        sent.append(task)
+
+    task_scheduled.connect(receiver)
+    try:
+        with pytest.raises(RuntimeError, match="roll back"):
+            schedule_then_fail()
+        assert not Task.objects.exists()
+        assert sent == []
+        with transaction.atomic():
+            kept = schedule(tasks.add, 2)
+            assert sent == []  # not before the commit
+        assert sent == [kept]
+    finally:
+        task_scheduled.disconnect(receiver)
+
+
+def test_cancel(fake_clock: FakeClock) -> None:
+    task = schedule(tasks.add, 1, delay=60)
+    assert cancel(task.token) is True
+    task.refresh_from_db()
+    assert task.status == TaskStatus.CANCELLED
+    assert task.finished_at == fake_clock.now()
+    assert cancel(task.token) is False  # already cancelled
+    assert cancel("no-such-token") is False
+    running = schedule(tasks.add, 1)
+    Task.objects.filter(pk=running.pk).update(status=TaskStatus.RUNNING)
+    assert cancel(running.token) is False
+    done = schedule(tasks.add, 1)
+    Task.objects.filter(pk=done.pk).update(status=TaskStatus.SUCCEEDED)
+    assert cancel(done.token) is False
+
+
+def test_reschedule_moves_a_pending_task_and_releases_its_lease(fake_clock: FakeClock) -> None:
+    task = schedule(tasks.add, 1, delay=60)
+    Task.objects.filter(pk=task.pk).update(locked_by="some-node")
+    assert reschedule(task.token, delay=600) is True
+    task.refresh_from_db()
+    assert task.run_at == fake_clock.now() + timedelta(seconds=600)
+    assert task.locked_by is None
+    at = fake_clock.now() + timedelta(days=1)
+    assert reschedule(task.token, at=at) is True
+    assert get_task(task.token).run_at == at  # type: ignore[union-attr]
+    assert reschedule("no-such-token", delay=1) is False
+    cancel(task.token)
+    assert reschedule(task.token, delay=1) is False
+
+
+def test_get_task(fake_clock: FakeClock) -> None:
+    task = schedule(tasks.add, 1)
+    assert get_task(task.token) == task
+    assert get_task("nope") is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_variants(fake_clock: FakeClock) -> None:
+    async def scenario() -> None:
+        task = await aschedule(tasks.add, 1, delay=5)
+        assert (await aget_task(task.token)) == task
+        assert await areschedule(task.token, delay=50)
+        assert await acancel(task.token)
+        assert not await acancel(task.token)
+
+    # On a thread of its own: the test is independent of any event loop left around.
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(scenario())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert errors == []
+    assert Task.objects.get().status == TaskStatus.CANCELLED

@@ -1,0 +1,188 @@
+"""@task, @periodic, autodiscovery and the sync of code-defined schedules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from django_htask import decorators, periodic, task
+from django_htask.engine import ArgumentError, FakeClock, InvalidSchedule, registry
+from django_htask.models import Origin, Run, RunStatus, Schedule
+from django_htask.tasks import autodiscover, discovered_modules
+
+PREFIX = "tests.integration.test_decorators"
+
+
+@pytest.fixture
+def declared() -> Iterator[None]:
+    """Restore the declared schedules after a test declares more."""
+    before = decorators.declared_schedules()
+    yield
+    with decorators._lock:
+        decorators._declared.clear()
+        decorators._declared.update(before)
+
+
+def test_the_test_apps_tasks_module_was_autodiscovered() -> None:
+    assert "tests.integration.testapp.tasks" in discovered_modules()
+    registry.get("tests.integration.testapp.tasks:add")
+    registry.get("custom.name")
+    assert "testapp-minutely" in decorators.declared_schedules()
+    assert autodiscover() == []  # once only
+
+
+def local_job(x: int) -> None: ...
+
+
+def other_job() -> None: ...
+
+
+def job_a(n: int = 0) -> None: ...
+
+
+def other() -> None: ...
+
+
+def needs_int(n: int) -> None: ...
+
+
+def test_task_registers_under_the_dotted_path_or_a_name() -> None:
+    task(local_job)
+    task(name="tests.some-name")(other_job)
+    assert decorators.function_name(local_job) == f"{PREFIX}:{local_job.__qualname__}"
+    assert decorators.function_name(other_job) == "tests.some-name"
+    assert registry.get("tests.some-name") is not None
+
+
+@pytest.mark.usefixtures("declared")
+def test_periodic_checks_everything_at_import_time() -> None:
+    with pytest.raises(InvalidSchedule, match="every blue moon"):
+        periodic("every blue moon")
+    with pytest.raises(ValueError, match="'sometimes'"):
+        periodic("@every 5m", overlap="sometimes")
+    with pytest.raises(ValueError, match="max_attempts"):
+        periodic("@every 5m", max_attempts=0)
+    with pytest.raises(ArgumentError):
+        periodic("@every 5m", args=("x",))(needs_int)
+
+
+@pytest.mark.usefixtures("declared")
+@pytest.mark.django_db
+def test_sync_creates_updates_and_orphans(fake_clock: FakeClock) -> None:
+    periodic("@every 5m", name="sync-a", tz="Asia/Tokyo", overlap="allow", max_attempts=3)(job_a)
+
+    first = decorators.sync_schedules()
+    assert "sync-a" in first.created
+    row = Schedule.objects.get(name="sync-a")
+    assert (row.origin, row.timezone, row.overlap, row.max_attempts) == (
+        "code",
+        "Asia/Tokyo",
+        "allow",
+        3,
+    )
+    assert row.function == f"{PREFIX}:{job_a.__qualname__}"
+    assert row.next_run_at is not None
+
+    again = decorators.sync_schedules()
+    assert "sync-a" in again.unchanged
+    assert Schedule.objects.get(name="sync-a").version == row.version  # no churn
+
+    with decorators._lock:
+        del decorators._declared["sync-a"]
+    periodic("@every 10m", name="sync-a", kwargs={"n": 4})(job_a)
+
+    with pytest.raises(ValueError, match="declared twice"):
+        periodic("@every 1m", name="sync-a")(other)
+
+    updated = decorators.sync_schedules()
+    assert "sync-a" in updated.updated
+    row = Schedule.objects.get(name="sync-a")
+    assert row.schedule != "@every 5m"
+    assert row.call == ((), {"n": 4})
+
+    Run.objects.create(schedule=row, name="sync-a", function=row.function, status="succeeded")
+    with decorators._lock:
+        del decorators._declared["sync-a"]
+    gone = decorators.sync_schedules()
+    assert gone.orphaned == ["sync-a"]
+    row.refresh_from_db()
+    assert (row.enabled, row.orphaned, row.next_run_at) == (False, True, None)
+    assert row.runs.count() == 1  # history kept
+
+    periodic("@every 10m", name="sync-a", kwargs={"n": 4})(job_a)
+    back = decorators.sync_schedules()
+    assert "sync-a" in back.updated
+    row.refresh_from_db()
+    assert (row.enabled, row.orphaned) == (True, False)
+    assert row.next_run_at is not None
+
+
+@pytest.mark.usefixtures("declared")
+@pytest.mark.django_db
+def test_sync_takes_over_an_admin_row_of_the_same_name(fake_clock: FakeClock) -> None:
+    Schedule.objects.create(
+        name="testapp-minutely",
+        function="custom.name",
+        schedule="@every 1h",
+    )
+    decorators.sync_schedules()
+    row = Schedule.objects.get(name="testapp-minutely")
+    assert row.origin == Origin.CODE
+    assert row.function == "tests.integration.testapp.tasks:minutely"
+
+
+@pytest.mark.django_db
+def test_htask_sync_command(fake_clock: FakeClock) -> None:
+    out = StringIO()
+    call_command("htask", "sync", stdout=out)
+    assert "created: testapp-minutely" in out.getvalue()
+    out = StringIO()
+    call_command("htask", "sync", stdout=out)
+    assert "0 created, 0 updated, 1 unchanged" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_htask_prune_command(fake_clock: FakeClock) -> None:
+    old = fake_clock.now()
+    Run.objects.create(name="x", function="f", status=RunStatus.SUCCEEDED, finished_at=old)
+    fake_clock.advance(31 * 86400)
+    Run.objects.create(
+        name="y", function="f", status=RunStatus.SUCCEEDED, finished_at=fake_clock.now()
+    )
+    out = StringIO()
+    call_command("htask", "prune", stdout=out)
+    assert "deleted 1 runs" in out.getvalue()
+    assert list(Run.objects.values_list("name", flat=True)) == ["y"]
+
+
+def nightly() -> None: ...
+
+
+@pytest.mark.usefixtures("declared")
+@pytest.mark.django_db
+def test_periodic_cron_in_a_zone(fake_clock: FakeClock) -> None:
+    periodic("30 4 * * *", tz="Asia/Tokyo", name="nightly", grace=60, catch_up="all")(nightly)
+    decorators.sync_schedules()
+    row = Schedule.objects.get(name="nightly")
+    # 2030-01-01 00:00 UTC is 09:00 in Tokyo: the next 04:30 there is 19:30 UTC.
+    assert row.next_run_at == fake_clock.now() + timedelta(hours=19, minutes=30)
+    assert (row.timezone, row.grace, row.catch_up) == ("Asia/Tokyo", 60.0, "all")
+
+
+def morning() -> None: ...
+
+
+@pytest.mark.usefixtures("declared")
+@pytest.mark.django_db
+def test_periodic_takes_a_fluent_schedule(fake_clock: FakeClock) -> None:
+    from django_htask.engine import every
+
+    periodic(every().day.at("10:30"), name="morning", overlap="delay")(morning)
+    decorators.sync_schedules()
+    row = Schedule.objects.get(name="morning")
+    assert row.next_run_at == fake_clock.now() + timedelta(hours=10, minutes=30)
+    assert row.overlap == "delay"

@@ -1,0 +1,400 @@
+"""What is particular to PostgreSQL: several nodes on one database.
+
+PostgreSQL's own transactions, row locks and LISTEN/NOTIFY do the coordination:
+
+Versions
+    A ``BEFORE INSERT OR UPDATE`` trigger sets a schedule's ``version`` from the id of
+    the writing transaction (``pg_current_xact_id()``, 64 bits, never wraps) times
+    65,536, plus the row's rank among the schedule rows that transaction wrote (so
+    versions grow inside a transaction too). Transaction ids are handed out when a
+    transaction first writes, so they grow with time, but a
+    transaction with a smaller id may commit after one with a larger id. A sync
+    therefore reads everything at or above the *horizon* of its last look — the oldest
+    transaction still in progress then (``pg_snapshot_xmin``) — never just "above the
+    highest version seen". Rows near the horizon may be read twice; placing a schedule
+    is idempotent. An update that sets ``version`` itself is left alone.
+Notifications
+    Statement-level triggers on the schedule, task and node tables ``NOTIFY`` the
+    channel ``django_htask`` (payload ``schedule``, ``task`` or ``node``) on every
+    insert, update or delete, whoever makes it: a model ``save()``, ``QuerySet.update()``
+    or raw SQL. The nodes' own bookkeeping (claims, fires, results, leases) runs with
+    the transaction-local setting ``django_htask.quiet`` on, so a busy cluster does not
+    wake itself; what other nodes must see from it (tasks handed back, nodes gone) is
+    notified explicitly. ``django_htask.cluster`` listens.
+Claims
+    One-off tasks are leased with ``UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP
+    LOCKED LIMIT n)``, so nodes claiming at once take disjoint batches without waiting.
+    An occurrence is claimed by the compare-and-set of the generic store.
+Reaping
+    Any live node reaps, one at a time (a transaction-level advisory lock): expired
+    leases go back to pending (a running one counts its attempt), nodes whose heartbeat
+    is older than ``NODE_TIMEOUT`` are marked stopped, and the other nodes are told.
+
+:func:`install` (run after every ``migrate`` and when a node starts) creates the
+functions and triggers; it is idempotent. PostgreSQL 13 or later.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import DatabaseError, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+
+from django_htask.models import Node, Run, Schedule, Task, TaskStatus
+
+from .base import ClaimedTask, RunOutcome, ScheduleRef, StartedTask
+from .database import DatabaseStore
+
+__all__ = ["CHANNEL", "PostgresStore", "install"]
+
+logger = logging.getLogger("django_htask.store.postgres")
+
+#: The LISTEN/NOTIFY channel; payloads are ``schedule``, ``task`` and ``node``.
+CHANNEL = "django_htask"
+#: Transaction-local setting that silences the NOTIFY triggers for node bookkeeping.
+QUIET = "django_htask.quiet"
+#: Transaction-local count of the schedule rows written, so versions grow inside one
+#: transaction too: version = transaction id * PER_XACT + the row's rank (capped).
+SEQ = "django_htask.seq"
+PER_XACT = 1 << 16
+#: ``pg_try_advisory_xact_lock`` key taken by the reaper ("htask" in ASCII).
+REAPER_LOCK = 0x6874_6173_6B00
+
+SCHEDULE = Schedule._meta.db_table
+TASK = Task._meta.db_table
+NODE = Node._meta.db_table
+
+
+def _statements() -> tuple[str, ...]:
+    notify_triggers = []
+    for table, payload, events in (
+        (SCHEDULE, "schedule", "INSERT OR UPDATE OR DELETE"),
+        (TASK, "task", "INSERT OR UPDATE OR DELETE"),
+        # not every heartbeat: only a node joining, stopping or declared dead
+        (NODE, "node", "INSERT OR UPDATE OF stopped_at OR DELETE"),
+    ):
+        notify_triggers += [
+            f"DROP TRIGGER IF EXISTS {table}_notify ON {table}",
+            f"CREATE TRIGGER {table}_notify AFTER {events} ON {table} "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION django_htask_notify('{payload}')",
+        ]
+    return (
+        f"""
+        CREATE OR REPLACE FUNCTION django_htask_version() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        DECLARE
+            seq bigint;
+        BEGIN
+            IF TG_OP = 'INSERT' OR NEW.version IS NOT DISTINCT FROM OLD.version THEN
+                seq := coalesce(nullif(current_setting('{SEQ}', true), ''), '0')::bigint + 1;
+                PERFORM set_config('{SEQ}', seq::text, true);
+                NEW.version := pg_current_xact_id()::text::bigint * {PER_XACT}
+                    + least(seq, {PER_XACT - 1});
+            END IF;
+            RETURN NEW;
+        END $$
+        """,
+        f"""
+        CREATE OR REPLACE FUNCTION django_htask_notify() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF coalesce(current_setting('{QUIET}', true), '') <> 'on' THEN
+                PERFORM pg_notify('{CHANNEL}', TG_ARGV[0]);
+            END IF;
+            RETURN NULL;
+        END $$
+        """,
+        f"DROP TRIGGER IF EXISTS {SCHEDULE}_version ON {SCHEDULE}",
+        f"CREATE TRIGGER {SCHEDULE}_version BEFORE INSERT OR UPDATE ON {SCHEDULE} "
+        "FOR EACH ROW EXECUTE FUNCTION django_htask_version()",
+        *notify_triggers,
+    )
+
+
+STATEMENTS = _statements()
+
+
+def install(connection: BaseDatabaseWrapper) -> None:
+    """Create (or replace) the version and notify triggers, in one transaction."""
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        # several nodes may start at once: serialise the DROP/CREATE pairs
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK + 1])
+        for statement in STATEMENTS:
+            cursor.execute(statement)
+
+
+class _QuietAtomic(transaction.Atomic):
+    """``transaction.atomic`` that turns the NOTIFY triggers off for its transaction.
+
+    Its first statement runs in ``__enter__``: if that fails (the server went away),
+    the block is left at once. Python does not call ``__exit__`` when ``__enter__``
+    raises, and a block left open would wedge the thread's connection for good: Django
+    keeps a connection closed inside a transaction until the block ends, so every
+    later query on that thread would fail with "the connection is closed"."""
+
+    def __enter__(self) -> None:
+        super().__enter__()
+        from django.db import connections  # noqa: PLC0415
+
+        try:
+            with connections[self.using or "default"].cursor() as cursor:
+                cursor.execute("SELECT set_config(%s, 'on', true)", [QUIET])
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+
+
+class PostgresStore(DatabaseStore):
+    """The store for several nodes on one PostgreSQL database (see the module)."""
+
+    vendor = "postgresql"
+
+    def __init__(self, using: str = "default") -> None:
+        super().__init__(using)
+        self._heartbeat_gap = timedelta(0)
+        self._hold_reaping_until: datetime | None = None
+
+    def install(self) -> None:
+        install(self.connection)
+
+    def _atomic(self) -> transaction.Atomic:
+        return _QuietAtomic(self.using, savepoint=True, durable=False)
+
+    def _cursor(self) -> CursorWrapper:
+        return self.connection.cursor()
+
+    def notify(self, payload: str) -> None:
+        """Tell every listening node that ``payload`` (``task``, ``schedule``,
+        ``node``) changed; sent when the current transaction commits."""
+        with self._cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
+
+    # -- versions --------------------------------------------------------------------
+    def _horizon(self, cursor: CursorWrapper) -> int:
+        """Every transaction below this id has ended: its versions are all visible."""
+        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+        row = cursor.fetchone()
+        assert row is not None
+        return int(row[0]) * PER_XACT - 1
+
+    def load_schedules(self) -> tuple[list[ScheduleRef], int]:
+        with self._cursor() as cursor:
+            since = self._horizon(cursor)
+        refs, _top = super().load_schedules()
+        return refs, since
+
+    def changed_schedules(self, since: int) -> tuple[list[ScheduleRef], int]:
+        """Schedules whose version is above ``since``; the value returned is the horizon
+        seen before reading, so a transaction still open now is read again next time."""
+        with self._cursor() as cursor:
+            horizon = self._horizon(cursor)
+            cursor.execute(
+                f"SELECT id, next_run_at, version, enabled FROM {SCHEDULE} "
+                "WHERE version > %s ORDER BY version",
+                [since],
+            )
+            refs = [ScheduleRef(i, n, v, e) for i, n, v, e in cursor.fetchall()]
+        return refs, max(since, horizon)
+
+    # -- nodes -----------------------------------------------------------------------
+    def live_nodes(self, dead_before: datetime) -> list[str]:
+        """Ids of the nodes not stopped whose heartbeat is recent, sorted."""
+        return list(
+            Node.objects.using(self.using)
+            .filter(stopped_at__isnull=True, last_heartbeat__gte=dead_before)
+            .order_by("id")
+            .values_list("id", flat=True)
+        )
+
+    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
+        """Record the heartbeat (clearing a false "dead" mark: a node declared dead while
+        it could not reach the database comes back) and renew this node's leases."""
+        with self._atomic(), self._cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {NODE} AS n SET last_heartbeat = %s, stopped_at = NULL FROM ("
+                f" SELECT id, last_heartbeat, stopped_at FROM {NODE} WHERE id = %s FOR UPDATE"
+                ") AS o WHERE n.id = o.id RETURNING o.last_heartbeat, o.stopped_at",
+                [now, node_id],
+            )
+            row = cursor.fetchone()
+            cursor.execute(
+                f"UPDATE {TASK} SET lease_expires_at = %s "
+                "WHERE locked_by = %s AND status IN (%s, %s)",
+                [lease_until, node_id, TaskStatus.PENDING, TaskStatus.RUNNING],
+            )
+            renewed = int(cursor.rowcount)
+            if row is not None and row[1] is not None:
+                logger.warning(
+                    "node %s had been declared dead (last heartbeat %s): back",
+                    node_id,
+                    row[0].isoformat(),
+                    extra={"action": "node_back", "node": node_id},
+                )
+                self.notify("node")
+        if row is not None:
+            self._heartbeat_gap = now - row[0]
+        return renewed
+
+    def reap(self, now: datetime, dead_before: datetime) -> int:
+        """Like the generic reaper, plus: pending tasks whose lease expired are freed,
+        nodes whose heartbeat is older than ``dead_before`` are marked stopped, and the
+        other nodes are notified. Only one node reaps at a time; the others skip.
+
+        A node whose own last heartbeat came late (more than half the node timeout:
+        most likely the database was away for everyone) waits one node timeout before
+        reaping, so that the others have the time to come back too."""
+        timeout = now - dead_before
+        if self._heartbeat_gap > timeout / 2:
+            self._hold_reaping_until = now + timeout
+            self._heartbeat_gap = timedelta(0)
+        if self._hold_reaping_until is not None and now < self._hold_reaping_until:
+            return 0
+        with self._atomic(), self._cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [REAPER_LOCK])
+            row = cursor.fetchone()
+            if row is None or not row[0]:
+                return 0
+            count: int = super().reap(now, dead_before)
+            cursor.execute(
+                f"UPDATE {TASK} SET locked_by = NULL, lease_expires_at = NULL "
+                "WHERE status = %s AND locked_by IS NOT NULL AND lease_expires_at < %s",
+                [TaskStatus.PENDING, now],
+            )
+            count += int(cursor.rowcount)
+            cursor.execute(
+                f"UPDATE {NODE} SET stopped_at = %s "
+                "WHERE stopped_at IS NULL AND last_heartbeat < %s RETURNING id",
+                [now, dead_before],
+            )
+            dead = [r[0] for r in cursor.fetchall()]
+            for node_id in dead:
+                logger.warning(
+                    "node %s marked dead (no heartbeat since before %s)",
+                    node_id,
+                    dead_before.isoformat(),
+                    extra={"action": "node_dead", "node": node_id},
+                )
+            if count:
+                self.notify("task")
+            if dead:
+                self.notify("node")
+        return count
+
+    # -- one-off tasks ---------------------------------------------------------------
+    def claim_tasks(
+        self, node_id: str, until: datetime, now: datetime, lease_until: datetime, limit: int
+    ) -> list[ClaimedTask]:
+        """Lease up to ``limit`` due tasks; rows another node is claiming are skipped."""
+        with self._atomic(), self._cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {TASK} SET locked_by = %s, lease_expires_at = %s WHERE id IN ("
+                f" SELECT id FROM {TASK} WHERE status = %s AND run_at <= %s"
+                "  AND (locked_by IS NULL OR lease_expires_at < %s)"
+                "  ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
+                ") RETURNING id, run_at",
+                [node_id, lease_until, TaskStatus.PENDING, until, now, limit],
+            )
+            rows = sorted(cursor.fetchall(), key=lambda r: (r[1], r[0]))
+        return [ClaimedTask(i, r) for i, r in rows]
+
+    def start_tasks(self, node_id: str, ids: list[int], now: datetime) -> list[StartedTask]:
+        if not ids:
+            return []
+        with self._atomic(), self._cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {TASK} SET status = %s, attempts = attempts + 1 "
+                "WHERE id = ANY(%s) AND locked_by = %s AND status = %s "
+                "RETURNING id, token, function, payload, run_at, attempts, max_attempts, priority",
+                [TaskStatus.RUNNING, list(ids), node_id, TaskStatus.PENDING],
+            )
+            rows = cursor.fetchall()
+        order = {task_id: n for n, task_id in enumerate(ids)}
+        started = [StartedTask(i, t, f, bytes(p), r, a, m, pr) for i, t, f, p, r, a, m, pr in rows]
+        started.sort(key=lambda s: order.get(s.id, 0))
+        return started
+
+    def record(self, outcomes: list[RunOutcome]) -> None:
+        """As the generic store, with finished tasks written in one statement."""
+        if not outcomes:
+            return
+        finished = [
+            o
+            for o in outcomes
+            if o.task_id is not None and not o.handed_back and o.retry_at is None
+        ]
+        others = [o for o in outcomes if o.task_id is None or o.handed_back or o.retry_at]
+        statuses = self._last_statuses(outcomes)
+        with self._atomic():
+            if finished:
+                self._finish_tasks(finished)
+                Run.objects.using(self.using).bulk_create(
+                    [self._run(o) for o in finished], batch_size=1000
+                )
+            self._record_runs(others)
+            busy = self._set_statuses(statuses, wait=False)
+        for schedule_id in busy:
+            try:
+                with self._atomic():
+                    self._set_statuses({schedule_id: statuses[schedule_id]}, wait=True)
+            except DatabaseError as exc:  # the runs are written: only the summary is late
+                logger.warning(
+                    "could not write the last status of schedule %s: %s",
+                    schedule_id,
+                    exc,
+                    extra={"action": "status_unrecorded"},
+                )
+                return
+
+    def _set_statuses(self, statuses: dict[int, tuple[str, datetime]], *, wait: bool) -> list[int]:
+        """Write each schedule's last status and run time, unless a later run already
+        did. With ``wait=False``, rows another transaction holds are skipped, not waited
+        for; return their ids.
+
+        A transaction that locks several schedule rows and waits for one more can
+        deadlock with any other that does (``Schedule.objects.update(...)`` in the
+        admin): so the batch, written with the run rows, never waits, and the rows it
+        skipped are written afterwards one per transaction, which holds nothing else
+        while it waits."""
+        if not statuses:
+            return []
+        ids = list(statuses)
+        names = [statuses[i][0] for i in ids]
+        times = [statuses[i][1] for i in ids]
+        lock = "FOR UPDATE" if wait else "FOR UPDATE SKIP LOCKED"
+        with self._cursor() as cursor:
+            cursor.execute(
+                "WITH v(id, status, at) AS ("
+                " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[])"
+                f"), locked AS (SELECT id FROM {SCHEDULE} WHERE id = ANY(%s::bigint[]) "
+                f"ORDER BY id {lock}"
+                f"), written AS (UPDATE {SCHEDULE} AS s SET last_status = v.status, "
+                "last_run_at = v.at FROM v, locked WHERE s.id = v.id AND s.id = locked.id "
+                "AND (s.last_run_at IS NULL OR s.last_run_at <= v.at) RETURNING s.id"
+                ") SELECT id FROM locked",
+                [ids, names, times, ids],
+            )
+            done = {row[0] for row in cursor.fetchall()}
+        return [] if wait else [i for i in ids if i not in done]
+
+    def _finish_tasks(self, outcomes: list[RunOutcome]) -> None:
+        columns: list[list[Any]] = [[], [], [], [], []]
+        for o in outcomes:
+            for column, value in zip(
+                columns, (o.task_id, o.status, o.finished_at, o.error, o.traceback), strict=True
+            ):
+                column.append(value)
+        with self._cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {TASK} AS t SET status = v.status, finished_at = v.finished_at, "
+                "locked_by = NULL, lease_expires_at = NULL, last_error = v.error, "
+                "traceback = v.tb "
+                "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::text[], "
+                "%s::text[]) AS v(id, status, finished_at, error, tb) "
+                "WHERE t.id = v.id AND t.status = %s",
+                [*columns, TaskStatus.RUNNING],
+            )

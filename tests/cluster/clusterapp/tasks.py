@@ -1,0 +1,32 @@
+"""Functions the multi-node acceptance test runs in ``runscheduler`` subprocesses."""
+
+from __future__ import annotations
+
+import os
+
+from django_htask import task
+
+
+def _log(line: str) -> None:
+    """Append one line to ``HTASK_CLUSTER_LOG`` (one ``write`` on an O_APPEND file)."""
+    fd = os.open(os.environ["HTASK_CLUSTER_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+@task
+def tick() -> None:
+    """A periodic job: does nothing (the Run table is the record)."""
+
+
+@task
+def job(n: int) -> None:
+    """A one-off job: logs its number and the process that ran it."""
+    _log(f"{n} {os.getpid()}\n")
+
+
+@task
+def noop(n: int) -> None:
+    """A trivial one-off job for the throughput bench."""

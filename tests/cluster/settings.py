@@ -1,0 +1,43 @@
+"""Settings for ``runscheduler`` nodes run by the multi-node acceptance test.
+
+The database comes from ``HTASK_CLUSTER_DB_URL``. Heartbeats, leases and the node
+timeout are short so a killed node is noticed within seconds; the poll is slow, so
+edits seen quickly are seen through LISTEN/NOTIFY.
+"""
+
+import os
+
+from tests.pgcluster import database_settings
+
+SECRET_KEY = "cluster-tests-only"
+USE_TZ = True
+TIME_ZONE = "UTC"
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django_htask",
+    "tests.cluster.clusterapp",
+]
+DATABASES = {
+    "default": database_settings(
+        os.environ.get("HTASK_CLUSTER_DB_URL", "postgresql://postgres@127.0.0.1/htask")
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+HTASK = {
+    "WORKERS": 8,
+    "POLL_INTERVAL": 5.0,
+    "HEARTBEAT_INTERVAL": 1.0,
+    "NODE_TIMEOUT": 6.0,
+    "LEASE": 8.0,
+    "LOOKAHEAD": 10.0,
+    "SHUTDOWN_TIMEOUT": 5.0,
+    "DB_RETRY": 0.2,
+    "DB_RETRY_MAX": 1.0,
+}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_htask": {"handlers": ["stderr"], "level": "INFO"}},
+}

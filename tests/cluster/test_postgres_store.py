@@ -1,0 +1,501 @@
+"""The PostgreSQL store: versions, notifications, claims and the reaper."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+
+from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
+from django_htask.store import RunOutcome, get_store
+from django_htask.store.postgres import REAPER_LOCK, PostgresStore
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+ADD = "tests.integration.testapp.tasks:add"
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def make_schedule(name: str = "s", text: str = "@every 1m", **kwargs: Any) -> Schedule:
+    row = Schedule(name=name, function=ADD, schedule=text, **kwargs)
+    row.set_call((1,))
+    row.save()
+    return row
+
+
+def make_tasks(n: int, run_at: datetime = NOW, **kwargs: Any) -> list[int]:
+    tasks = Task.objects.bulk_create(
+        [Task(function=ADD, run_at=run_at, **kwargs) for _ in range(n)]
+    )
+    return [t.pk for t in tasks]
+
+
+@pytest.fixture
+def store() -> PostgresStore:
+    chosen = get_store()
+    assert isinstance(chosen, PostgresStore)
+    return chosen
+
+
+def version_of(pk: int) -> int:
+    return Schedule.objects.values_list("version", flat=True).get(pk=pk)
+
+
+# -- install ---------------------------------------------------------------------------
+def test_install_is_idempotent_and_creates_the_triggers(store: PostgresStore) -> None:
+    store.install()
+    store.install()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY 1")
+        names = [r[0] for r in cursor.fetchall()]
+    assert names == [
+        "django_htask_node_notify",
+        "django_htask_schedule_notify",
+        "django_htask_schedule_version",
+        "django_htask_task_notify",
+    ]
+
+
+# -- versions --------------------------------------------------------------------------
+def test_every_kind_of_write_raises_the_version(store: PostgresStore) -> None:
+    row = make_schedule()
+    v1 = version_of(row.pk)
+    assert v1 > 0 and row.version == v1
+    row.name = "renamed"
+    row.save()
+    v2 = version_of(row.pk)
+    Schedule.objects.filter(pk=row.pk).update(enabled=False)
+    v3 = version_of(row.pk)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE django_htask_schedule SET grace = 5 WHERE id = %s", [row.pk])
+    v4 = version_of(row.pk)
+    assert v1 < v2 < v3 < v4
+    Schedule.objects.filter(pk=row.pk).update(version=7)  # set explicitly: left alone
+    assert version_of(row.pk) == 7
+
+
+def test_versions_grow_inside_one_transaction_too(store: PostgresStore) -> None:
+    with transaction.atomic():
+        row = make_schedule()
+        first = version_of(row.pk)
+        Schedule.objects.filter(pk=row.pk).update(grace=1)
+        second = version_of(row.pk)
+    assert first < second
+    _refs, since = store.load_schedules()
+    assert since >= second
+
+
+def test_changed_schedules_reads_only_what_changed(store: PostgresStore) -> None:
+    a = make_schedule("a")
+    make_schedule("b")
+    _refs, since = store.load_schedules()
+    assert store.changed_schedules(since)[0] == []
+    Schedule.objects.filter(pk=a.pk).update(enabled=False)
+    refs, since = store.changed_schedules(since)
+    assert [(r.id, r.enabled) for r in refs] == [(a.pk, False)]
+    assert store.changed_schedules(since)[0] == []
+
+
+def test_a_transaction_committing_late_with_a_lower_version_is_not_missed(
+    store: PostgresStore, other_client: Callable[..., Any]
+) -> None:
+    a = make_schedule("a")
+    b = make_schedule("b")
+    _refs, since = store.load_schedules()
+    slow = other_client(autocommit=False)
+    slow.execute("UPDATE django_htask_schedule SET grace = 1 WHERE id = %s", [a.pk])
+    Schedule.objects.filter(pk=b.pk).update(grace=2)  # a later transaction, committed
+    assert version_of(b.pk) > since
+    refs, since = store.changed_schedules(since)
+    assert [r.id for r in refs] == [b.pk]
+    slow.commit()  # the earlier transaction (lower version) commits now
+    refs, since = store.changed_schedules(since)
+    assert a.pk in [r.id for r in refs]
+
+
+# -- notifications ---------------------------------------------------------------------
+def test_saves_updates_and_raw_sql_notify(listen: Callable[[float], list[str]]) -> None:
+    row = make_schedule()
+    assert "schedule" in listen(2)
+    Schedule.objects.filter(pk=row.pk).update(grace=3)
+    assert listen(2) == ["schedule"]
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE django_htask_schedule SET grace = 4")
+    assert listen(2) == ["schedule"]
+    make_tasks(3)
+    assert listen(2) == ["task"]  # one notification per statement, not per row
+    Task.objects.all().delete()
+    assert listen(2) == ["task"]
+
+
+def test_node_bookkeeping_does_not_notify(
+    store: PostgresStore, listen: Callable[[float], list[str]]
+) -> None:
+    row = make_schedule()
+    make_tasks(5)
+    assert set(listen(2)) == {"schedule", "task"}
+    store.register_node("n1", "host", 1, "0", NOW)
+    assert listen(2) == ["node"]
+    store.heartbeat("n1", NOW, NOW + timedelta(seconds=60))
+    claimed = store.claim_tasks("n1", NOW, NOW, NOW + timedelta(seconds=60), 10)
+    store.start_tasks("n1", [c.id for c in claimed], NOW)
+    fired = store.get_schedule(row.pk)
+    assert fired is not None
+    assert store.claim_occurrence(fired, NOW + timedelta(minutes=1), NOW, []) == []
+    assert listen(0.5) == []
+    store.stop_node("n1", NOW)
+    assert listen(2) == ["node"]
+
+
+# -- claims ----------------------------------------------------------------------------
+def test_claims_skip_rows_locked_by_another_claimer(
+    store: PostgresStore, other_client: Callable[..., Any]
+) -> None:
+    ids = make_tasks(10)
+    other = other_client(autocommit=False)
+    locked = [
+        r[0]
+        for r in other.execute(
+            "SELECT id FROM django_htask_task ORDER BY id LIMIT 4 FOR UPDATE"
+        ).fetchall()
+    ]
+    lease = NOW + timedelta(seconds=60)
+    claimed = store.claim_tasks("n1", NOW, NOW, lease, 100)  # does not wait for the lock
+    assert sorted(c.id for c in claimed) == sorted(set(ids) - set(locked))
+    other.rollback()
+    claimed = store.claim_tasks("n2", NOW, NOW, lease, 100)
+    assert sorted(c.id for c in claimed) == sorted(locked)
+    assert store.claim_tasks("n3", NOW, NOW, lease, 100) == []
+
+
+def test_concurrent_claims_take_disjoint_batches(store: PostgresStore) -> None:
+    ids = make_tasks(300)
+    results: dict[str, list[int]] = {}
+
+    def claim(node_id: str) -> None:
+        mine = get_store()
+        got: list[int] = []
+        try:
+            while True:
+                batch = mine.claim_tasks(node_id, NOW, NOW, NOW + timedelta(seconds=60), 7)
+                if not batch:
+                    break
+                got += [c.id for c in batch]
+            results[node_id] = got
+        finally:
+            mine.close()
+
+    threads = [threading.Thread(target=claim, args=(f"n{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    everything = [i for got in results.values() for i in got]
+    assert len(results) == 4
+    assert sorted(everything) == sorted(ids)  # each task once, none left
+    owners = dict(Task.objects.values_list("id", "locked_by"))
+    assert all(owners[i] == node for node, got in results.items() for i in got)
+
+
+def test_claims_take_the_oldest_due_tasks_in_batches(store: PostgresStore) -> None:
+    late = make_tasks(2, NOW + timedelta(seconds=5))
+    early = make_tasks(2, NOW - timedelta(seconds=5))
+    future = make_tasks(1, NOW + timedelta(hours=1))
+    lease = NOW + timedelta(seconds=60)
+    first = store.claim_tasks("n1", NOW + timedelta(seconds=10), NOW, lease, 3)
+    assert [c.id for c in first] == [*early, late[0]]
+    second = store.claim_tasks("n1", NOW + timedelta(seconds=10), NOW, lease, 3)
+    assert [c.id for c in second] == [late[1]]
+    assert future[0] not in [c.id for c in first + second]
+
+
+def test_start_tasks_takes_only_own_pending_tasks_and_counts_the_attempt(
+    store: PostgresStore,
+) -> None:
+    ids = make_tasks(3, max_attempts=2)
+    lease = NOW + timedelta(seconds=60)
+    store.claim_tasks("n1", NOW, NOW, lease, 2)
+    started = store.start_tasks("n1", ids, NOW)
+    assert [(s.id, s.attempts, s.max_attempts) for s in started] == [
+        (ids[0], 1, 2),
+        (ids[1], 1, 2),
+    ]
+    assert store.start_tasks("n1", ids, NOW) == []  # already running
+    assert store.start_tasks("n2", [ids[2]], NOW) == []  # not held by n2
+
+
+def test_a_lost_compare_and_set_claims_nothing(store: PostgresStore) -> None:
+    row = make_schedule()
+    seen = store.get_schedule(row.pk)
+    assert seen is not None and seen.next_run_at is not None
+    run = RunOutcome(
+        status=RunStatus.RUNNING,
+        function=ADD,
+        name="s",
+        node="n1",
+        attempt=1,
+        scheduled_for=seen.next_run_at,
+        started_at=NOW,
+        finished_at=NOW,
+    )
+    later = seen.next_run_at + timedelta(minutes=1)
+    assert store.claim_occurrence(seen, later, NOW, [run]) is not None
+    assert store.claim_occurrence(seen, later, NOW, [run]) is None  # the second node
+    assert Run.objects.count() == 1
+
+
+def test_record_writes_finished_tasks_in_bulk(store: PostgresStore) -> None:
+    ids = make_tasks(3, max_attempts=3)
+    store.claim_tasks("n1", NOW, NOW, NOW + timedelta(seconds=60), 10)
+    started = store.start_tasks("n1", ids, NOW)
+    outcomes = [
+        RunOutcome(
+            status=RunStatus.SUCCEEDED if s.id != ids[1] else RunStatus.FAILED,
+            function=ADD,
+            name=ADD,
+            node="n1",
+            attempt=s.attempts,
+            scheduled_for=s.run_at,
+            started_at=NOW,
+            finished_at=NOW + timedelta(seconds=1),
+            duration=1.0,
+            error="" if s.id != ids[1] else "RuntimeError: no",
+            task_id=s.id,
+            retry_at=NOW + timedelta(seconds=30) if s.id == ids[2] else None,
+        )
+        for s in started
+    ]
+    store.record(outcomes)
+    rows = {t.pk: t for t in Task.objects.all()}
+    assert rows[ids[0]].status == TaskStatus.SUCCEEDED and rows[ids[0]].locked_by is None
+    assert (rows[ids[1]].status, rows[ids[1]].last_error) == (
+        TaskStatus.FAILED,
+        "RuntimeError: no",
+    )
+    assert rows[ids[2]].status == TaskStatus.PENDING  # a retry, due again later
+    assert rows[ids[2]].run_at == NOW + timedelta(seconds=30)
+    assert Run.objects.filter(task_id__in=ids).count() == 3
+
+
+# -- the reaper ------------------------------------------------------------------------
+def test_reaper_hands_back_a_dead_nodes_tasks_and_marks_it_dead(
+    store: PostgresStore, listen: Callable[[float], list[str]]
+) -> None:
+    store.register_node("dead", "host", 1, "0", NOW)
+    store.register_node("alive", "host", 2, "0", NOW)
+    retry, last, held = make_tasks(1, max_attempts=2), make_tasks(1), make_tasks(1)
+    lease = NOW + timedelta(seconds=30)
+    store.claim_tasks("dead", NOW, NOW, lease, 10)
+    store.start_tasks("dead", retry + last, NOW)
+    listen(1)
+    later = NOW + timedelta(seconds=61)
+    store.heartbeat("alive", later, later + timedelta(seconds=30))
+    reaped = PostgresStore().reap(later, later - timedelta(seconds=60))  # a punctual node
+    assert reaped == 3
+    rows = {t.pk: t for t in Task.objects.all()}
+    assert (rows[retry[0]].status, rows[retry[0]].attempts) == (TaskStatus.PENDING, 1)
+    assert rows[retry[0]].locked_by is None
+    assert (rows[last[0]].status, rows[last[0]].attempts) == (TaskStatus.FAILED, 1)
+    assert "stopped answering" in rows[last[0]].last_error
+    assert (rows[held[0]].status, rows[held[0]].locked_by) == (TaskStatus.PENDING, None)
+    assert Node.objects.get(id="dead").stopped_at == later
+    assert Node.objects.get(id="alive").stopped_at is None
+    assert store.live_nodes(later - timedelta(seconds=60)) == ["alive"]
+    assert sorted(listen(2)) == ["node", "task"]
+    assert PostgresStore().reap(later, later - timedelta(seconds=60)) == 0  # nothing left
+
+
+def test_only_one_reaper_at_a_time(store: PostgresStore, other_client: Callable[..., Any]) -> None:
+    store.register_node("dead", "host", 1, "0", NOW)
+    make_tasks(1)
+    store.claim_tasks("dead", NOW, NOW, NOW + timedelta(seconds=1), 10)
+    other = other_client(autocommit=False)
+    other.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK])
+    later = NOW + timedelta(seconds=120)
+    assert store.reap(later, later - timedelta(seconds=60)) == 0  # skipped, not blocked
+    other.rollback()
+    assert store.reap(later, later - timedelta(seconds=60)) == 1
+
+
+def test_a_node_declared_dead_comes_back_with_its_next_heartbeat(
+    listen: Callable[[float], list[str]],
+) -> None:
+    a, b = PostgresStore(), PostgresStore()
+    a.register_node("a", "host", 1, "0", NOW)
+    b.register_node("b", "host", 2, "0", NOW)
+    for seconds in (10, 20, 30, 40, 50, 60):  # a punctual node
+        a.heartbeat("a", NOW + timedelta(seconds=seconds), NOW + timedelta(seconds=90))
+    listen(1)
+    later = NOW + timedelta(seconds=61)
+    assert a.reap(later, later - timedelta(seconds=30)) == 0  # no rows, but b is dead
+    assert Node.objects.get(id="b").stopped_at == later
+    assert listen(2) == ["node"]
+    b.heartbeat("b", later, later + timedelta(seconds=30))  # b was only slow: back
+    assert Node.objects.get(id="b").stopped_at is None
+    assert listen(2) == ["node"]
+    assert a.live_nodes(later - timedelta(seconds=30)) == ["a", "b"]
+
+
+def test_a_node_back_from_a_long_gap_waits_a_timeout_before_reaping() -> None:
+    a = PostgresStore()
+    a.register_node("a", "host", 1, "0", NOW)
+    a.register_node("b", "host", 2, "0", NOW)
+    timeout = timedelta(seconds=60)
+    back = NOW + timedelta(seconds=100)  # the database was away for 100 s
+    for seconds in range(0, 60, 10):  # heartbeats every 10 s again from then on
+        now = back + timedelta(seconds=seconds)
+        a.heartbeat("a", now, now + timeout)
+        a.reap(now, now - timeout)
+        assert Node.objects.get(id="b").stopped_at is None  # b gets the time to come back
+    after = back + timeout
+    a.heartbeat("a", after, after + timeout)
+    a.reap(after, after - timeout)
+    assert Node.objects.get(id="b").stopped_at == after  # b did not come back
+
+
+# -- a connection lost, a lock held by another client ----------------------------------
+def _in_thread(fn: Callable[[], None]) -> threading.Thread:
+    """Run ``fn`` on a thread of its own (a connection of its own); ``join_ok()`` re-raises."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.errors = errors  # type: ignore[attr-defined]
+    return thread
+
+
+def _wait(condition: Callable[[], object], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def test_a_connection_lost_as_a_transaction_begins_does_not_wedge_the_thread(
+    other_client: Callable[..., Any],
+) -> None:
+    """The quiet transaction's first statement runs on entering it: the connection lost
+    right then must leave no transaction open, or Django keeps the closed connection for
+    good and every later query of the thread fails ("the connection is closed")."""
+
+    def lose_and_come_back() -> None:
+        store = PostgresStore()
+        store.register_node("n1", "host", 1, "0", NOW)
+        with store._cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            (pid,) = cursor.fetchone()
+        monitor = other_client()
+        monitor.execute("SELECT pg_terminate_backend(%s)", [pid])
+        _wait(
+            lambda: (
+                not monitor.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]
+                ).fetchall()
+            )
+        )
+        with pytest.raises(DatabaseError):
+            store.heartbeat("n1", NOW, NOW)  # fails on its first statement
+        assert not store.connection.in_atomic_block
+        store.close()  # what a node does when the database is away
+        later = NOW + timedelta(seconds=1)
+        store.heartbeat("n1", later, later)  # a new connection
+        assert Node.objects.get(id="n1").last_heartbeat == later
+
+    thread = _in_thread(lose_and_come_back)
+    thread.join(30)
+    assert not thread.is_alive()
+    if thread.errors:  # type: ignore[attr-defined]
+        raise thread.errors[0]  # type: ignore[attr-defined]
+
+
+def _running_run(schedule: Schedule) -> Run:
+    return Run.objects.create(
+        schedule=schedule,
+        name=schedule.name,
+        function=ADD,
+        node="n1",
+        scheduled_for=NOW,
+        started_at=NOW,
+        status=RunStatus.RUNNING,
+    )
+
+
+def test_recording_runs_does_not_deadlock_with_a_bulk_update_of_the_schedules(
+    store: PostgresStore, other_client: Callable[..., Any]
+) -> None:
+    """A node records runs of schedules X and Y while another client, in one
+    transaction, updates X and then Y (the admin disabling several schedules): the
+    node never waits for X while it holds Y, so neither of them is aborted."""
+    x, y = make_schedule("x"), make_schedule("y")
+    runs = {s.pk: _running_run(s) for s in (x, y)}
+    done = NOW + timedelta(seconds=1)
+    outcomes = [
+        RunOutcome(
+            status=RunStatus.SUCCEEDED,
+            function=ADD,
+            name=s.name,
+            node="n1",
+            attempt=1,
+            scheduled_for=NOW,
+            started_at=NOW,
+            finished_at=done,
+            run_id=runs[s.pk].pk,
+            schedule_id=s.pk,
+        )
+        for s in (y, x)  # the order a deadlock needs: y first, then x
+    ]
+    admin = other_client(autocommit=False)
+    admin.execute("SET lock_timeout = '10s'")
+    admin.execute("UPDATE django_htask_schedule SET enabled = false WHERE id = %s", [x.pk])
+    recorder = _in_thread(lambda: PostgresStore().record(outcomes))
+    monitor = other_client()
+    _wait(  # the node waits for x
+        lambda: monitor.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE '%%django_htask_schedule%%'"
+        ).fetchall()
+    )
+    admin.execute("UPDATE django_htask_schedule SET enabled = false WHERE id = %s", [y.pk])
+    admin.commit()
+    recorder.join(30)
+    assert not recorder.is_alive()
+    assert not recorder.errors  # type: ignore[attr-defined]
+    assert set(Run.objects.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
+    for s in (x, y):
+        s.refresh_from_db()
+        assert (s.enabled, s.last_status, s.last_run_at) == (False, RunStatus.SUCCEEDED, NOW)
+
+
+def test_a_late_status_does_not_overwrite_a_later_run(store: PostgresStore) -> None:
+    row = make_schedule()
+    Schedule.objects.filter(pk=row.pk).update(
+        last_status=RunStatus.RUNNING, last_run_at=NOW + timedelta(minutes=1)
+    )
+    store.record(
+        [
+            RunOutcome(
+                status=RunStatus.SUCCEEDED,
+                function=ADD,
+                name="s",
+                node="n1",
+                attempt=1,
+                scheduled_for=NOW,
+                started_at=NOW,
+                finished_at=NOW,
+                schedule_id=row.pk,
+            )
+        ]
+    )
+    row.refresh_from_db()
+    assert (row.last_status, row.last_run_at) == (RunStatus.RUNNING, NOW + timedelta(minutes=1))

@@ -238,6 +238,7 @@ class Task(models.Model):
     max_attempts = models.PositiveSmallIntegerField(default=1)
     priority = models.SmallIntegerField(
         default=0,
+        db_default=0,  # rows inserted by raw SQL or another language's producer
         help_text="among tasks due together, a higher priority starts first (-100 to 100)",
     )
     locked_by = models.CharField(max_length=100, blank=True, null=True, db_index=True)

@@ -190,6 +190,7 @@ class Migration(migrations.Migration):
                 (
                     "priority",
                     models.SmallIntegerField(
+                        db_default=0,
                         default=0,
                         help_text="among tasks due together, a higher priority starts first (-100 to 100)",
                     ),

@@ -482,10 +482,12 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "token",
         "attempts",
         "max_attempts",
+        "priority",
         "locked_by",
         "lease_expires_at",
         "last_error",
         "traceback_text",
+        "return_value",
         "created_at",
         "finished_at",
     )

@@ -263,8 +263,11 @@ def test_a_pending_task_can_be_moved_and_cancelled(
     admin_client_: Client, fake_clock: FakeClock
 ) -> None:
     task = schedule(tasks.add, 1, delay=60)
+    Task.objects.filter(pk=task.pk).update(priority=7)
     page = admin_client_.get(f"{URL}task/{task.pk}/change/").content.decode()
     assert 'name="run_at_0"' in page
+    assert "Priority" in page and "7" in page
+    assert 'name="priority"' not in page  # shown, not editable
     later = fake_clock.now() + timedelta(hours=2)
     response = admin_client_.post(
         f"{URL}task/{task.pk}/change/",

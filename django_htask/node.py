@@ -55,6 +55,7 @@ from django_htask.engine import (
     TimerHandle,
     decode_call,
     parse_schedule,
+    plan_occurrences,
     registry,
 )
 from django_htask.engine import Scheduler as EngineScheduler
@@ -62,7 +63,7 @@ from django_htask.engine import Scheduler as EngineScheduler
 from . import clock as clocks
 from . import cluster
 from .conf import HtaskSettings, get_settings
-from .models import CatchUp, Overlap, Run, RunStatus
+from .models import Overlap, Run, RunStatus
 from .signals import run_finished, run_started
 from .store import RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store, get_store
 
@@ -595,31 +596,18 @@ class Node:
     def _occurrences(
         self, row: ScheduleRow, now: datetime
     ) -> tuple[list[datetime], list[datetime], datetime | None]:
-        """Which due occurrences run, which are missed, and the next run after now."""
+        """Which due occurrences run, which are missed, and the next run after now (the
+        engine's misfire policy, on the row's grace and catch-up)."""
         assert row.next_run_at is not None
-        sched = _parsed(row.schedule, row.timezone)
-        limit = self.settings.catch_up_limit
-        due = [row.next_run_at]
-        nxt: datetime | None = sched.next_after(row.next_run_at)
-        while nxt is not None and nxt <= now and len(due) < max(limit, 1):
-            due.append(nxt)
-            nxt = sched.next_after(nxt)
-        if nxt is not None and nxt <= now:  # more than the cap behind: jump to now
-            nxt = sched.next_after(now)
-
-        def on_time(when: datetime) -> bool:
-            return row.grace is None or (now - when).total_seconds() <= row.grace
-
-        if row.catch_up == CatchUp.ALL:
-            to_run = [w for w in due if on_time(w)]
-        elif row.catch_up == CatchUp.SKIP:
-            to_run = due if len(due) == 1 and on_time(due[0]) else []
-        else:  # latest
-            to_run = [due[-1]] if on_time(due[-1]) else []
-        missed = [w for w in due if w not in to_run]
-        if row.catch_up == CatchUp.LATEST and to_run:
-            missed = []  # coalesced into the one run, not missed
-        return to_run, missed, nxt
+        plan = plan_occurrences(
+            _parsed(row.schedule, row.timezone),
+            row.next_run_at,
+            now,
+            grace=row.grace,
+            catch_up=str(row.catch_up),
+            limit=self.settings.catch_up_limit,
+        )
+        return plan.to_run, plan.missed, plan.next
 
     def _missed(self, row: ScheduleRow, missed: list[datetime], now: datetime) -> RunOutcome:
         late = (now - missed[-1]).total_seconds()

@@ -9,9 +9,11 @@ run, so unit tests never sleep.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from .interfaces import BusySource
@@ -41,14 +43,13 @@ class SystemClock:
 
     __slots__ = ()
 
-    def now(self) -> datetime:
-        return datetime.now(UTC)
+    # now() and monotonic() are the C functions themselves, not Python methods around
+    # them: the Cron runner reads both for every run of a burst.
+    now: Callable[[], datetime] = staticmethod(functools.partial(datetime.now, UTC))
+    monotonic: Callable[[], float] = staticmethod(time.monotonic)
 
     def now_us(self) -> int:
         return time.time_ns() // 1000
-
-    def monotonic(self) -> float:
-        return time.monotonic()
 
     def wait(self, cond: threading.Condition, deadline_us: int | None) -> None:
         if deadline_us is None:

@@ -9,12 +9,14 @@
     ...
     cron.stop().wait()  # set once running jobs have finished
 
-Each entry has one timer in the scheduler's heap, at its next occurrence, so 100k idle
-entries cost no CPU. When it fires, the runner decides what runs (the misfire policy,
-see :func:`plan_occurrences`), arms the timer for the next occurrence computed from
-the *scheduled* time (runs do not drift; a late run does not burst), and runs the job
-through the entry's wrapper chain. Hooks see every run: ``before_run``,
-``after_run``, ``failed`` and ``skipped``, each with a :class:`RunEvent`.
+The entries due at one instant share one timer in the scheduler's heap, so 100k idle
+entries cost no CPU and a thousand entries due on the same second cost one timer.
+When it fires, the runner decides for each entry what runs (the misfire policy, see
+:func:`plan_occurrences`; made once per distinct schedule), arms the entry for its next
+occurrence computed from the *scheduled* time (runs do not drift; a late run does not
+burst), and hands the runs to the workers, each run going through the entry's wrapper
+chain. Hooks see every run: ``before_run``, ``after_run``, ``failed`` and ``skipped``,
+each with a :class:`RunEvent`.
 """
 
 from __future__ import annotations
@@ -23,17 +25,18 @@ import functools
 import itertools
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
-from .clock import SystemClock
+from .clock import SystemClock, to_us
 from .errors import InvalidSchedule, SchedulerClosed
 from .fluent import Every
 from .interfaces import Clock
 from .scheduler import Scheduler, TimerHandle
-from .schedules import parse_schedule
+from .schedules import _Bounded, parse_schedule
 from .wrappers import JobSkipped, RunContext, Wrapper, _current, chain, recover
 
 __all__ = [
@@ -134,10 +137,10 @@ class EntrySnapshot:
     catch_up: str
 
 
-@dataclass(frozen=True)
-class RunEvent:
+class RunEvent(NamedTuple):
     """What a hook receives. ``duration`` and ``error`` are set after a run;
-    ``reason`` says why a run was skipped."""
+    ``reason`` says why a run was skipped. (A named tuple: cheap to make, as one is
+    made for every run.)"""
 
     event: str
     entry_id: int | None
@@ -152,24 +155,24 @@ class RunEvent:
 
 class _Entry:
     __slots__ = (
-        "args",
+        "call",
         "catch_up",
         "failures",
         "fn",
         "grace",
-        "handle",
         "id",
         "job",
-        "kwargs",
         "max_runs",
         "name",
         "next",
+        "plan_key",
         "prev",
         "removed",
         "running",
         "runs",
         "schedule",
         "skips",
+        "slot",
         "tags",
     )
 
@@ -190,24 +193,23 @@ class _Entry:
         self.name = name
         self.schedule = schedule
         self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
         self.tags = tags
         self.max_runs = max_runs
         self.grace = grace
         self.catch_up = catch_up
-        self.job: Callable[[], object] = self._call
+        # Its plans are shared with entries of the same schedule object (Cron._plan).
+        self.plan_key = (id(schedule), grace, catch_up)
+        # The bare call, without a Python frame of its own (wrapped by Cron.add).
+        self.call: Callable[[], object] = functools.partial(fn, *args, **kwargs)
+        self.job: Callable[[], object] = self.call
         self.next: datetime | None = None
         self.prev: datetime | None = None
-        self.handle: TimerHandle | None = None
+        self.slot: _Slot | None = None  # the timer it waits on, while armed
         self.runs = 0
         self.failures = 0
         self.skips = 0
         self.running = 0
         self.removed = False
-
-    def _call(self) -> object:
-        return self.fn(*self.args, **self.kwargs)
 
     def snapshot(self) -> EntrySnapshot:
         return EntrySnapshot(
@@ -225,6 +227,25 @@ class _Entry:
             grace=self.grace,
             catch_up=self.catch_up,
         )
+
+
+class _Slot:
+    """The one timer of the entries due at one instant (``key``: its microseconds)."""
+
+    __slots__ = ("entries", "handle", "key")
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+        self.entries: dict[int, _Entry] = {}
+        self.handle: TimerHandle | None = None
+
+
+# Plans made during one firing: by (id(schedule), grace, catch_up) and by
+# (schedule, grace, catch_up); see Cron._plan.
+_Memo = tuple[
+    dict[tuple[object, ...], tuple[Plan, int | None]],
+    dict[tuple[object, ...], tuple[Plan, int | None]],
+]
 
 
 def _as_schedule(schedule: object) -> SupportsNextAfter:
@@ -277,6 +298,7 @@ class Cron:
         self.catch_up_limit = catch_up_limit
         self._lock = threading.RLock()
         self._entries: dict[int, _Entry] = {}
+        self._slots: dict[int, _Slot] = {}  # armed timers by due time (microseconds)
         self._ids = itertools.count(1)
         self._running = False
         self._active = 0
@@ -336,7 +358,7 @@ class Cron:
                 None if grace is None else float(grace),
                 catch_up,
             )
-            entry.job = self._wrap(entry._call)
+            entry.job = self._wrap(entry.call)
             self._entries[entry.id] = entry
             if self._running:
                 entry.next = _first(sched, self._clock.now())
@@ -392,10 +414,13 @@ class Cron:
             scheduler = self._ensure_scheduler()
             now = self._clock.now()
             self._active += 1
+            entry.running += 1
             self._stopped.clear()
         try:
             scheduler.call_soon(self._run_once, entry, now)
         except SchedulerClosed:
+            with self._lock:
+                entry.running -= 1
             self._done_one()
             raise
 
@@ -488,93 +513,195 @@ class Cron:
         return self._scheduler
 
     def _arm(self, entry: _Entry) -> None:
-        # Called with the lock held.
-        if entry.next is None or not self._running or entry.removed:
+        # Called with the lock held. Entries due at the same instant share one timer.
+        when = entry.next
+        if when is None or not self._running or entry.removed:
             return
+        key = to_us(when)
+        slot = self._slots.get(key) or self._new_slot(key, when)
+        slot.entries[entry.id] = entry
+        entry.slot = slot
+
+    def _new_slot(self, key: int, when: datetime) -> _Slot:
+        # Called with the lock held.
         assert self._scheduler is not None
-        entry.handle = self._scheduler.call_at(entry.next, self._fire, entry, entry.next)
+        slot = self._slots[key] = _Slot(key)
+        slot.handle = self._scheduler.call_at(when, self._fire, slot)
+        return slot
 
     def _disarm(self, entry: _Entry) -> None:
         # Called with the lock held.
-        if entry.handle is not None:
-            entry.handle.cancel()
-            entry.handle = None
+        slot = entry.slot
+        if slot is None:
+            return
+        entry.slot = None
+        del slot.entries[entry.id]
+        if not slot.entries and self._slots.get(slot.key) is slot:
+            del self._slots[slot.key]
+            if slot.handle is not None:
+                slot.handle.cancel()
 
-    def _fire(self, entry: _Entry, scheduled: datetime) -> None:
-        """The timer of an entry went off (in a worker thread)."""
+    def _fire(self, slot: _Slot) -> None:
+        """The timer of the entries due at one instant went off (in a worker thread).
+
+        Under the lock, each entry's plan is made (once per distinct schedule: equal
+        schedules due together have equal plans) and its next occurrence armed; then the
+        runs are handed out: this thread and up to ``workers - 1`` more each take runs
+        from one queue until it is empty, so a burst costs a few pool hand-offs rather
+        than one per run, and a slow job holds up only the thread running it.
+        """
         now = self._clock.now()
+        runs: deque[tuple[_Entry, list[datetime]]] = deque()
+        missed: list[tuple[_Entry, datetime]] = []
+        broken: list[tuple[_Entry, datetime, Exception]] = []
         with self._lock:
-            if entry.removed or not self._running or entry.next != scheduled:
+            if not self._running or self._slots.get(slot.key) is not slot:
                 return
-            entry.handle = None
-            try:
-                plan = plan_occurrences(
-                    entry.schedule,
-                    scheduled,
-                    now,
-                    grace=entry.grace,
-                    catch_up=entry.catch_up,
-                    limit=self.catch_up_limit,
-                )
-            except Exception as exc:  # a schedule that cannot compute: the entry stops
-                logger.exception(
-                    "cron entry %d %s: its schedule failed; the entry is stopped",
-                    entry.id,
-                    entry.name,
-                    extra={"action": "schedule_failed"},
-                )
-                entry.next = None
-                entry.failures += 1
-                self._emit(RunEvent("failed", entry.id, entry.name, scheduled, 0.0, error=exc))
-                return
-            to_run = plan.to_run
-            if entry.max_runs is not None:
-                left = entry.max_runs - entry.runs - entry.running
-                to_run = to_run[: max(left, 0)]
-            entry.prev = to_run[-1] if to_run else entry.prev
-            entry.next = plan.next
-            if entry.max_runs is not None and entry.runs + entry.running + len(to_run) >= (
-                entry.max_runs
-            ):
-                entry.next = None
-            self._arm(entry)
-            self._active += len(to_run)
-            if to_run:
+            del self._slots[slot.key]
+            memo: _Memo = ({}, {})
+            by_id = memo[0]
+            slots = self._slots
+            handed_out = 0
+            for entry in slot.entries.values():
+                scheduled = entry.next
+                assert scheduled is not None
+                known = by_id.get(entry.plan_key)
+                if known is None:
+                    try:
+                        known = self._plan(entry, scheduled, now, memo)
+                    except Exception as exc:  # a schedule that cannot compute: it stops
+                        entry.slot = entry.next = None
+                        entry.failures += 1
+                        broken.append((entry, scheduled, exc))
+                        continue
+                plan, next_key = known
+                to_run = plan.to_run
+                nxt = plan.next
+                if entry.max_runs is not None:
+                    left = entry.max_runs - entry.runs - entry.running
+                    to_run = to_run[: max(left, 0)]
+                    if len(to_run) >= left:
+                        nxt = next_key = None
+                entry.next = nxt
+                if to_run:
+                    entry.prev = to_run[-1]
+                    entry.running += len(to_run)  # from now on: handed out
+                    handed_out += len(to_run)
+                    runs.append((entry, to_run))
+                if plan.missed:
+                    missed.extend([(entry, when) for when in plan.missed])
+                if next_key is None:
+                    entry.slot = None
+                else:  # arm (as _arm does, inlined: this loop runs for every entry)
+                    assert nxt is not None
+                    target = slots.get(next_key) or self._new_slot(next_key, nxt)
+                    target.entries[entry.id] = entry
+                    entry.slot = target
+            self._active += handed_out
+            if handed_out and self._stopped.is_set():
                 self._stopped.clear()
-        for when in plan.missed:
-            entry.skips += 1
-            late = (now - when).total_seconds()
-            logger.warning(
-                "cron entry %d %s missed %s (%.3fs late)",
+            scheduler = self._scheduler
+        for entry, scheduled, error in broken:
+            logger.error(
+                "cron entry %d %s: its schedule failed; the entry is stopped",
                 entry.id,
                 entry.name,
-                when.isoformat(),
-                late,
-                extra={"action": "missed"},
+                exc_info=error,
+                extra={"action": "schedule_failed"},
             )
-            self._emit(RunEvent("skipped", entry.id, entry.name, when, late, reason="missed"))
-        for when in to_run:
-            self._run_once(entry, when)
-        if entry.next is None and entry.max_runs is not None:
-            with self._lock:
-                if entry.runs + entry.running >= entry.max_runs:
-                    self._entries.pop(entry.id, None)
-                    entry.removed = True
+            self._emit(RunEvent("failed", entry.id, entry.name, scheduled, 0.0, error=error))
+        if runs:
+            assert scheduler is not None
+            workers = scheduler.workers
+            helpers = len(runs) - 1 if workers == 0 else min(len(runs), workers) - 1
+            try:
+                for _ in range(helpers):
+                    scheduler.call_soon(self._drain, runs)
+            except SchedulerClosed:
+                pass  # this thread runs the rest
+        for entry, when in missed:
+            self._skip_missed(entry, when, now)
+        self._drain(runs)
+
+    def _plan(
+        self, entry: _Entry, scheduled: datetime, now: datetime, memo: _Memo
+    ) -> tuple[Plan, int | None]:
+        """The entry's plan and the microseconds of its next occurrence. Equal schedules
+        due together have equal plans, so within one firing each is made once: looked
+        up by the schedule's identity first (text schedules are parsed once and
+        shared), then by value. Only the engine's own schedules, whose ``next_after``
+        depends on nothing but their value, are shared."""
+        schedule = entry.schedule
+        by_id, by_value = memo
+        ident = entry.plan_key
+        known = by_id.get(ident)
+        if known is not None:
+            return known
+        value = (schedule, entry.grace, entry.catch_up)
+        shared = isinstance(schedule, _Bounded)
+        if shared:
+            known = by_value.get(value)
+        if known is None:
+            plan = plan_occurrences(
+                schedule,
+                scheduled,
+                now,
+                grace=entry.grace,
+                catch_up=entry.catch_up,
+                limit=self.catch_up_limit,
+            )
+            known = (plan, None if plan.next is None else to_us(plan.next))
+        if shared:
+            by_id[ident] = by_value[value] = known
+        return known
+
+    def _skip_missed(self, entry: _Entry, when: datetime, now: datetime) -> None:
+        with self._lock:
+            entry.skips += 1
+        late = (now - when).total_seconds()
+        logger.warning(
+            "cron entry %d %s missed %s (%.3fs late)",
+            entry.id,
+            entry.name,
+            when.isoformat(),
+            late,
+            extra={"action": "missed"},
+        )
+        self._emit(RunEvent("skipped", entry.id, entry.name, when, late, reason="missed"))
+
+    def _drain(self, runs: deque[tuple[_Entry, list[datetime]]]) -> None:
+        """Take an entry's runs from the queue until it is empty. The runs of one entry
+        (several when ``catch_up="all"`` catches up) run one after another, in order."""
+        popleft = runs.popleft
+        while True:
+            try:
+                entry, whens = popleft()
+            except IndexError:
+                return
+            for scheduled in whens:
+                self._run_once(entry, scheduled)
 
     def _run_once(self, entry: _Entry, scheduled: datetime) -> None:
-        """Run the wrapped job once (``_active`` was counted by the caller)."""
+        """Run the wrapped job once. The caller counted it in ``_active`` and in
+        ``entry.running`` (a run counts as running from when it is handed out, so that
+        ``max_runs`` is never exceeded). Every run of a burst goes through here, so it
+        takes the lock once and makes events only for hooks that listen."""
+        clock = self._clock
+        hooks = self._hooks
+        started = clock.now()
+        lateness = (started - scheduled).total_seconds()
+        error: BaseException | None = None
+        skipped: str | None = None
+        duration = 0.0
+        escaped = True  # until the job has returned or raised an Exception
         try:
-            clock = self._clock
-            started = clock.now()
-            lateness = (started - scheduled).total_seconds()
-            with self._lock:
-                entry.running += 1
             context = RunContext(entry.id, entry.name, scheduled, clock, self._control)
-            self._emit(RunEvent("before_run", entry.id, entry.name, scheduled, lateness, started))
+            if hooks["before_run"]:
+                self._emit(
+                    RunEvent("before_run", entry.id, entry.name, scheduled, lateness, started)
+                )
             began = clock.monotonic()
             reset = _current.set(context)
-            error: BaseException | None = None
-            skipped: str | None = None
             try:
                 entry.job()
             except JobSkipped as exc:
@@ -584,32 +711,69 @@ class Cron:
                 logger.exception("cron job %s failed", entry.name, extra={"action": "job_failed"})
             finally:
                 _current.reset(reset)
-                with self._lock:
-                    entry.running -= 1
-            duration = clock.monotonic() - began
+                duration = clock.monotonic() - began
             if error is None and context.errors:
                 error = context.errors[-1]
+            escaped = False
+        finally:
             with self._lock:
+                entry.running -= 1
                 if skipped is not None:
                     entry.skips += 1
                 else:
                     entry.runs += 1
                     if error is not None:
                         entry.failures += 1
-            event = functools.partial(
-                RunEvent,
-                entry_id=entry.id,
-                name=entry.name,
-                scheduled=scheduled,
-                lateness=lateness,
-                started=started,
-            )
+                if (
+                    entry.max_runs is not None
+                    and entry.next is None
+                    and not entry.removed
+                    and entry.runs + entry.running >= entry.max_runs
+                ):
+                    self._entries.pop(entry.id, None)
+                    entry.removed = True
+                if skipped is not None:
+                    listeners = hooks["skipped"]
+                else:
+                    listeners = hooks["after_run"] or (hooks["failed"] if error else [])
+                if escaped or not listeners:  # done here: nothing more to tell
+                    self._active -= 1
+                    if self._active == 0 and not self._running:
+                        self._stopped.set()
+        if escaped or not listeners:
+            return
+        try:  # the hooks hear of it before stop() counts the run as finished
             if skipped is not None:
-                self._emit(event("skipped", reason=skipped))
+                self._emit(
+                    RunEvent(
+                        "skipped",
+                        entry.id,
+                        entry.name,
+                        scheduled,
+                        lateness,
+                        started,
+                        reason=skipped,
+                    )
+                )
                 return
             if error is not None:
-                self._emit(event("failed", duration=duration, error=error))
-            self._emit(event("after_run", duration=duration, error=error))
+                self._emit(
+                    RunEvent(
+                        "failed",
+                        entry.id,
+                        entry.name,
+                        scheduled,
+                        lateness,
+                        started,
+                        duration,
+                        error,
+                    )
+                )
+            self._emit(
+                RunEvent(
+                    "after_run", entry.id, entry.name, scheduled, lateness, started, duration, error
+                )
+            )
         finally:
             self._done_one()
 

@@ -57,7 +57,7 @@ class JobSkipped(HtaskError, RuntimeError):
     """Raised by a wrapper to say that this run does not happen (and why)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class RunContext:
     """What a running job (and its wrappers) can know about the run."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,10 +15,12 @@ from django_htask.engine import (
     InvalidSchedule,
     RunEvent,
     Scheduler,
+    current_run,
     every,
     plan_occurrences,
     skip_if_still_running,
 )
+from django_htask.engine import cron as cron_module
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -370,3 +373,155 @@ def test_dst_in_the_runner(cron: Cron) -> None:
     clock.advance(3600 * 2)
     assert seen == [datetime(2026, 3, 29, 1, 0, tzinfo=UTC)]  # 03:00 CEST, the gap's end
     assert berlin.stop().wait(5)
+
+
+# -- bursts: entries due at the same instant ----------------------------------------------
+def _wait_for(condition: Callable[[], bool]) -> bool:
+    pause = threading.Event()
+    for _ in range(500):
+        if condition():
+            return True
+        pause.wait(0.01)
+    return condition()
+
+
+def test_entries_due_together_share_one_timer_and_one_plan(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plans: list[datetime] = []
+    real = cron_module.plan_occurrences
+
+    def counting(schedule: object, scheduled: datetime, *args: object, **kw: object) -> object:
+        plans.append(scheduled)
+        return real(schedule, scheduled, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cron_module, "plan_occurrences", counting)
+    seen: list[int] = []
+    with Scheduler(workers=2, clock=clock) as scheduler:
+        cron = Cron(scheduler=scheduler)
+        for i in range(50):
+            cron.add("* * * * * *", seen.append, i)
+        # equal schedules made separately share plans too (compared by value)
+        for i in range(50, 60):
+            cron.add(IntervalSchedule(1, anchor=T0), seen.append, i)
+        cron.start()
+        assert len(scheduler) == 1  # one timer for sixty entries
+        clock.advance(1)
+        assert sorted(seen) == list(range(60))
+        assert plans == [T0 + timedelta(seconds=1)] * 2  # one per distinct schedule
+        assert len(scheduler) == 1
+        assert {(e.runs, e.prev, e.next) for e in cron.entries()} == {
+            (1, T0 + timedelta(seconds=1), T0 + timedelta(seconds=2))
+        }
+        clock.advance(1)
+        assert len(seen) == 120
+        assert cron.stop().wait(5)
+
+
+class _CountingSchedule:
+    """A schedule of the user's own: its plans are never shared (it may keep state)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def next_after(self, dt: datetime) -> datetime:
+        self.calls += 1
+        return dt.replace(microsecond=0) + timedelta(seconds=1)
+
+
+def test_schedules_of_other_types_are_asked_for_every_entry(clock: FakeClock, cron: Cron) -> None:
+    schedule = _CountingSchedule()
+    seen: list[int] = []
+    for i in range(3):
+        cron.add(schedule, seen.append, i)
+    cron.start()
+    assert schedule.calls == 3  # the first occurrence of each
+    clock.advance(1)
+    assert sorted(seen) == [0, 1, 2]
+    assert schedule.calls == 6
+
+
+@pytest.mark.parametrize("workers", [2, 0])
+def test_a_slow_job_in_a_burst_does_not_hold_up_the_others(clock: FakeClock, workers: int) -> None:
+    cron = Cron(clock=clock, workers=workers)
+    release = threading.Event()
+    started = threading.Event()
+    done: list[int] = []
+
+    def slow() -> None:
+        started.set()
+        release.wait(10)
+
+    cron.add("* * * * * *", slow, max_runs=1)
+    for i in range(5):
+        cron.add("* * * * * *", done.append, i, max_runs=1)
+    cron.start()
+    clock.advance(1, wait=False)
+    assert started.wait(5)
+    assert _wait_for(lambda: len(done) == 5)  # while slow() still holds its thread
+    assert sorted(done) == list(range(5))
+    assert not release.is_set()
+    release.set()
+    assert cron.stop().wait(5)
+
+
+def test_max_runs_in_a_burst_is_exact_and_removes_every_entry(clock: FakeClock, cron: Cron) -> None:
+    seen: list[int] = []
+    for i in range(10):
+        cron.add("* * * * * *", seen.append, i, max_runs=2)
+    cron.start()
+    clock.advance(5)
+    assert sorted(seen) == sorted(list(range(10)) * 2)
+    assert cron.entries() == []
+
+
+def test_removing_entries_of_a_shared_timer(clock: FakeClock) -> None:
+    with Scheduler(workers=2, clock=clock) as scheduler:
+        cron = Cron(scheduler=scheduler)
+        seen: list[int] = []
+        ids = [cron.add("* * * * * *", seen.append, i) for i in range(3)]
+        cron.start()
+        assert cron.remove(ids[0])
+        assert len(scheduler) == 1  # the others still wait on it
+        clock.advance(1)
+        assert sorted(seen) == [1, 2]
+        assert cron.remove(ids[1]) and cron.remove(ids[2])
+        assert len(scheduler) == 0  # the last one out cancels the timer
+        clock.advance(2)
+        assert sorted(seen) == [1, 2]
+        assert cron.stop().wait(5)
+
+
+def test_catch_up_all_runs_an_entrys_occurrences_in_order_one_at_a_time(
+    clock: FakeClock,
+) -> None:
+    # Blocked workers make the shared timer fire late: each entry has 3 to catch up.
+    scheduler = Scheduler(workers=4, clock=clock)
+    cron = Cron(scheduler=scheduler)
+    release = threading.Event()
+    for _ in range(4):
+        scheduler.call_soon(release.wait, 10)
+    seen: dict[int, list[datetime]] = {i: [] for i in range(4)}
+    overlaps: list[int] = []
+    locks = {i: threading.Lock() for i in range(4)}
+
+    def job(i: int) -> None:
+        if not locks[i].acquire(blocking=False):
+            overlaps.append(i)
+            return
+        try:
+            seen[i].append(current_run().scheduled)  # type: ignore[union-attr]
+        finally:
+            locks[i].release()
+
+    for i in range(4):
+        cron.add(IntervalSchedule(10, anchor=T0), job, i, catch_up="all")
+    cron.start()
+    clock.advance(35, wait=False)
+    release.set()
+    clock.advance(0)
+    assert overlaps == []
+    assert seen == {i: secs(10, 20, 30) for i in range(4)}
+    assert {e.runs for e in cron.entries()} == {3}
+    assert cron.stop().wait(5)
+    scheduler.close()

@@ -417,7 +417,7 @@ class Cron:
             entry.running += 1
             self._stopped.clear()
         try:
-            scheduler.call_soon(self._run_once, entry, now)
+            scheduler.call_soon(self._drain, deque([(entry, [now])]))
         except SchedulerClosed:
             with self._lock:
                 entry.running -= 1
@@ -670,112 +670,117 @@ class Cron:
         self._emit(RunEvent("skipped", entry.id, entry.name, when, late, reason="missed"))
 
     def _drain(self, runs: deque[tuple[_Entry, list[datetime]]]) -> None:
-        """Take an entry's runs from the queue until it is empty. The runs of one entry
-        (several when ``catch_up="all"`` catches up) run one after another, in order."""
+        """Take an entry's runs from the queue until it is empty, and run each once
+        through the entry's wrappers. The runs of one entry (several when
+        ``catch_up="all"`` catches up) run one after another, in order.
+
+        The caller counted every run in ``_active`` and in ``entry.running`` (a run
+        counts as running from when it is handed out, so that ``max_runs`` is never
+        exceeded). Every run of a burst goes through this loop, so what does not change
+        between runs is read once, the lock is taken once per run, and events are made
+        only for hooks that listen.
+        """
         popleft = runs.popleft
+        clock = self._clock
+        now = clock.now
+        monotonic = clock.monotonic
+        hooks = self._hooks
+        control = self._control
+        set_current = _current.set
+        reset_current = _current.reset
         while True:
             try:
                 entry, whens = popleft()
             except IndexError:
                 return
             for scheduled in whens:
-                self._run_once(entry, scheduled)
+                started = now()
+                lateness = (started - scheduled).total_seconds()
+                error: BaseException | None = None
+                skipped: str | None = None
+                context = RunContext(entry.id, entry.name, scheduled, clock, control)
+                if hooks["before_run"]:
+                    self._emit(
+                        RunEvent("before_run", entry.id, entry.name, scheduled, lateness, started)
+                    )
+                began = monotonic()
+                reset = set_current(context)
+                try:
+                    entry.job()
+                except JobSkipped as exc:
+                    skipped = str(exc)
+                except BaseException as exc:  # SystemExit too: a job never ends a worker
+                    error = exc
+                    logger.exception(
+                        "cron job %s failed", entry.name, extra={"action": "job_failed"}
+                    )
+                finally:
+                    reset_current(reset)
+                duration = monotonic() - began
+                if error is None and context.errors:
+                    error = context.errors[-1]
+                if self._ran(entry, skipped, error):
+                    try:  # the hooks hear of it before stop() counts the run as finished
+                        self._tell(entry, scheduled, lateness, started, duration, error, skipped)
+                    finally:
+                        self._done_one()
 
-    def _run_once(self, entry: _Entry, scheduled: datetime) -> None:
-        """Run the wrapped job once. The caller counted it in ``_active`` and in
-        ``entry.running`` (a run counts as running from when it is handed out, so that
-        ``max_runs`` is never exceeded). Every run of a burst goes through here, so it
-        takes the lock once and makes events only for hooks that listen."""
-        clock = self._clock
-        hooks = self._hooks
-        started = clock.now()
-        lateness = (started - scheduled).total_seconds()
-        error: BaseException | None = None
-        skipped: str | None = None
-        duration = 0.0
-        escaped = True  # until the job has returned or raised an Exception
-        try:
-            context = RunContext(entry.id, entry.name, scheduled, clock, self._control)
-            if hooks["before_run"]:
-                self._emit(
-                    RunEvent("before_run", entry.id, entry.name, scheduled, lateness, started)
-                )
-            began = clock.monotonic()
-            reset = _current.set(context)
-            try:
-                entry.job()
-            except JobSkipped as exc:
-                skipped = str(exc)
-            except Exception as exc:
-                error = exc
-                logger.exception("cron job %s failed", entry.name, extra={"action": "job_failed"})
-            finally:
-                _current.reset(reset)
-                duration = clock.monotonic() - began
-            if error is None and context.errors:
-                error = context.errors[-1]
-            escaped = False
-        finally:
-            with self._lock:
-                entry.running -= 1
-                if skipped is not None:
-                    entry.skips += 1
-                else:
-                    entry.runs += 1
-                    if error is not None:
-                        entry.failures += 1
-                if (
-                    entry.max_runs is not None
-                    and entry.next is None
-                    and not entry.removed
-                    and entry.runs + entry.running >= entry.max_runs
-                ):
-                    self._entries.pop(entry.id, None)
-                    entry.removed = True
-                if skipped is not None:
-                    listeners = hooks["skipped"]
-                else:
-                    listeners = hooks["after_run"] or (hooks["failed"] if error else [])
-                if escaped or not listeners:  # done here: nothing more to tell
-                    self._active -= 1
-                    if self._active == 0 and not self._running:
-                        self._stopped.set()
-        if escaped or not listeners:
+    def _tell(
+        self,
+        entry: _Entry,
+        scheduled: datetime,
+        lateness: float,
+        started: datetime,
+        duration: float,
+        error: BaseException | None,
+        skipped: str | None,
+    ) -> None:
+        """Emit the events of a finished run: ``skipped``, or ``failed`` and ``after_run``."""
+        event = functools.partial(
+            RunEvent,
+            entry_id=entry.id,
+            name=entry.name,
+            scheduled=scheduled,
+            lateness=lateness,
+            started=started,
+        )
+        if skipped is not None:
+            self._emit(event("skipped", reason=skipped))
             return
-        try:  # the hooks hear of it before stop() counts the run as finished
+        if error is not None:
+            self._emit(event("failed", duration=duration, error=error))
+        self._emit(event("after_run", duration=duration, error=error))
+
+    def _ran(self, entry: _Entry, skipped: str | None, error: BaseException | None) -> bool:
+        """Count a finished run. True if hooks are still to hear of it (the caller then
+        calls ``_done_one``); otherwise the run is counted as finished here."""
+        hooks = self._hooks
+        with self._lock:
+            entry.running -= 1
             if skipped is not None:
-                self._emit(
-                    RunEvent(
-                        "skipped",
-                        entry.id,
-                        entry.name,
-                        scheduled,
-                        lateness,
-                        started,
-                        reason=skipped,
-                    )
-                )
-                return
-            if error is not None:
-                self._emit(
-                    RunEvent(
-                        "failed",
-                        entry.id,
-                        entry.name,
-                        scheduled,
-                        lateness,
-                        started,
-                        duration,
-                        error,
-                    )
-                )
-            self._emit(
-                RunEvent(
-                    "after_run", entry.id, entry.name, scheduled, lateness, started, duration, error
-                )
-            )
-        finally:
-            self._done_one()
+                entry.skips += 1
+            else:
+                entry.runs += 1
+                if error is not None:
+                    entry.failures += 1
+            if (
+                entry.max_runs is not None
+                and entry.next is None
+                and not entry.removed
+                and entry.runs + entry.running >= entry.max_runs
+            ):
+                self._entries.pop(entry.id, None)
+                entry.removed = True
+            if skipped is not None:
+                listeners = hooks["skipped"]
+            else:
+                listeners = hooks["after_run"] or (hooks["failed"] if error else [])
+            if not listeners:  # finished: nothing more to tell
+                self._active -= 1
+                if self._active == 0 and not self._running:
+                    self._stopped.set()
+                return False
+            return True
 
     def _done_one(self) -> None:
         with self._lock:

@@ -525,3 +525,22 @@ def test_catch_up_all_runs_an_entrys_occurrences_in_order_one_at_a_time(
     assert {e.runs for e in cron.entries()} == {3}
     assert cron.stop().wait(5)
     scheduler.close()
+
+
+def test_a_job_raising_system_exit_fails_alone(clock: FakeClock) -> None:
+    cron = Cron(clock=clock, workers=1)  # one thread runs the whole burst
+    seen: list[int] = []
+
+    def leave() -> None:
+        raise SystemExit(3)
+
+    failing = cron.add("* * * * * *", leave, max_runs=1)
+    for i in range(3):
+        cron.add("* * * * * *", seen.append, i, max_runs=1)
+    failed: list[RunEvent] = []
+    cron.on("failed", failed.append)
+    cron.start()
+    clock.advance(1)
+    assert sorted(seen) == [0, 1, 2]
+    assert [(e.entry_id, type(e.error)) for e in failed] == [(failing, SystemExit)]
+    assert cron.stop().wait(5)

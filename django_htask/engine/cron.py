@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any, Literal, NamedTuple, Protocol
 
 from .clock import SystemClock, to_us
-from .errors import InvalidSchedule, SchedulerClosed
+from .errors import InvalidSchedule, SchedulerClosed, SchedulerFull
 from .fluent import Every
 from .interfaces import Clock
 from .scheduler import Scheduler, TimerHandle
@@ -359,10 +359,10 @@ class Cron:
                 catch_up,
             )
             entry.job = self._wrap(entry.call)
-            self._entries[entry.id] = entry
-            if self._running:
+            if self._running:  # armed first: if its timer is refused, nothing is added
                 entry.next = _first(sched, self._clock.now())
                 self._arm(entry)
+            self._entries[entry.id] = entry
         logger.debug(
             "added entry %d %s (%s)", entry.id, label, sched, extra={"action": "entry_added"}
         )
@@ -418,7 +418,7 @@ class Cron:
             self._stopped.clear()
         try:
             scheduler.call_soon(self._drain, deque([(entry, [now])]))
-        except SchedulerClosed:
+        except (SchedulerFull, SchedulerClosed):
             with self._lock:
                 entry.running -= 1
             self._done_one()
@@ -466,10 +466,17 @@ class Cron:
             self._ensure_scheduler()
             self._running = True
             now = self._clock.now()
+            broken: list[tuple[_Entry, datetime, Exception]] = []
             for entry in self._entries.values():
-                entry.next = _first(entry.schedule, now)
-                self._arm(entry)
+                try:
+                    entry.next = _first(entry.schedule, now)
+                    self._arm(entry)
+                except Exception as exc:  # its schedule failed, or its timer was refused
+                    entry.next = None
+                    entry.failures += 1
+                    broken.append((entry, now, exc))
         logger.info("cron started with %d entries", len(self._entries), extra={"action": "started"})
+        self._report_stopped(broken)
 
     def stop(self) -> threading.Event:
         """Stop firing; return an Event that is set once the running jobs have finished.
@@ -525,8 +532,9 @@ class Cron:
     def _new_slot(self, key: int, when: datetime) -> _Slot:
         # Called with the lock held.
         assert self._scheduler is not None
-        slot = self._slots[key] = _Slot(key)
+        slot = _Slot(key)
         slot.handle = self._scheduler.call_at(when, self._fire, slot)
+        self._slots[key] = slot
         return slot
 
     def _disarm(self, entry: _Entry) -> None:
@@ -594,22 +602,20 @@ class Cron:
                     entry.slot = None
                 else:  # arm (as _arm does, inlined: this loop runs for every entry)
                     assert nxt is not None
-                    target = slots.get(next_key) or self._new_slot(next_key, nxt)
-                    target.entries[entry.id] = entry
-                    entry.slot = target
+                    try:
+                        target = slots.get(next_key) or self._new_slot(next_key, nxt)
+                    except (SchedulerFull, SchedulerClosed) as exc:  # a shared scheduler
+                        entry.slot = entry.next = None
+                        entry.failures += 1
+                        broken.append((entry, nxt, exc))
+                    else:
+                        target.entries[entry.id] = entry
+                        entry.slot = target
             self._active += handed_out
             if handed_out and self._stopped.is_set():
                 self._stopped.clear()
             scheduler = self._scheduler
-        for entry, scheduled, error in broken:
-            logger.error(
-                "cron entry %d %s: its schedule failed; the entry is stopped",
-                entry.id,
-                entry.name,
-                exc_info=error,
-                extra={"action": "schedule_failed"},
-            )
-            self._emit(RunEvent("failed", entry.id, entry.name, scheduled, 0.0, error=error))
+        self._report_stopped(broken)
         if runs:
             assert scheduler is not None
             workers = scheduler.workers
@@ -617,11 +623,25 @@ class Cron:
             try:
                 for _ in range(helpers):
                     scheduler.call_soon(self._drain, runs)
-            except SchedulerClosed:
-                pass  # this thread runs the rest
+            except (SchedulerFull, SchedulerClosed):
+                pass  # no room for helpers: this thread runs the rest
         for entry, when in missed:
             self._skip_missed(entry, when, now)
         self._drain(runs)
+
+    def _report_stopped(self, broken: list[tuple[_Entry, datetime, Exception]]) -> None:
+        """Log and report (``failed``) the entries that were stopped because their
+        schedule failed or their next timer was refused; they fire no more."""
+        for entry, scheduled, error in broken:
+            logger.error(
+                "cron entry %d %s is stopped: %s",
+                entry.id,
+                entry.name,
+                error,
+                exc_info=error,
+                extra={"action": "entry_stopped"},
+            )
+            self._emit(RunEvent("failed", entry.id, entry.name, scheduled, 0.0, error=error))
 
     def _plan(
         self, entry: _Entry, scheduled: datetime, now: datetime, memo: _Memo

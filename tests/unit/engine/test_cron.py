@@ -15,6 +15,7 @@ from django_htask.engine import (
     InvalidSchedule,
     RunEvent,
     Scheduler,
+    SchedulerFull,
     current_run,
     every,
     plan_occurrences,
@@ -544,3 +545,54 @@ def test_a_job_raising_system_exit_fails_alone(clock: FakeClock) -> None:
     assert sorted(seen) == [0, 1, 2]
     assert [(e.entry_id, type(e.error)) for e in failed] == [(failing, SystemExit)]
     assert cron.stop().wait(5)
+
+
+def test_a_refused_timer_stops_only_that_entry_and_is_reported(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A scheduler shared with other work, with room for two pending timers.
+    with Scheduler(workers=2, capacity=2, clock=clock) as scheduler:
+        scheduler.call_at(T0 + timedelta(days=1), lambda: None)  # takes one place
+        cron = Cron(scheduler=scheduler)
+        failed: list[RunEvent] = []
+        cron.on("failed", failed.append)
+        seen: list[tuple[str, datetime]] = []
+        a = cron.add("* * * * * *", lambda: seen.append(("a", clock.now())))
+        b = cron.add(
+            IntervalSchedule(2, anchor=T0 + timedelta(seconds=1)),
+            lambda: seen.append(("b", clock.now())),
+        )
+        cron.start()  # both due at T0+1s: one timer
+        # no room for an entry due at another instant: refused, and not added
+        with pytest.raises(SchedulerFull):
+            cron.add(IntervalSchedule(7, anchor=T0), print)
+        assert [e.id for e in cron.entries()] == [a, b]
+        clock.advance(1)  # a is next due at +2s (a new timer), b at +3s: refused
+        assert sorted(seen) == [("a", T0 + timedelta(seconds=1)), ("b", T0 + timedelta(seconds=1))]
+        assert [(e.entry_id, type(e.error)) for e in failed] == [(b, SchedulerFull)]
+        assert cron.entry(b).next is None and cron.entry(b).failures == 1
+        assert "is stopped" in caplog.text
+        clock.advance(2)
+        assert [name for name, _ in seen].count("a") == 3  # a goes on
+        assert [name for name, _ in seen].count("b") == 1
+        assert cron.stop().wait(5)
+
+
+class _BrokenSchedule:
+    def next_after(self, dt: datetime) -> datetime:
+        raise RuntimeError("no more")
+
+
+def test_start_stops_an_entry_whose_schedule_fails_and_arms_the_rest(
+    clock: FakeClock, cron: Cron
+) -> None:
+    seen: list[int] = []
+    broken = cron.add(_BrokenSchedule(), seen.append, 0)
+    cron.add("* * * * * *", seen.append, 1)
+    failed: list[RunEvent] = []
+    cron.on("failed", failed.append)
+    cron.start()
+    assert [(e.entry_id, str(e.error)) for e in failed] == [(broken, "no more")]
+    assert cron.entry(broken).next is None
+    clock.advance(2)
+    assert seen == [1, 1]

@@ -647,20 +647,15 @@ class Cron:
         self, entry: _Entry, scheduled: datetime, now: datetime, memo: _Memo
     ) -> tuple[Plan, int | None]:
         """The entry's plan and the microseconds of its next occurrence. Equal schedules
-        due together have equal plans, so within one firing each is made once: looked
-        up by the schedule's identity first (text schedules are parsed once and
-        shared), then by value. Only the engine's own schedules, whose ``next_after``
-        depends on nothing but their value, are shared."""
+        due together have equal plans, so within one firing each is made once: the
+        caller looks it up by the schedule's identity (text schedules are parsed once
+        and shared), this by value. Only the engine's own schedules, whose
+        ``next_after`` depends on nothing but their value, are shared."""
         schedule = entry.schedule
         by_id, by_value = memo
-        ident = entry.plan_key
-        known = by_id.get(ident)
-        if known is not None:
-            return known
         value = (schedule, entry.grace, entry.catch_up)
         shared = isinstance(schedule, _Bounded)
-        if shared:
-            known = by_value.get(value)
+        known = by_value.get(value) if shared else None
         if known is None:
             plan = plan_occurrences(
                 schedule,
@@ -672,7 +667,7 @@ class Cron:
             )
             known = (plan, None if plan.next is None else to_us(plan.next))
         if shared:
-            by_id[ident] = by_value[value] = known
+            by_id[entry.plan_key] = by_value[value] = known
         return known
 
     def _skip_missed(self, entry: _Entry, when: datetime, now: datetime) -> None:

@@ -578,21 +578,30 @@ def test_a_refused_timer_stops_only_that_entry_and_is_reported(
         assert cron.stop().wait(5)
 
 
-class _BrokenSchedule:
+class _FailingSchedule:
+    """A schedule of the user's own that answers ``works`` times, then raises."""
+
+    def __init__(self, works: int) -> None:
+        self.works = works
+
     def next_after(self, dt: datetime) -> datetime:
-        raise RuntimeError("no more")
+        if self.works <= 0:
+            raise RuntimeError("lost its way")
+        self.works -= 1
+        return dt.replace(microsecond=0) + timedelta(seconds=1)
 
 
-def test_start_stops_an_entry_whose_schedule_fails_and_arms_the_rest(
-    clock: FakeClock, cron: Cron
+@pytest.mark.parametrize("works", [0, 1], ids=["at start", "when it fires"])
+def test_an_entry_whose_schedule_fails_is_stopped_and_reported_alone(
+    clock: FakeClock, cron: Cron, works: int
 ) -> None:
     seen: list[int] = []
-    broken = cron.add(_BrokenSchedule(), seen.append, 0)
+    failing = cron.add(_FailingSchedule(works), seen.append, 0)
     cron.add("* * * * * *", seen.append, 1)
     failed: list[RunEvent] = []
     cron.on("failed", failed.append)
     cron.start()
-    assert [(e.entry_id, str(e.error)) for e in failed] == [(broken, "no more")]
-    assert cron.entry(broken).next is None
     clock.advance(2)
+    assert [(e.entry_id, str(e.error)) for e in failed] == [(failing, "lost its way")]
+    assert cron.entry(failing).next is None and cron.entry(failing).runs == 0
     assert seen == [1, 1]

@@ -158,7 +158,6 @@ class _Entry:
         "call",
         "catch_up",
         "failures",
-        "fn",
         "grace",
         "id",
         "job",
@@ -192,7 +191,6 @@ class _Entry:
         self.id = entry_id
         self.name = name
         self.schedule = schedule
-        self.fn = fn
         self.tags = tags
         self.max_runs = max_runs
         self.grace = grace
@@ -472,9 +470,7 @@ class Cron:
                     entry.next = _first(entry.schedule, now)
                     self._arm(entry)
                 except Exception as exc:  # its schedule failed, or its timer was refused
-                    entry.next = None
-                    entry.failures += 1
-                    broken.append((entry, now, exc))
+                    _stop(entry, now, exc, broken)
         logger.info("cron started with %d entries", len(self._entries), extra={"action": "started"})
         self._report_stopped(broken)
 
@@ -519,12 +515,14 @@ class Cron:
             self._control = Scheduler(workers=1, clock=self._clock, name="htask-cron-control")
         return self._scheduler
 
-    def _arm(self, entry: _Entry) -> None:
-        # Called with the lock held. Entries due at the same instant share one timer.
+    def _arm(self, entry: _Entry, key: int | None = None) -> None:
+        # Called with the lock held. Entries due at the same instant share one timer;
+        # ``key``: that instant in microseconds, if the caller knows it.
         when = entry.next
         if when is None or not self._running or entry.removed:
             return
-        key = to_us(when)
+        if key is None:
+            key = to_us(when)
         slot = self._slots.get(key) or self._new_slot(key, when)
         slot.entries[entry.id] = entry
         entry.slot = slot
@@ -568,9 +566,9 @@ class Cron:
             del self._slots[slot.key]
             memo: _Memo = ({}, {})
             by_id = memo[0]
-            slots = self._slots
             handed_out = 0
             for entry in slot.entries.values():
+                entry.slot = None
                 scheduled = entry.next
                 assert scheduled is not None
                 known = by_id.get(entry.plan_key)
@@ -578,9 +576,7 @@ class Cron:
                     try:
                         known = self._plan(entry, scheduled, now, memo)
                     except Exception as exc:  # a schedule that cannot compute: it stops
-                        entry.slot = entry.next = None
-                        entry.failures += 1
-                        broken.append((entry, scheduled, exc))
+                        _stop(entry, scheduled, exc, broken)
                         continue
                 plan, next_key = known
                 to_run = plan.to_run
@@ -598,19 +594,11 @@ class Cron:
                     runs.append((entry, to_run))
                 if plan.missed:
                     missed.extend([(entry, when) for when in plan.missed])
-                if next_key is None:
-                    entry.slot = None
-                else:  # arm (as _arm does, inlined: this loop runs for every entry)
-                    assert nxt is not None
-                    try:
-                        target = slots.get(next_key) or self._new_slot(next_key, nxt)
-                    except (SchedulerFull, SchedulerClosed) as exc:  # a shared scheduler
-                        entry.slot = entry.next = None
-                        entry.failures += 1
-                        broken.append((entry, nxt, exc))
-                    else:
-                        target.entries[entry.id] = entry
-                        entry.slot = target
+                try:
+                    self._arm(entry, next_key)
+                except (SchedulerFull, SchedulerClosed) as exc:  # a shared scheduler
+                    assert nxt is not None  # only a timer it tried to add is refused
+                    _stop(entry, nxt, exc, broken)
             self._active += handed_out
             if handed_out and self._stopped.is_set():
                 self._stopped.clear()
@@ -806,6 +794,19 @@ class Cron:
     def __repr__(self) -> str:
         state = "running" if self._running else "stopped"
         return f"<Cron {state} entries={len(self._entries)}>"
+
+
+def _stop(
+    entry: _Entry,
+    when: datetime,
+    error: Exception,
+    broken: list[tuple[_Entry, datetime, Exception]],
+) -> None:
+    """Stop an entry whose schedule failed or whose timer was refused (called with the
+    lock held); the caller reports ``broken`` with ``Cron._report_stopped``."""
+    entry.next = None
+    entry.failures += 1
+    broken.append((entry, when, error))
 
 
 def _first(schedule: SupportsNextAfter, now: datetime) -> datetime | None:

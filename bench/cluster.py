@@ -21,57 +21,27 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.cluster.site import ClusterSite  # noqa: E402
 from tests.pgcluster import PostgresCluster  # noqa: E402
 
 SETTINGS = "tests.cluster.bench_settings"
 NOOP = "tests.cluster.clusterapp.tasks:noop"
 
 
-class Bench:
+class Bench(ClusterSite):
     def __init__(self, pg: PostgresCluster, log: Path) -> None:
-        self.pg = pg
-        self.env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": SETTINGS,
-            "HTASK_CLUSTER_DB_URL": pg.url,
-            "HTASK_CLUSTER_LOG": str(log),
-            "PYTHONPATH": str(ROOT),
-        }
-
-    def django(self, code: str) -> str:
-        result = subprocess.run(
-            [sys.executable, "-c", "import django\ndjango.setup()\n" + code],
-            env=self.env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode:
-            raise RuntimeError(result.stderr)
-        return result.stdout
-
-    def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
-        import psycopg
-
-        with psycopg.connect(self.pg.url, autocommit=True) as conn:
-            cursor = conn.execute(query, params)
-            return cursor.fetchall() if cursor.description else []
-
-    def one(self, query: str, *params: Any) -> Any:
-        return self.sql(query, *params)[0][0]
+        super().__init__(pg, log, SETTINGS)
 
     def manage(self, *args: str, banner: bool = False) -> subprocess.Popen[str]:
         """Start a management command; with ``banner``, its stdout is a pipe to read
         the banner from (read no further: nothing else is printed there)."""
         return subprocess.Popen(
             [sys.executable, "-m", "django", *args],
-            env=self.env,
+            env={**os.environ, **self.env},
             cwd=ROOT,
             stdout=subprocess.PIPE if banner else subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -13,25 +13,21 @@ PostgreSQL pass of the suite.
 from __future__ import annotations
 
 import itertools
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.acceptance.conftest import Scheduler, wait_until
+from tests.cluster.site import ClusterSite
 from tests.pgcluster import PostgresCluster, PostgresUnavailable
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = "tests.cluster.settings"
 SCHEDULES = 200
 TASKS = 2_000
@@ -57,37 +53,11 @@ def pg() -> Iterator[PostgresCluster]:
         cluster.destroy()
 
 
-class Site:
+class Site(ClusterSite):
     """The test's view of the site: env for subprocesses, SQL, Django snippets."""
 
     def __init__(self, pg: PostgresCluster, log: Path) -> None:
-        self.pg = pg
-        self.log = log
-        self.env = {
-            "DJANGO_SETTINGS_MODULE": SETTINGS,
-            "HTASK_CLUSTER_DB_URL": pg.url,
-            "HTASK_CLUSTER_LOG": str(log),
-            "PYTHONPATH": str(ROOT),
-        }
-
-    def django(self, code: str) -> str:
-        result = subprocess.run(
-            [sys.executable, "-c", "import django\ndjango.setup()\n" + code],
-            env={**os.environ, **self.env},
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert result.returncode == 0, result.stderr
-        return result.stdout
-
-    def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
-        import psycopg
-
-        with psycopg.connect(self.pg.url, autocommit=True) as conn:
-            return conn.execute(query, params).fetchall()
+        super().__init__(pg, log, SETTINGS)
 
     def node(self) -> Scheduler:
         scheduler = Scheduler(Path("unused"), ["--workers", "8"], self.env)

@@ -1,0 +1,59 @@
+"""A Django site on a throw-away PostgreSQL, driven from outside: Django code run in a
+subprocess, SQL on a connection of its own. Shared by the 3-node acceptance test and
+``bench/cluster.py``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.pgcluster import PostgresCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class ClusterSite:
+    """``settings``: the settings module of the subprocesses; ``log``: the file the
+    cluster app's jobs append to (``HTASK_CLUSTER_LOG``)."""
+
+    def __init__(self, pg: PostgresCluster, log: Path, settings: str) -> None:
+        self.pg = pg
+        self.log = log
+        #: What a subprocess needs on top of this process's environment.
+        self.env = {
+            "DJANGO_SETTINGS_MODULE": settings,
+            "HTASK_CLUSTER_DB_URL": pg.url,
+            "HTASK_CLUSTER_LOG": str(log),
+            "PYTHONPATH": str(ROOT),
+        }
+
+    def django(self, code: str, timeout: float = 600) -> str:
+        """Run ``code`` after ``django.setup()`` in a subprocess; return its stdout."""
+        result = subprocess.run(
+            [sys.executable, "-c", "import django\ndjango.setup()\n" + code],
+            env={**os.environ, **self.env},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if result.returncode:
+            raise RuntimeError(f"the Django code failed:\n{result.stderr}")
+        return result.stdout
+
+    def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
+        """Run one statement in autocommit; return its rows (none for a statement
+        without a result)."""
+        import psycopg
+
+        with psycopg.connect(self.pg.url, autocommit=True) as conn:
+            cursor = conn.execute(query, params)
+            return cursor.fetchall() if cursor.description else []
+
+    def one(self, query: str, *params: Any) -> Any:
+        """The first column of the first row."""
+        return self.sql(query, *params)[0][0]

@@ -17,9 +17,16 @@ Partitioning
     heartbeat and when a node joins or stops (a notification). Nodes may see a change
     at slightly different moments, so a node keeps the schedules it gives away for one
     more heartbeat: a schedule is briefly held by two nodes (the compare-and-set on
-    ``next_run_at`` lets one of them fire each occurrence) and never by none, except
-    while a dead node's share waits for it to be declared dead (``NODE_TIMEOUT``); those
-    occurrences then run late, by the schedule's catch-up policy.
+    ``next_run_at`` lets one of them fire each occurrence) and never by none.
+Standing by
+    the member with the second highest hash is the schedule's standby: it holds the
+    schedule too, with its timer ``STANDBY_DELAY`` seconds after each occurrence. An
+    occurrence the owner has not claimed by then is fired by the standby (the
+    compare-and-set still lets only one fire it), and from then on the standby fires
+    every schedule it stands by for that owner at its time, until the owner's heartbeat
+    is seen to move again. So a node that dies leaves its schedules quiet for about
+    ``STANDBY_DELAY`` seconds, not ``NODE_TIMEOUT``; when it is declared dead its
+    standby becomes the owner (the next member in the hash order), with nothing to move.
 """
 
 from __future__ import annotations
@@ -87,6 +94,25 @@ class Partition:
         key = _mix(schedule_id)
         mine = _mix(self._seeds[self._me] ^ key)
         return all(_mix(s ^ key) <= mine for s in self._seeds)
+
+    def role(self, schedule_id: int) -> str | None:
+        """This node's part in ``schedule_id``: "" if it owns it, the owner's id if it
+        is its standby (the member with the second highest hash), else None."""
+        if len(self._seeds) == 1:
+            return ""
+        key = _mix(schedule_id)
+        best = second = -1
+        best_i = second_i = -1
+        for i, seed in enumerate(self._seeds):
+            score = _mix(seed ^ key)
+            if score > best:
+                second, second_i = best, best_i
+                best, best_i = score, i
+            elif score > second:
+                second, second_i = score, i
+        if best_i == self._me:
+            return ""
+        return self.members[best_i] if second_i == self._me else None
 
 
 class Listener(threading.Thread):
@@ -177,11 +203,13 @@ class Cluster:
         self._listener: Listener | None = None
         self._refresh_queued = False
         self._load_owed = False  # a rebalance whose full read of the schedules failed
+        #: Owners suspected of being gone: id -> when this node began to stand in.
+        self._suspected: dict[str, datetime] = {}
 
     # -- life cycle ------------------------------------------------------------------
     def start(self) -> None:
         """Read the live nodes and start listening (call after registering the node)."""
-        self._partition = self._previous = Partition(self.node.node_id, self._live())
+        self._partition = self._previous = Partition(self.node.node_id, list(self._live()))
         params = self._connection_params()
         s = self.node.settings
 
@@ -248,19 +276,66 @@ class Cluster:
         return self._partition.members
 
     def owns(self, schedule_id: int) -> bool:
-        """Whether this node holds the schedule: its own, or one it is handing over."""
+        """Whether this node owns the schedule, or is handing it over."""
         return self._partition.owns(schedule_id) or self._previous.owns(schedule_id)
 
-    def _live(self, now: datetime | None = None) -> list[str]:
+    def holding(self, schedule_id: int) -> str | None:
+        """This node's part in the schedule: "" to fire it (it owns it, or is handing it
+        over), the owner's id to stand by for it, None to leave it."""
+        if self._previous is not self._partition and self._previous.owns(schedule_id):
+            return ""
+        return self._partition.role(schedule_id)
+
+    def standby_delay(self, owner: str) -> float:
+        """Seconds after an occurrence of ``owner``'s that this node fires it itself."""
+        return 0.0 if owner in self._suspected else self.node.settings.standby_delay
+
+    def suspect(self, owner: str, now: datetime) -> bool:
+        """``owner`` left an occurrence unclaimed: stand in for it until its heartbeat
+        moves. Return whether it was not suspected yet."""
+        with self._lock:
+            if owner in self._suspected:
+                return False
+            self._suspected[owner] = now
+            return True
+
+    @property
+    def suspected(self) -> dict[str, datetime]:
+        with self._lock:
+            return dict(self._suspected)
+
+    def _live(self, now: datetime | None = None) -> dict[str, datetime]:
         now = now or self.node.clock.now()
         dead_before = now - timedelta(seconds=self.node.settings.node_timeout)
         return self.store.live_nodes(dead_before)
+
+    def _clear_suspicions(self, live: dict[str, datetime]) -> list[str]:
+        """Forget the suspicion of owners whose heartbeat moved since (alive after all)
+        or that are no longer members (their standby now owns their schedules)."""
+        cleared = []
+        with self._lock:
+            for owner, since in list(self._suspected.items()):
+                beat = live.get(owner)
+                if beat is None or beat > since:
+                    del self._suspected[owner]
+                    if beat is not None:
+                        cleared.append(owner)
+        for owner in cleared:
+            logger.info(
+                "node %s is alive after all: standing by for it again",
+                owner,
+                extra={"action": "owner_back", "node": owner},
+            )
+        return cleared
 
     def refresh(self, now: datetime) -> bool:
         """Re-read the live nodes; rebalance if the members changed, a handover ended
         or an earlier rebalance could not read the schedules. Return whether the
         schedules held changed."""
-        current = Partition(self.node.node_id, self._live(now))
+        live = self._live(now)
+        for owner in self._clear_suspicions(live):
+            self.node.replace_held(owner)
+        current = Partition(self.node.node_id, list(live))
         handing_over = self._previous.members != self._partition.members
         changed = current.members != self._partition.members
         if not changed and not handing_over and not self._load_owed:
@@ -277,8 +352,8 @@ class Cluster:
         return True
 
     def _rebalance(self) -> None:
-        """Hold what this node owns now (a full read, if the members changed since the
-        last one that succeeded), drop what it gave away.
+        """Hold what this node owns or stands by for now (a full read, if the members
+        changed since the last one that succeeded), drop what it gave away.
 
         The full read is owed until it succeeds: the partition has already moved on,
         and the schedules this node gained change only when they fire, which nobody
@@ -288,10 +363,8 @@ class Cluster:
             refs, _top = self.store.load_schedules()
             self._load_owed = False
             for ref in refs:
-                node._place(ref)  # skips what it does not own
-        for schedule_id in node.held_schedules():
-            if not self.owns(schedule_id):
-                node._drop(schedule_id)
+                node._place(ref)  # skips what it neither owns nor stands by for
+        node.replace_held()  # roles change with the members; what is left is dropped
 
 
 def connection_params(using: str = "default") -> dict[str, Any]:

@@ -45,6 +45,10 @@ class HtaskSettings:
     heartbeat_interval: float = 10.0
     #: A node whose last heartbeat is older than this many seconds is dead.
     node_timeout: float = 60.0
+    #: With several nodes, each schedule has a standby node besides its owner: an
+    #: occurrence the owner has not claimed this many seconds after it was due is
+    #: fired by the standby (the compare-and-set still lets one fire it).
+    standby_delay: float = 2.0
     #: Seconds running jobs get to finish after SIGTERM before they are handed back.
     shutdown_timeout: float = 30.0
     #: First retry delay of a failed one-off task, in seconds (doubled at each attempt).

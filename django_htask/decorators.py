@@ -252,6 +252,8 @@ def sync_schedules(using: str = "default") -> SyncResult:
             if row.orphaned:
                 row.enabled = True
                 changed.append("enabled")
+            if row.broken:  # saved again below: the mark is cleared, the node tries again
+                changed.append("broken")
             if bytes(row.payload) != encode_call(spec.function, spec.args, spec.kwargs):
                 changed.append("payload")
             if not changed:

@@ -112,6 +112,14 @@ class Schedule(models.Model):
         default=False, editable=False, help_text="declared in code once, no longer"
     )
     version = models.BigIntegerField(default=0, db_index=True, editable=False)
+    broken = models.TextField(
+        blank=True,
+        default="",
+        db_default="",  # rows inserted by raw SQL
+        editable=False,
+        help_text="why the scheduler cannot use this schedule (it then stops firing it); "
+        "saving the schedule clears it",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -178,7 +186,8 @@ class Schedule(models.Model):
         """Check the call, recompute ``next_run_at`` and save.
 
         ``next_run_at`` is recomputed from now when the row is new, when its schedule,
-        zone or enabled flag changed, or when it is empty. The version is set by the
+        zone or enabled flag changed, or when it is empty (as it is when the scheduler
+        marked the schedule broken: saving clears the mark). The version is set by the
         database and read back. The call is checked against the function's signature
         whenever the schedule is enabled; a disabled one is not checked, so a schedule
         whose function is gone from the code (orphaned) can still be saved disabled.
@@ -187,6 +196,10 @@ class Schedule(models.Model):
             self._check_call()
         update_fields = kwargs.get("update_fields")
         timing = update_fields is None or {"schedule", "timezone", "enabled"} & set(update_fields)
+        if timing and self.broken:  # saved again: the scheduler tries it afresh
+            self.broken = ""
+            if update_fields is not None:
+                kwargs["update_fields"] = update_fields = {*update_fields, "broken"}
         if timing and self._timing_changed():
             self.next_run_at = self.compute_next_run() if self.enabled else None
             if update_fields is not None:
@@ -243,6 +256,9 @@ class Task(models.Model):
     )
     locked_by = models.CharField(max_length=100, blank=True, null=True, db_index=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="when its last attempt started"
+    )
     last_error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)

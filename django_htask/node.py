@@ -5,9 +5,9 @@ clock:
 
 ``control``
     one thread that makes every decision against the database, in order: timers for
-    each schedule's ``next_run_at`` and each held task's ``run_at``, the poll that reads
-    what other processes changed, task claims, rebalancing, and the batched writing of
-    finished runs.
+    each schedule's ``next_run_at`` and for the next one-off task due, the poll that
+    reads what other processes changed, task claims, rebalancing, and the batched
+    writing of finished runs.
 ``jobs``
     the worker pool that calls the registered functions.
 ``heartbeat``
@@ -15,11 +15,19 @@ clock:
     from the control thread so that a long queue there does not make the node look
     dead (see :meth:`Node._heartbeat`).
 
-At start the node loads every enabled schedule by ``next_run_at`` (no cron evaluated)
-and leases the one-off tasks due within the look-ahead window; the poll reads only the
-schedules whose version rose and leases more tasks as time passes. A schedule fires
-by a compare-and-set on (id, next_run_at, version), so an occurrence runs once even if
-another process or node looks at it too.
+At start the node loads every enabled schedule by ``next_run_at`` (no cron evaluated).
+A schedule fires by a compare-and-set on (id, next_run_at, version), so an occurrence
+runs once even if another process or node looks at it too.
+
+One-off tasks are claimed only as workers take them: a claim marks the task running
+and counts its attempt, in one transaction, for as many tasks as there are free
+workers. A node never holds a task it has not started, so a node that dies leaves only
+the tasks it was running, and each of those has used one attempt. For the tasks due
+later the node only reads when the next one is due, and sets a timer.
+
+Every write checks that the node has not been declared dead by the others (fencing,
+see :mod:`django_htask.store.base`). A node that finds it was declared dead starts
+nothing more, logs it, and stops (``runscheduler`` exits with status 3).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import math
 import os
 import secrets
 import socket
@@ -36,6 +45,7 @@ import threading
 import time
 import traceback
 import weakref
+import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -63,19 +73,24 @@ from django_htask.engine import Scheduler as EngineScheduler
 from . import clock as clocks
 from . import cluster
 from .conf import HtaskSettings, get_settings
-from .models import Overlap, Run, RunStatus
+from .exceptions import NodeFenced
+from .models import CatchUp, Overlap, Run, RunStatus
+from .retry import RetryPolicy
 from .signals import run_finished, run_started
-from .store import RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store, get_store
+from .store import Abandoned, RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store, get_store
 
 if TYPE_CHECKING:
     from .cluster import Cluster
 
-__all__ = ["Node", "NodeStats", "StartAborted", "notify_local_change"]
+__all__ = ["EXIT_GRACE", "Node", "NodeStats", "StartAborted", "notify_local_change"]
 
 logger = logging.getLogger("django_htask.node")
 
 #: Seconds between two prunings of old runs (``RUN_RETENTION_DAYS``).
 PRUNE_INTERVAL = 3600.0
+#: A node that must exit with runs still going counts as alive this many seconds more,
+#: so that no other node starts their schedules before its process is gone.
+EXIT_GRACE = 2.0
 
 _local_nodes: weakref.WeakSet[Node] = weakref.WeakSet()
 
@@ -102,7 +117,7 @@ class NodeStats:
 
     schedules: int
     pending_tasks: int
-    held_tasks: int
+    next_task_due: datetime | None
 
 
 def _armed(handle: TimerHandle | None) -> bool:
@@ -114,15 +129,54 @@ def _armed(handle: TimerHandle | None) -> bool:
     return handle is not None and handle.state in ("pending", "queued")
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # somebody else's process: alive
+        return True
+    return True
+
+
 class _Held:
-    """A schedule in memory: its due time, version and timer."""
+    """A schedule in memory: its due time, version and timer, and ``owner``: "" when
+    this node owns it, else the owner this node stands by for (several nodes)."""
 
-    __slots__ = ("due", "handle", "version")
+    __slots__ = ("due", "handle", "owner", "version")
 
-    def __init__(self, due: datetime, version: int, handle: TimerHandle | None) -> None:
+    def __init__(self, due: datetime, version: int, handle: TimerHandle | None, owner: str) -> None:
         self.due = due
         self.version = version
         self.handle = handle
+        self.owner = owner
+
+
+class _Once:
+    """Run ``fn`` on the node's control thread, once however often it is asked for
+    before it runs (a wake-up, a dispatch, a flush of results)."""
+
+    __slots__ = ("_fn", "_lock", "_node", "_queued")
+
+    def __init__(self, node: Node, fn: Callable[[], None]) -> None:
+        self._node = node
+        self._fn = fn
+        self._lock = threading.Lock()
+        self._queued = False
+
+    def request(self, delay: float = 0.0) -> None:
+        with self._lock:
+            if self._queued:
+                return
+            self._queued = True
+        if not self._node._control_later(delay, self._run):
+            with self._lock:
+                self._queued = False
+
+    def _run(self) -> None:
+        with self._lock:
+            self._queued = False
+        self._fn()
 
 
 class Node:
@@ -148,6 +202,8 @@ class Node:
         if not self.poll_interval > 0:
             raise ValueError(f"poll_interval must be > 0, got {poll_interval!r}")
         self.store = store or get_store()
+        s = self.settings
+        self.task_retry = RetryPolicy(s.retry_backoff, s.retry_backoff_max)
         self._jobs: EngineScheduler | None = None
         self._control: EngineScheduler | None = None
         self._beat: EngineScheduler | None = None  # the heartbeat's own thread
@@ -156,37 +212,46 @@ class Node:
         self._lock = threading.Lock()
         self._schedules: dict[int, _Held] = {}
         self._seen_version = 0
-        self._held_tasks: dict[int, TimerHandle] = {}
-        self._due_tasks: list[int] = []
-        self._dispatch_queued = False
+        self._task_wake: TimerHandle | None = None  # at the next task due
+        self._tasks_due = True  # due tasks may wait in the database
         self._running_tasks: dict[int, StartedTask] = {}
         self._running_runs: dict[int, tuple[int, RunOutcome]] = {}  # run id -> (schedule)
         self._busy_schedules: dict[int, int] = {}
         self._delayed: set[int] = set()
         self._outcomes: list[RunOutcome] = []
-        self._flush_queued = False
-        self._wake_queued = False
+        #: The jobs whose function has been called: ("task", id) or ("run", run id).
+        self._calling: set[tuple[str, int]] = set()
         self._db_delay = 0.0
         self._stopping = False
         self._started = False
+        self._fenced: NodeFenced | None = None
         self._cluster: Cluster | None = None  # several nodes on PostgreSQL
-        #: Set by :meth:`request_stop` (from a signal handler: a plain flag, no lock).
+        self._waker = _Once(self, self._on_wake)
+        self._dispatcher = _Once(self, self._dispatch)
+        self._flusher = _Once(self, self._flush_soon)
+        #: Set by :meth:`request_stop` (from a signal handler: a plain flag, no lock),
+        #: and when the node finds it was declared dead.
         self.stop_requested = False
+        #: Runs still going when :meth:`stop` gave up waiting (the process must exit).
+        self.unfinished = 0
 
     # -- life cycle ------------------------------------------------------------------
     def start(self, *, sync_code: bool = True) -> NodeStats:
-        """Register the node, load schedules and tasks, and start firing."""
+        """Register the node, load schedules, and start firing."""
         if self._started:
             raise RuntimeError(f"node {self.node_id} is already started")
         self._started = True
         store = self.store
         now = self.clock.now()
+        self._with_retry(store.check_migrated)
         self._with_retry(store.install)
         self._with_retry(
             lambda: store.register_node(
                 self.node_id, socket.gethostname(), os.getpid(), django_htask.__version__, now
             )
         )
+        if store.single_host:
+            self._with_retry(self._declare_gone_predecessors)
         if sync_code:
             from .decorators import sync_schedules  # noqa: PLC0415
 
@@ -207,21 +272,40 @@ class Node:
         self._seen_version = top
         for ref in refs:
             self._place(ref)
-        held = self._with_retry(self._claim_tasks)
         pending = self._with_retry(store.count_pending_tasks)
+        due_now, next_due = self._with_retry(lambda: store.task_outlook(now))
         _local_nodes.add(self)
-        self._control.call_later(self.poll_interval, self._poll)
+        self._control.call_soon(self._poll)
         self._beat.call_soon(self._heartbeat)
         self._control.call_soon(self._prune)
         logger.info(
-            "node %s started: %d schedules, %d pending tasks (%d held)",
+            "node %s started: %d schedules, %d pending tasks",
             self.node_id,
             len(refs),
             pending,
-            held,
             extra={"action": "node_started"},
         )
-        return NodeStats(schedules=len(refs), pending_tasks=pending, held_tasks=held)
+        return NodeStats(
+            schedules=len(refs), pending_tasks=pending, next_task_due=now if due_now else next_due
+        )
+
+    def _declare_gone_predecessors(self) -> None:
+        """Declare dead at once the nodes of this host whose process is gone (a node
+        killed, then started again): what they held is handed back now, not after
+        ``NODE_TIMEOUT``. Only where every node runs on one host (SQLite)."""
+        now = self.clock.now()
+        gone = [
+            node_id
+            for node_id, pid in self.store.nodes_on_host(socket.gethostname())
+            if node_id != self.node_id and pid != os.getpid() and not _pid_alive(pid)
+        ]
+        if gone and self.store.declare_dead(gone, now):
+            logger.warning(
+                "nodes %s of this host are gone (no such process): handing back their work",
+                ", ".join(gone),
+                extra={"action": "predecessors_gone", "nodes": gone},
+            )
+            self._reap(now)
 
     def _with_retry(self, fn: Callable[[], Any]) -> Any:
         """Run a start-up step, retrying while the database is unavailable (until a stop
@@ -268,29 +352,63 @@ class Node:
             logger.info("database back", extra={"action": "db_back"})
             self._db_delay = 0.0
 
+    def _guarded(self, fn: Callable[[], object], what: str, retry: _Once | None = None) -> bool:
+        """Call ``fn`` (a step of the control thread) and handle what can go wrong: the
+        database away (back off; ``retry`` is asked for again after the delay), this
+        node declared dead (it stops), anything else (logged with its traceback, never
+        silent). Return whether it succeeded."""
+        try:
+            fn()
+        except NodeFenced as exc:
+            self._on_fenced(exc)
+        except DatabaseError as exc:
+            delay = self._next_db_delay()
+            self._db_lost(exc, delay)
+            if retry is not None:
+                retry.request(delay)
+        except Exception:
+            logger.exception(
+                "unexpected error in the node's %s", what, extra={"action": "node_error"}
+            )
+        else:
+            self._db_ok()
+            return True
+        return False
+
+    def _on_fenced(self, exc: NodeFenced) -> None:
+        """This node was declared dead by the others: start nothing more, stop."""
+        with self._lock:
+            if self._fenced is not None:
+                return
+            self._fenced = exc
+        logger.error(
+            "%s; this node starts nothing more, writes nothing more, and stops "
+            "(start it again: it joins under a new id)",
+            exc,
+            extra={"action": "node_fenced", "node": self.node_id},
+        )
+        self.stop_requested = True
+
+    @property
+    def fenced(self) -> bool:
+        """Whether the node found it was declared dead (it then stops)."""
+        return self._fenced is not None
+
     def wake(self) -> None:
         """Look at the database now (own-process changes)."""
-        control = self._control
-        if control is None or self._stopping:
-            return
-        with self._lock:
-            if self._wake_queued:
-                return
-            self._wake_queued = True
-        with contextlib.suppress(SchedulerClosed):
-            control.call_soon(self._on_wake)
+        if self._control is not None and not self._stopping:
+            self._waker.request()
 
     def _on_wake(self) -> None:
-        with self._lock:
-            self._wake_queued = False
         if self._stopping:
             return
-        try:
+
+        def look() -> None:
             self._sync_schedules()
-            self._claim_tasks()
-            self._db_ok()
-        except DatabaseError as exc:
-            self._db_lost(exc, self.poll_interval)
+            self._watch_tasks()
+
+        self._guarded(look, "wake-up")
+        self._dispatch()
 
     @property
     def stopping(self) -> bool:
@@ -298,14 +416,23 @@ class Node:
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop taking work, let running jobs finish (up to ``timeout`` seconds, default
-        the ``SHUTDOWN_TIMEOUT`` setting), hand back what did not run, and write it all
-        down. Safe to call twice."""
+        the ``SHUTDOWN_TIMEOUT`` setting), and write it all down. Safe to call twice.
+
+        Jobs still running after the timeout cannot be stopped from here: their tasks
+        end this attempt (retried later, after the process is gone, or failed), their
+        schedule runs are noted as interrupted, and :attr:`unfinished` says how many
+        there were. The caller must then end the process at once (``runscheduler``
+        does): the node counts as alive for :data:`EXIT_GRACE` seconds more, and no
+        other node starts that work before then."""
         if self._stopping:
             return
         self._stopping = True
         _local_nodes.discard(self)
         if self._cluster is not None:
             self._cluster.close()
+        if self._fenced is not None:
+            self._stop_fenced()
+            return
         timeout = self.settings.shutdown_timeout if timeout is None else timeout
         logger.info(
             "node %s stopping: waiting up to %.0fs for %d running jobs",
@@ -315,30 +442,30 @@ class Node:
             extra={"action": "node_stopping"},
         )
         deadline = time.monotonic() + timeout
-        if self._beat is not None:
-            self._beat.close(wait=True, timeout=timeout)
-        if self._control is not None:
+        if self._control is not None:  # the call in progress ends; nothing new starts
             self._control.close(wait=True, timeout=timeout)
         if self._jobs is not None:  # running jobs get what is left of the timeout
-            self._jobs.close(wait=True, timeout=max(deadline - time.monotonic(), 0.0))
+            self._jobs.close(wait=True, timeout=max(deadline - time.monotonic(), 0))
+        if self._beat is not None:  # it renewed the leases while the jobs ran
+            self._beat.close(wait=True, timeout=timeout)
         now = self.clock.now()
         with self._lock:
-            for task in self._running_tasks.values():
-                self._outcomes.append(self._handed_back(task, now))
-            for run_id, (schedule_id, started) in self._running_runs.items():
-                started.status = RunStatus.FAILED
-                started.error = "interrupted: the node stopped before the run finished"
-                started.finished_at = now
-                started.run_id = run_id
-                started.schedule_id = schedule_id
-                self._outcomes.append(started)
             outcomes, self._outcomes = self._outcomes, []
-            self._running_tasks.clear()
-            self._running_runs.clear()
+            running_tasks = list(self._running_tasks.values())
+            running_runs = list(self._running_runs)
+            calling = set(self._calling)
+        abandoned = self._abandoned(running_tasks, running_runs, calling, now, timeout)
+        self.unfinished = sum(a.started for a in abandoned)
         try:
-            self.store.record(outcomes)
-            released = self.store.release_tasks(self.node_id)
-            self.store.stop_node(self.node_id, now)
+            self.store.record(self.node_id, outcomes)
+            if abandoned:
+                dead_at = now + timedelta(seconds=EXIT_GRACE)
+                heartbeat_at = dead_at - timedelta(seconds=self.settings.node_timeout)
+                self.store.abandon(self.node_id, now, abandoned, dead_at, heartbeat_at)
+            else:
+                self.store.stop_node(self.node_id, now)
+        except NodeFenced as exc:
+            self._on_fenced(exc)
         except DatabaseError as exc:
             logger.error(
                 "could not write the last %d runs at shutdown: %s",
@@ -346,66 +473,118 @@ class Node:
                 exc,
                 extra={"action": "stop_unrecorded"},
             )
-            released = 0
         finally:
             self.store.close()
+        if self.unfinished:
+            logger.warning(
+                "node %s stopped with %d runs still going after %gs: they count as "
+                "interrupted, and the process must exit now",
+                self.node_id,
+                self.unfinished,
+                timeout,
+                extra={"action": "node_abandoned", "unfinished": self.unfinished},
+            )
         logger.info(
-            "node %s stopped (%d runs written, %d held tasks handed back)",
+            "node %s stopped (%d runs written)",
             self.node_id,
             len(outcomes),
-            released,
             extra={"action": "node_stopped"},
         )
 
-    def _handed_back(self, task: StartedTask, now: datetime) -> RunOutcome:
-        return RunOutcome(
-            status=RunStatus.FAILED,
-            function=task.function,
-            name=task.function,
-            node=self.node_id,
-            attempt=task.attempts,
-            scheduled_for=task.run_at,
-            started_at=None,
-            finished_at=now,
-            task_id=task.id,
-            handed_back=True,
+    def _abandoned(
+        self,
+        tasks: list[StartedTask],
+        run_ids: list[int],
+        calling: set[tuple[str, int]],
+        now: datetime,
+        timeout: float,
+    ) -> list[Abandoned]:
+        """What stop() leaves: the jobs in a call (interrupted: their attempt counts)
+        and those still queued (handed back: pending again, or failed unstarted)."""
+        interrupted = (
+            f"interrupted: the node stopped (SHUTDOWN_TIMEOUT {timeout:g}s) before the run finished"
+        )
+        unstarted = "not run: the node stopped before a worker took it"
+        abandoned = []
+        for run_id in run_ids:
+            started = ("run", run_id) in calling
+            error = interrupted if started else unstarted
+            abandoned.append(Abandoned(error, started, run_id=run_id))
+        for task in tasks:
+            started = ("task", task.id) in calling
+            retry_at = None
+            if started and task.attempts < task.max_attempts:
+                retry_at = now + timedelta(seconds=self.task_retry.delay(task.attempts))
+            error = interrupted if started else unstarted
+            abandoned.append(Abandoned(error, started, task_id=task.id, retry_at=retry_at))
+        return abandoned
+
+    def _stop_fenced(self) -> None:
+        """Stop a node that was declared dead: nothing is written (the database would
+        refuse it), nothing is waited for (the others run that work now)."""
+        for scheduler in (self._control, self._beat, self._jobs):
+            if scheduler is not None:
+                scheduler.close(wait=False)
+        with self._lock:
+            self.unfinished = len(self._running_tasks) + len(self._running_runs)
+            self._outcomes.clear()
+        self.store.close()
+        logger.info(
+            "node %s stopped: it had been declared dead",
+            self.node_id,
+            extra={"action": "node_stopped"},
         )
 
     # -- state for tests and the banner ----------------------------------------------
     def held_schedules(self) -> dict[int, datetime]:
-        """Schedule id -> due time, as held in memory."""
+        """Schedule id -> due time, as held in memory (owned or stood by for)."""
         with self._lock:
             return {i: h.due for i, h in self._schedules.items()}
 
-    def held_tasks(self) -> list[int]:
+    def owned_schedules(self) -> dict[int, datetime]:
+        """Schedule id -> due time, of the schedules this node owns."""
         with self._lock:
-            return sorted(self._held_tasks)
+            return {i: h.due for i, h in self._schedules.items() if not h.owner}
+
+    def next_task_wake(self) -> datetime | None:
+        """When the node looks for due one-off tasks next (its timer), if it has one."""
+        handle = self._task_wake
+        return handle.when if _armed(handle) and handle is not None else None
+
+    def running(self) -> int:
+        """Jobs handed to the workers and not finished."""
+        with self._lock:
+            return len(self._running_tasks) + len(self._running_runs)
 
     def idle(self) -> bool:
         return all(s is None or s.idle() for s in (self._control, self._jobs, self._beat))
 
     # -- the poll --------------------------------------------------------------------
-    def _control_later(self, delay: float, fn: Callable[..., object], *args: Any) -> None:
+    def _control_later(self, delay: float, fn: Callable[..., object], *args: Any) -> bool:
+        """Run ``fn(*args)`` on the control thread after ``delay`` seconds; False if the
+        node is stopping."""
         control = self._control
         if control is None or self._stopping:
-            return
-        with contextlib.suppress(SchedulerClosed):
+            return False
+        try:
             control.call_later(delay, fn, *args)
+        except SchedulerClosed:
+            return False
+        return True
 
     def _poll(self) -> None:
         if self._stopping:
             return
-        delay = self.poll_interval
-        try:
+
+        def look() -> None:
             self.store.refresh()
             self._sync_schedules()
-            self._claim_tasks()
+            self._watch_tasks()
             self._flush()
-            self._db_ok()
-        except DatabaseError as exc:
-            delay = self._next_db_delay()
-            self._db_lost(exc, delay)
-        self._control_later(delay, self._poll)
+
+        ok = self._guarded(look, "poll")
+        self._dispatch()
+        self._control_later(self.poll_interval if ok else self._db_delay, self._poll)
 
     def _heartbeat(self) -> None:
         """Renew this node's heartbeat and leases, reap, and have the control thread
@@ -416,8 +595,8 @@ class Node:
         other nodes declare this one dead, reap the tasks it is running and run them a
         second time. It stops renewing while the control thread is stuck in one call
         for a whole ``NODE_TIMEOUT``: a node that can no longer act must not keep its
-        leases."""
-        if self._stopping:
+        leases. It goes on while the node stops (the leases of the jobs that finish)."""
+        if self._fenced is not None:
             return
         now = self.clock.now()
         s = self.settings
@@ -431,19 +610,31 @@ class Node:
                 )
             else:
                 self.store.heartbeat(self.node_id, now, now + timedelta(seconds=s.lease))
-            reaped = self.store.reap(now, now - timedelta(seconds=s.node_timeout))
-            if reaped:
-                logger.warning(
-                    "%d rows held by dead nodes handed back", reaped, extra={"action": "reaped"}
-                )
+            if not self._stopping:
+                self._reap(now)
+        except NodeFenced as exc:
+            self._on_fenced(exc)
+            return
         except DatabaseError as exc:
             self._db_lost(exc, s.heartbeat_interval)
-        if self._cluster is not None:
+        if self._cluster is not None and not self._stopping:
             self._cluster.queue_refresh()
         beat = self._beat
-        if beat is not None and not self._stopping:
+        if beat is not None:
+            # From this beat's time, not from now: the work above takes a while, and
+            # arming after it would let each beat slip by that much (and by a whole
+            # interval if the clock jumped meanwhile).
             with contextlib.suppress(SchedulerClosed):
-                beat.call_later(s.heartbeat_interval, self._heartbeat)
+                beat.call_at(now + timedelta(seconds=s.heartbeat_interval), self._heartbeat)
+
+    def _reap(self, now: datetime) -> None:
+        dead_before = now - timedelta(seconds=self.settings.node_timeout)
+        reaped = self.store.reap(self.node_id, now, dead_before, self.task_retry)
+        if reaped:
+            logger.warning(
+                "%d rows held by dead nodes handed back", reaped, extra={"action": "reaped"}
+            )
+            self.wake()
 
     def _control_stuck(self) -> float:
         """For how long the control thread has been inside one call while work waits
@@ -491,18 +682,29 @@ class Node:
             )
 
     def _place(self, ref: ScheduleRef) -> None:
-        """Hold ``ref`` in memory with a timer at its due time (or drop it)."""
-        if self._cluster is not None and not self._cluster.owns(ref.id):
-            ref = ScheduleRef(ref.id, None, ref.version, enabled=False)  # another node's
+        """Hold ``ref`` in memory with a timer at its due time (or drop it). With
+        several nodes, a schedule this node stands by for gets its timer later, by the
+        standby delay (none while its owner is suspected of being gone)."""
+        owner: str | None = ""
+        delay = 0.0
+        if self._cluster is not None:
+            owner = self._cluster.holding(ref.id)
+            if owner:
+                delay = self._cluster.standby_delay(owner)
         with self._lock:
             held = self._schedules.get(ref.id)
-            if not ref.enabled or ref.next_run_at is None:
+            if owner is None or not ref.enabled or ref.next_run_at is None:
                 if held is not None:
                     del self._schedules[ref.id]
                     if held.handle is not None:
                         held.handle.cancel()
                 return
-            if held is not None and held.due == ref.next_run_at and _armed(held.handle):
+            if (
+                held is not None
+                and held.due == ref.next_run_at
+                and held.owner == owner
+                and _armed(held.handle)
+            ):
                 held.version = max(held.version, ref.version)
                 return
             if held is not None and held.handle is not None:
@@ -510,8 +712,9 @@ class Node:
             control = self._control
             handle = None
             if control is not None and not self._stopping:
-                handle = control.call_at(ref.next_run_at, self._fire, ref.id)
-            self._schedules[ref.id] = _Held(ref.next_run_at, ref.version, handle)
+                at = ref.next_run_at + timedelta(seconds=delay) if delay else ref.next_run_at
+                handle = control.call_at(at, self._fire, ref.id)
+            self._schedules[ref.id] = _Held(ref.next_run_at, ref.version, handle, owner)
 
     def _drop(self, schedule_id: int) -> None:
         with self._lock:
@@ -519,25 +722,58 @@ class Node:
         if held is not None and held.handle is not None:
             held.handle.cancel()
 
+    def replace_held(self, owner: str | None = None) -> None:
+        """Place every held schedule again (its role or its owner's standing changed);
+        with ``owner``, only those this node stands by for that owner."""
+        with self._lock:
+            refs = [
+                ScheduleRef(i, h.due, h.version)
+                for i, h in self._schedules.items()
+                if owner is None or h.owner == owner
+            ]
+        for ref in refs:
+            self._place(ref)
+
     def _fire(self, schedule_id: int) -> None:
         if self._stopping:
             return
         try:
             self._fire_once(schedule_id)
             self._db_ok()
+        except NodeFenced as exc:
+            self._on_fenced(exc)
         except DatabaseError as exc:
             delay = self._next_db_delay()
             self._db_lost(exc, delay)
             self._control_later(delay, self._fire, schedule_id)
+        except Exception as exc:
+            logger.exception(
+                "schedule %s could not be fired", schedule_id, extra={"action": "fire_error"}
+            )
+            problem = f"{type(exc).__name__}: {exc}"
+            self._guarded(lambda: self._break(schedule_id, None, problem), "marking it broken")
 
     def _fire_once(self, schedule_id: int) -> None:
+        with self._lock:
+            held = self._schedules.get(schedule_id)
+        standby_for = held.owner if held is not None else ""
         row = self.store.get_schedule(schedule_id)
         if row is None or not row.enabled or row.next_run_at is None:
             self._drop(schedule_id)
             return
         now = self.clock.now()
-        if row.next_run_at > now:  # moved by someone else meanwhile
+        if standby_for:
+            # The owner claims an occurrence by moving next_run_at: fire only one it
+            # left where it was for the whole standby delay.
+            if held is None or row.next_run_at != held.due or row.next_run_at > now:
+                self._place(ScheduleRef(row.id, row.next_run_at, row.version))
+                return
+        elif row.next_run_at > now:  # moved by someone else meanwhile
             self._place(ScheduleRef(row.id, row.next_run_at, row.version))
+            return
+        problem = self._problem(row)
+        if problem:
+            self._break(row.id, row, problem)
             return
         with self._lock:
             busy = self._busy_schedules.get(row.id, 0)
@@ -549,26 +785,32 @@ class Node:
                 self._delayed.add(row.id)
             self._control_later(self.poll_interval, self._fire, row.id)
             return
-        try:
-            to_run, missed, next_run_at = self._occurrences(row, now)
-        except InvalidSchedule as exc:
-            runs = [self._outcome(row, RunStatus.FAILED, row.next_run_at, now, error=str(exc))]
-            if self.store.claim_occurrence(row, None, now, runs) is None:
-                self._reload(row.id)
-            else:
-                self._drop(row.id)
-            return
+        plan = plan_occurrences(
+            _parsed(row.schedule, row.timezone),
+            row.next_run_at,
+            now,
+            grace=row.grace,
+            catch_up=str(row.catch_up),
+            limit=self.settings.catch_up_limit,
+        )
+        to_run, next_run_at = plan.to_run, plan.next
         runs = []
+        if plan.missed:
+            runs.append(self._missed(row, plan.missed, now))
         if busy and row.overlap == Overlap.SKIP:
-            skipped = to_run[-1] if to_run else row.next_run_at
-            note = "the previous run was still running (overlap=skip)"
-            runs.append(self._outcome(row, RunStatus.SKIPPED, skipped, now, error=note))
+            skipped = to_run or [row.next_run_at]
+            runs.append(self._skipped(row, skipped, now, "the previous run was still running"))
             to_run = []
-        if missed:
-            runs.append(self._missed(row, missed, now))
+        elif len(to_run) > 1 and row.overlap == Overlap.SKIP:
+            # Caught-up occurrences would run together: the first runs, the rest skip.
+            runs.append(self._skipped(row, to_run[1:], now, f"the run of {to_run[0]} runs"))
+            to_run = to_run[:1]
+        elif len(to_run) > 1 and row.overlap == Overlap.DELAY:
+            # One after another: claim the first; the next stays due and waits for it.
+            next_run_at, to_run = to_run[1], to_run[:1]
         started = [self._outcome(row, RunStatus.RUNNING, when, now) for when in to_run]
         runs.extend(started)
-        ids = self.store.claim_occurrence(row, next_run_at, now, runs)
+        ids = self.store.claim_occurrence(self.node_id, row, next_run_at, now, runs)
         if ids is None:
             logger.debug(
                 "schedule %s changed before it fired; reloading",
@@ -577,6 +819,17 @@ class Node:
             )
             self._reload(row.id)
             return
+        if standby_for and self._cluster is not None and self._cluster.suspect(standby_for, now):
+            logger.warning(
+                "node %s did not fire schedule %s within %gs of its time: this node fires "
+                "the schedules it stands by for that node at their time, until it is seen "
+                "alive again",
+                standby_for,
+                row.name,
+                self.settings.standby_delay,
+                extra={"action": "owner_suspected", "node": standby_for},
+            )
+            self.replace_held(standby_for)
         with self._lock:
             self._delayed.discard(row.id)
         if next_run_at is None:
@@ -586,28 +839,77 @@ class Node:
         for run_id, outcome in zip(ids[len(runs) - len(started) :], started, strict=True):
             self._start_schedule_run(row, run_id, outcome)
 
+    def _problem(self, row: ScheduleRow) -> str:
+        """Why the node cannot use ``row`` (a value written behind the model's back),
+        or "" if it can."""
+        if row.catch_up not in CatchUp.values:
+            return f"catch_up {row.catch_up!r} is not one of {', '.join(CatchUp.values)}"
+        if row.overlap not in Overlap.values:
+            return f"overlap {row.overlap!r} is not one of {', '.join(Overlap.values)}"
+        if not row.max_attempts >= 1:
+            return f"max_attempts {row.max_attempts!r} is not >= 1"
+        if not (row.retry_backoff >= 0 and math.isfinite(row.retry_backoff)):
+            return f"retry_backoff {row.retry_backoff!r} is not a finite number >= 0"
+        if row.grace is not None and not (row.grace >= 0 and math.isfinite(row.grace)):
+            return f"grace {row.grace!r} is not empty or a finite number >= 0"
+        try:
+            if row.timezone:
+                zoneinfo.ZoneInfo(row.timezone)
+            _parsed(row.schedule, row.timezone)
+            registry.bind(row.function, *self._call_of(row.payload))
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+            if isinstance(exc, InvalidSchedule | PayloadError | ArgumentError):
+                return f"{type(exc).__name__}: {exc}"
+            return f"timezone {row.timezone!r}: {exc}"
+        except FunctionNotRegistered as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return ""
+
+    @staticmethod
+    def _call_of(payload: bytes) -> tuple[list[Any], dict[str, Any]]:
+        if not payload:
+            return [], {}
+        _name, args, kwargs = decode_call(payload)
+        return list(args), dict(kwargs)
+
+    def _break(self, schedule_id: int, row: ScheduleRow | None, problem: str) -> None:
+        """Stop firing a schedule the node cannot use: a failed run and the schedule's
+        ``broken`` field say why (the admin and ``htask status`` show it), one error
+        is logged, and the schedule costs nothing more until it is saved again."""
+        now = self.clock.now()
+        name = row.name if row is not None else str(schedule_id)
+        run = RunOutcome(
+            status=RunStatus.FAILED,
+            function=row.function if row is not None else "",
+            name=name,
+            node=self.node_id,
+            attempt=1,
+            scheduled_for=row.next_run_at if row is not None else None,
+            started_at=None,
+            finished_at=now,
+            error=f"broken: {problem}",
+            schedule_id=schedule_id,
+        )
+        version = row.version if row is not None else None
+        if row is not None and not self.store.mark_broken(self.node_id, schedule_id, version, run):
+            self._reload(schedule_id)  # changed meanwhile: look at it again
+            return
+        if row is None:
+            self.store.mark_broken(self.node_id, schedule_id, None, run)
+        logger.error(
+            "schedule %s is broken and will not fire until it is saved again: %s",
+            name,
+            problem,
+            extra={"action": "schedule_broken", "schedule": schedule_id},
+        )
+        self._drop(schedule_id)
+
     def _reload(self, schedule_id: int) -> None:
         row = self.store.get_schedule(schedule_id)
         if row is None:
             self._drop(schedule_id)
         else:
             self._place(ScheduleRef(row.id, row.next_run_at, row.version, row.enabled))
-
-    def _occurrences(
-        self, row: ScheduleRow, now: datetime
-    ) -> tuple[list[datetime], list[datetime], datetime | None]:
-        """Which due occurrences run, which are missed, and the next run after now (the
-        engine's misfire policy, on the row's grace and catch-up)."""
-        assert row.next_run_at is not None
-        plan = plan_occurrences(
-            _parsed(row.schedule, row.timezone),
-            row.next_run_at,
-            now,
-            grace=row.grace,
-            catch_up=str(row.catch_up),
-            limit=self.settings.catch_up_limit,
-        )
-        return plan.to_run, plan.missed, plan.next
 
     def _missed(self, row: ScheduleRow, missed: list[datetime], now: datetime) -> RunOutcome:
         late = (now - missed[-1]).total_seconds()
@@ -619,6 +921,17 @@ class Node:
         )
         logger.warning("schedule %s: %s", row.name, error, extra={"action": "missed"})
         return self._outcome(row, RunStatus.MISSED, missed[-1], now, error=error)
+
+    def _skipped(
+        self, row: ScheduleRow, skipped: list[datetime], now: datetime, why: str
+    ) -> RunOutcome:
+        what = (
+            f"{len(skipped)} occurrences from {skipped[0].isoformat()} to {skipped[-1].isoformat()}"
+            if len(skipped) > 1
+            else f"the occurrence of {skipped[0].isoformat()}"
+        )
+        error = f"{what} skipped: {why} (overlap=skip)"
+        return self._outcome(row, RunStatus.SKIPPED, skipped[-1], now, error=error)
 
     def _outcome(
         self,
@@ -654,8 +967,11 @@ class Node:
             jobs.call_soon(self._schedule_job, row, outcome)
 
     def _schedule_job(self, row: ScheduleRow, started: RunOutcome) -> None:
-        if self._stopping:
-            return  # written as interrupted by stop()
+        key = ("run", started.run_id or 0)
+        with self._lock:
+            if self._fenced is not None or self._stopping:
+                return  # handed back by stop(): not run
+            self._calling.add(key)
         result = self._execute(
             started.function,
             row.payload,
@@ -666,6 +982,7 @@ class Node:
         )
         result.run_id = started.run_id
         with self._lock:
+            self._calling.discard(key)
             self._running_runs.pop(started.run_id or 0, None)
             left = self._busy_schedules.get(row.id, 1) - 1
             if left:
@@ -680,10 +997,11 @@ class Node:
         )
         self._push(result)
         if retry:
-            delay = row.retry_backoff * 2 ** (started.attempt - 1)
-            self._control_later(delay, self._retry_schedule, row, started)
+            policy = RetryPolicy(row.retry_backoff, self.settings.retry_backoff_max)
+            self._control_later(policy.delay(started.attempt), self._retry_schedule, row, started)
         if delayed:
             self._control_later(0, self._fire, row.id)
+        self._dispatcher.request()  # a worker is free
 
     def _retry_schedule(self, row: ScheduleRow, previous: RunOutcome) -> None:
         if self._stopping:
@@ -693,7 +1011,10 @@ class Node:
             row, RunStatus.RUNNING, previous.scheduled_for, now, attempt=previous.attempt + 1
         )
         try:
-            run_id = self.store.start_schedule_run(outcome)
+            run_id = self.store.start_schedule_run(self.node_id, outcome)
+        except NodeFenced as exc:
+            self._on_fenced(exc)
+            return
         except DatabaseError as exc:
             delay = self._next_db_delay()
             self._db_lost(exc, delay)
@@ -702,80 +1023,81 @@ class Node:
         self._start_schedule_run(row, run_id, outcome)
 
     # -- one-off tasks ---------------------------------------------------------------
-    def _claim_tasks(self) -> int:
-        """Lease the tasks due within the look-ahead window; return how many."""
-        if self._stopping:
-            return 0
-        s = self.settings
-        total = 0
-        cap = max(s.claim_batch * 20, 10_000)
-        while True:
-            now = self.clock.now()
-            claimed = self.store.claim_tasks(
-                self.node_id,
-                now + timedelta(seconds=s.lookahead),
-                now,
-                now + timedelta(seconds=s.lease),
-                s.claim_batch,
-            )
-            control = self._control
-            with self._lock:
-                for task in claimed:
-                    old = self._held_tasks.pop(task.id, None)
-                    if old is not None:
-                        old.cancel()
-                    if control is not None:
-                        self._held_tasks[task.id] = control.call_at(
-                            task.run_at, self._task_due, task.id
-                        )
-                held = len(self._held_tasks)
-            total += len(claimed)
-            if len(claimed) < s.claim_batch or held >= cap:
-                return total
-
-    def _task_due(self, task_id: int) -> None:
+    def _free_workers(self) -> int:
+        """How many more jobs the workers can start now (a thread per job: a batch)."""
+        if self.workers == 0:
+            return self.settings.claim_batch
         with self._lock:
-            self._held_tasks.pop(task_id, None)
-            self._due_tasks.append(task_id)
-            if self._dispatch_queued:
+            return self.workers - len(self._running_tasks) - len(self._running_runs)
+
+    def _watch_tasks(self) -> None:
+        """Read whether tasks are due and when the next one is, and set the wake-up
+        timer there when it is within the look-ahead window (else the poll looks again).
+        Reads only: an idle node writes nothing."""
+        now = self.clock.now()
+        due, first = self.store.task_outlook(now)
+        if due:
+            self._tasks_due = True
+        if first is None or first > now + timedelta(seconds=self.settings.lookahead):
+            return
+        control = self._control
+        with self._lock:
+            current = self._task_wake
+            if _armed(current) and current is not None and current.when <= first:
                 return
-            self._dispatch_queued = True
-        self._control_later(0, self._dispatch)
+            if current is not None:
+                current.cancel()
+            self._task_wake = None
+            if control is not None and not self._stopping:
+                with contextlib.suppress(SchedulerClosed):
+                    self._task_wake = control.call_at(first, self._task_due)
+
+    def _task_due(self) -> None:
+        self._guarded(self._watch_tasks, "look for tasks")
+        self._dispatch()
 
     def _dispatch(self) -> None:
-        with self._lock:
-            ids, self._due_tasks = self._due_tasks, []
-            self._dispatch_queued = False
-        if self._stopping or not ids:
+        """Claim and start as many due tasks as there are free workers (never more:
+        a task is claimed only when a worker takes it at once)."""
+        if self._stopping or self._fenced is not None:
             return
-        try:
-            started = self.store.start_tasks(self.node_id, ids, self.clock.now())
-            self._db_ok()
-        except DatabaseError as exc:
-            delay = self._next_db_delay()
-            self._db_lost(exc, delay)
+        while self._tasks_due:
+            free = self._free_workers()
+            if free <= 0:
+                return
+            started: list[StartedTask] = []
+            if not self._guarded(
+                functools.partial(self._start_tasks, free, started),
+                "task claim",
+                retry=self._dispatcher,
+            ):
+                return
+            if len(started) < free:
+                self._tasks_due = False  # none left: until a poll, a wake-up or a timer
+            if not started:
+                return
+            jobs = self._jobs
+            assert jobs is not None
             with self._lock:
-                self._due_tasks[:0] = ids
-                self._dispatch_queued = True
-            self._control_later(delay, self._dispatch)
-            return
-        jobs = self._jobs
-        assert jobs is not None
-        # Among the tasks due together, the higher priority starts first (the jobs
-        # pool takes them in order when its workers are busy).
-        started.sort(key=lambda t: (-t.priority, t.run_at, t.id))
-        with self._lock:
-            for task in started:
-                self._running_tasks[task.id] = task
-        for task in started:
-            try:
-                jobs.call_soon(self._task_job, task)
-            except SchedulerClosed:
-                break
+                for task in started:
+                    self._running_tasks[task.id] = task
+            for task in started:  # highest priority first
+                try:
+                    jobs.call_soon(self._task_job, task)
+                except SchedulerClosed:
+                    return
+
+    def _start_tasks(self, free: int, into: list[StartedTask]) -> None:
+        now = self.clock.now()
+        lease_until = now + timedelta(seconds=self.settings.lease)
+        into.extend(self.store.start_tasks(self.node_id, now, free, lease_until))
 
     def _task_job(self, task: StartedTask) -> None:
-        if self._stopping:
-            return  # handed back by stop()
+        key = ("task", task.id)
+        with self._lock:
+            if self._fenced is not None or self._stopping:
+                return  # handed back by stop(): not run
+            self._calling.add(key)
         result = self._execute(
             task.function,
             task.payload,
@@ -789,12 +1111,13 @@ class Node:
             and result.extra.get("retryable", False)
             and task.attempts < task.max_attempts
         ):
-            s = self.settings
-            delay = min(s.retry_backoff * 2 ** (task.attempts - 1), s.retry_backoff_max)
+            delay = self.task_retry.delay(task.attempts)
             result.retry_at = result.finished_at + timedelta(seconds=delay)
         with self._lock:
+            self._calling.discard(key)
             self._running_tasks.pop(task.id, None)
         self._push(result)
+        self._dispatcher.request()  # a worker is free
 
     # -- running a function ----------------------------------------------------------
     def _execute(
@@ -808,7 +1131,10 @@ class Node:
         schedule_id: int | None = None,
         task_id: int | None = None,
     ) -> RunOutcome:
-        """Call the registered function; never raises."""
+        """Call the registered function; never raises.
+
+        Whatever the function raises ends the run failed, ``SystemExit`` and
+        ``KeyboardInterrupt`` included (they end only this run, not the node)."""
         close_old_connections()
         clock = self.clock
         started_at = clock.now()
@@ -828,10 +1154,7 @@ class Node:
         retryable = False
         try:
             try:
-                if payload:
-                    _name, args, kwargs = decode_call(payload)
-                else:
-                    args, kwargs = [], {}
+                args, kwargs = self._call_of(payload)
                 fn, bound_args, bound_kwargs = registry.bind(function, args, kwargs)
             except (FunctionNotRegistered, PayloadError, ArgumentError) as exc:
                 status = RunStatus.FAILED
@@ -842,12 +1165,13 @@ class Node:
                     asyncio.run(fn(*bound_args, **bound_kwargs))
                 else:
                     fn(*bound_args, **bound_kwargs)
-        except Exception as exc:
+        except BaseException as exc:  # a task's SystemExit ends that run only
             status = RunStatus.FAILED
             retryable = True
             error = f"{type(exc).__name__}: {exc}"
             tb = traceback.format_exc()
-            logger.warning("%s failed: %s", name, error, extra={"action": "run_failed"})
+            level = logging.WARNING if isinstance(exc, Exception) else logging.ERROR
+            logger.log(level, "%s failed: %s", name, error, extra={"action": "run_failed"})
         finally:
             close_old_connections()
         duration = clock.monotonic() - t0
@@ -874,25 +1198,10 @@ class Node:
     def _push(self, outcome: RunOutcome) -> None:
         with self._lock:
             self._outcomes.append(outcome)
-            if self._flush_queued:
-                return
-            self._flush_queued = True
-        self._control_later(0, self._flush_soon)
+        self._flusher.request()
 
     def _flush_soon(self) -> None:
-        with self._lock:
-            self._flush_queued = False
-        try:
-            self._flush()
-            self._db_ok()
-        except DatabaseError as exc:
-            delay = self._next_db_delay()
-            self._db_lost(exc, delay)
-            with self._lock:
-                if self._flush_queued:
-                    return
-                self._flush_queued = True
-            self._control_later(delay, self._flush_soon)
+        self._guarded(self._flush, "writing of runs", retry=self._flusher)
 
     def _flush(self) -> None:
         with self._lock:
@@ -900,10 +1209,10 @@ class Node:
         if not outcomes:
             return
         try:
-            self.store.record(outcomes)
+            self.store.record(self.node_id, outcomes)
         except DatabaseError:
             with self._lock:
                 self._outcomes[:0] = outcomes
             raise
         if any(o.retry_at is not None for o in outcomes):
-            self._claim_tasks()
+            self._watch_tasks()

@@ -5,10 +5,17 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from .base import ClaimedTask, RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store
+from .base import (
+    Abandoned,
+    RunOutcome,
+    ScheduleRef,
+    ScheduleRow,
+    StartedTask,
+    Store,
+)
 
 __all__ = [
-    "ClaimedTask",
+    "Abandoned",
     "RunOutcome",
     "ScheduleRef",
     "ScheduleRow",

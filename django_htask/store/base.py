@@ -7,6 +7,14 @@ database adds only what is particular to it (``store/sqlite.py``; PostgreSQL's
 
 Every method is one short transaction (or none), so a node never holds a transaction
 open while a job runs.
+
+Fencing: every method that writes on behalf of a node takes its id and first checks,
+inside its transaction, that the node is still registered and not declared dead (on
+PostgreSQL it locks the node's row, so that no reaper can declare it dead before the
+transaction ends). A node declared dead gets :class:`~django_htask.exceptions.NodeFenced`
+and its write is not made: a late write from a node the others gave up on can never
+overwrite what they recorded. A node's id is new at each start, so it is the
+generation of its claims.
 """
 
 from __future__ import annotations
@@ -15,8 +23,10 @@ import abc
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django_htask.retry import RetryPolicy
+
 __all__ = [
-    "ClaimedTask",
+    "Abandoned",
     "RunOutcome",
     "ScheduleRef",
     "ScheduleRow",
@@ -56,14 +66,6 @@ class ScheduleRow:
 
 
 @dataclass(frozen=True, slots=True)
-class ClaimedTask:
-    """A one-off task a node holds (leased) until it is due."""
-
-    id: int
-    run_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
 class StartedTask:
     """A one-off task marked running by this node, with what it takes to run it."""
 
@@ -97,15 +99,35 @@ class RunOutcome:
     task_id: int | None = None
     #: For a failed task with attempts left: when it runs again (it is then pending).
     retry_at: datetime | None = None
-    #: For a task handed back at shutdown: pending again, the attempt not counted.
-    handed_back: bool = False
     extra: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Abandoned:
+    """A run its node had to leave (shutdown timeout). Started (its function called):
+    the task's attempt ends with ``error`` (a retry at ``retry_at``, or failed), and
+    the schedule's run row fails with ``error`` once the node is dead. Not started (a
+    job still queued): the task is pending again as it was, the run fails at once."""
+
+    error: str
+    started: bool
+    run_id: int | None = None  # a schedule's run
+    task_id: int | None = None
+    retry_at: datetime | None = None  # for a started task with attempts left
 
 
 class Store(abc.ABC):
     """The database operations of a node."""
 
     vendor: str = ""
+    #: Every node of this database runs on one host (SQLite): a node may declare dead
+    #: at once a node of its own host whose process is gone (:meth:`declare_dead`).
+    single_host: bool = False
+
+    @abc.abstractmethod
+    def check_migrated(self) -> None:
+        """Raise NotMigrated (naming what is missing) unless every migration of
+        django_htask is applied to this database."""
 
     @abc.abstractmethod
     def install(self) -> None:
@@ -131,14 +153,45 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
-        """Record the heartbeat and renew this node's leases; return how many."""
+        """Record the heartbeat and renew this node's leases; return how many.
+        Raises NodeFenced if the node was declared dead."""
 
     @abc.abstractmethod
-    def stop_node(self, node_id: str, now: datetime) -> None: ...
+    def stop_node(self, node_id: str, now: datetime) -> None:
+        """Mark the node stopped (it holds nothing any more)."""
 
     @abc.abstractmethod
-    def reap(self, now: datetime, dead_before: datetime) -> int:
-        """Hand back what dead nodes held; fail their runs. Return how many rows."""
+    def abandon(
+        self,
+        node_id: str,
+        now: datetime,
+        abandoned: list[Abandoned],
+        dead_at: datetime,
+        heartbeat_at: datetime,
+    ) -> None:
+        """Leave runs that are still going, as a node that must exit before they end
+        does: each task's attempt ends now (a retry no earlier than ``dead_at``, or
+        failed); each schedule run keeps running, its error noted, until the reaper
+        fails it once the node is dead; the node's heartbeat is set to ``heartbeat_at``,
+        chosen by the caller so that the node counts as dead from ``dead_at`` (after its
+        process is gone), not before."""
+
+    @abc.abstractmethod
+    def nodes_on_host(self, hostname: str) -> list[tuple[str, int]]:
+        """(id, pid) of the nodes of ``hostname`` not marked stopped."""
+
+    @abc.abstractmethod
+    def declare_dead(self, node_ids: list[str], now: datetime) -> int:
+        """Mark these nodes dead now (their process is known to be gone); return how
+        many were still live. The next :meth:`reap` hands back what they held."""
+
+    @abc.abstractmethod
+    def reap(self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
+        """Declare dead the nodes whose heartbeat is older than ``dead_before`` and hand
+        back what dead nodes held: a task they held but had not started is pending again
+        as it was; a task they had started has used that attempt (a failed run row says
+        so) and is retried after ``retry``'s delay or fails; their schedule runs fail.
+        Return how many rows changed. ``node_id`` is the reaper (fenced)."""
 
     # -- schedules -------------------------------------------------------------------
     @abc.abstractmethod
@@ -160,6 +213,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def claim_occurrence(
         self,
+        node_id: str,
         row: ScheduleRow,
         next_run_at: datetime | None,
         now: datetime,
@@ -170,28 +224,36 @@ class Store(abc.ABC):
         rows in the same transaction. Return the run ids, or None if the claim lost."""
 
     @abc.abstractmethod
-    def start_schedule_run(self, outcome: RunOutcome) -> int:
+    def mark_broken(
+        self, node_id: str, schedule_id: int, version: int | None, run: RunOutcome
+    ) -> bool:
+        """Stop the schedule for good (no next run) with ``run.error`` as the reason,
+        and record ``run`` (failed); with a ``version``, only if it is still that one.
+        Return whether it was marked. Saving the schedule clears the mark."""
+
+    @abc.abstractmethod
+    def start_schedule_run(self, node_id: str, outcome: RunOutcome) -> int:
         """Create a running run row (a retry) and return its id."""
 
     # -- one-off tasks ---------------------------------------------------------------
     @abc.abstractmethod
-    def claim_tasks(
-        self, node_id: str, until: datetime, now: datetime, lease_until: datetime, limit: int
-    ) -> list[ClaimedTask]:
-        """Lease up to ``limit`` pending tasks due by ``until``, oldest first."""
+    def task_outlook(self, now: datetime) -> tuple[bool, datetime | None]:
+        """Whether a pending task nobody holds is due at ``now``, and when the first
+        pending task due after ``now`` is (reads only: nothing is claimed)."""
 
     @abc.abstractmethod
-    def start_tasks(self, node_id: str, ids: list[int], now: datetime) -> list[StartedTask]:
-        """Mark the given held tasks running (one attempt each) and return those that
-        still were pending and held by this node."""
+    def start_tasks(
+        self, node_id: str, now: datetime, limit: int, lease_until: datetime
+    ) -> list[StartedTask]:
+        """Claim up to ``limit`` due tasks nobody holds, highest priority first, then
+        oldest, and mark them running (one attempt each) under a lease until
+        ``lease_until``. Only ask for what workers take at once: a started task that
+        never finishes has used its attempt."""
 
     @abc.abstractmethod
-    def release_tasks(self, node_id: str) -> int:
-        """Hand back every pending task this node holds."""
-
-    @abc.abstractmethod
-    def record(self, outcomes: list[RunOutcome]) -> None:
-        """Write finished runs and their tasks and schedules, in one transaction."""
+    def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:
+        """Write finished runs and their tasks and schedules, in one transaction. A
+        task or run the node no longer holds (reaped meanwhile) is left as it is."""
 
     @abc.abstractmethod
     def count_pending_tasks(self) -> int: ...

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractContextManager
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import F, Max, Q
+from django.db.models import Case, F, Max, Min, Q, TextField, Value, When
 
+from django_htask.exceptions import NodeFenced, NotMigrated
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus, prune_runs
+from django_htask.retry import RetryPolicy
 
-from .base import ClaimedTask, RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store
+from .base import (
+    Abandoned,
+    RunOutcome,
+    ScheduleRef,
+    ScheduleRow,
+    StartedTask,
+    Store,
+)
 
 __all__ = ["DatabaseStore"]
 
@@ -33,8 +42,32 @@ _ROW_FIELDS = (
     "retry_backoff",
     "version",
 )
+#: What a started task carries, in :class:`StartedTask`'s order.
+_STARTED_FIELDS = (
+    "id",
+    "token",
+    "function",
+    "payload",
+    "run_at",
+    "attempts",
+    "max_attempts",
+    "priority",
+)
 #: SQLite allows 999 host parameters in old builds: chunk ``IN (...)`` lists.
 _CHUNK = 500
+_NODE = Node._meta.db_table
+#: The error of a schedule run whose node died while it ran.
+_RUN_LOST = "the node running it stopped answering (killed, crashed or out of memory)"
+#: The longest reason kept on a broken schedule.
+_BROKEN_MAX = 2000
+
+
+def _as_datetime(value: datetime | str) -> datetime:
+    """A timestamp read by raw SQL (SQLite gives text in UTC), as an aware datetime."""
+    if isinstance(value, datetime):
+        return value
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 class DatabaseStore(Store):
@@ -48,6 +81,19 @@ class DatabaseStore(Store):
     @property
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.using]
+
+    def check_migrated(self) -> None:
+        from django.db.migrations.executor import MigrationExecutor  # noqa: PLC0415
+
+        executor = MigrationExecutor(self.connection)
+        targets = executor.loader.graph.leaf_nodes("django_htask")
+        missing = [m.name for m, _backwards in executor.migration_plan(targets)]
+        if missing:
+            raise NotMigrated(
+                f"the database {self.describe()!r} lacks django_htask's tables or some of "
+                f"its migrations ({len(missing)} not applied: {', '.join(missing)}): "
+                "run `manage.py migrate`"
+            )
 
     def install(self) -> None:
         pass
@@ -79,6 +125,22 @@ class DatabaseStore(Store):
     def _atomic(self) -> AbstractContextManager[Any]:
         return transaction.atomic(using=self.using)
 
+    # -- fencing ---------------------------------------------------------------------
+    #: Appended to the fencing read: PostgreSQL locks the node's row for the
+    #: transaction (SQLite's write transactions are exclusive already).
+    _fence_lock = ""
+
+    def _fence(self, node_id: str) -> None:
+        """Raise NodeFenced unless ``node_id`` is registered and not declared dead; call
+        inside the write transaction (see the module :mod:`~django_htask.store.base`)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT stopped_at FROM {_NODE} WHERE id = %s{self._fence_lock}", [node_id]
+            )
+            row = cursor.fetchone()
+        if row is None or row[0] is not None:
+            raise NodeFenced(node_id, None if row is None else _as_datetime(row[0]))
+
     # -- nodes -----------------------------------------------------------------------
     def register_node(
         self, node_id: str, hostname: str, pid: int, version: str, now: datetime
@@ -97,50 +159,159 @@ class DatabaseStore(Store):
 
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
         with self._atomic():
+            self._fence(node_id)
             Node.objects.using(self.using).filter(id=node_id).update(last_heartbeat=now)
-            return (
-                Task.objects.using(self.using)
-                .filter(locked_by=node_id, status__in=(TaskStatus.PENDING, TaskStatus.RUNNING))
-                .update(lease_expires_at=lease_until)
-            )
+            return self._renew_leases(node_id, lease_until)
+
+    def _renew_leases(self, node_id: str, lease_until: datetime) -> int:
+        return (
+            Task.objects.using(self.using)
+            .filter(locked_by=node_id, status__in=(TaskStatus.PENDING, TaskStatus.RUNNING))
+            .update(lease_expires_at=lease_until)
+        )
 
     def stop_node(self, node_id: str, now: datetime) -> None:
-        Node.objects.using(self.using).filter(id=node_id).update(stopped_at=now)
+        Node.objects.using(self.using).filter(id=node_id, stopped_at__isnull=True).update(
+            stopped_at=now
+        )
 
-    def reap(self, now: datetime, dead_before: datetime) -> int:
-        """Pending tasks whose lease expired are claimable again as they are; tasks left
-        running by a dead node count that attempt (at least once) and go back to pending
-        or fail; runs left running by dead nodes fail."""
+    def abandon(
+        self,
+        node_id: str,
+        now: datetime,
+        abandoned: list[Abandoned],
+        dead_at: datetime,
+        heartbeat_at: datetime,
+    ) -> None:
         tasks = Task.objects.using(self.using)
-        count = 0
         with self._atomic():
-            lost = tasks.filter(status=TaskStatus.RUNNING, lease_expires_at__lt=now)
-            count += lost.filter(attempts__lt=F("max_attempts")).update(
-                status=TaskStatus.PENDING,
-                locked_by=None,
-                lease_expires_at=None,
-                last_error="the node running it stopped answering",
+            self._fence(node_id)
+            runs = Run.objects.using(self.using)
+            task_ids = [a.task_id for a in abandoned if a.task_id is not None]
+            held = {
+                t.pk: t
+                for t in tasks.filter(
+                    id__in=task_ids, locked_by=node_id, status=TaskStatus.RUNNING
+                ).only("id", "function", "attempts", "max_attempts", "run_at", "started_at")
+            }
+            new_runs = []
+            for a in abandoned:
+                if a.run_id is not None:
+                    left = runs.filter(id=a.run_id, status=RunStatus.RUNNING)
+                    if a.started:  # failed by the reaper once the node is dead
+                        left.update(error=a.error)
+                    else:
+                        left.update(status=RunStatus.FAILED, finished_at=now, error=a.error)
+                    continue
+                task = held.get(a.task_id or 0)
+                if task is None:
+                    continue
+                mine = tasks.filter(id=task.pk, locked_by=node_id, status=TaskStatus.RUNNING)
+                unlocked = {"locked_by": None, "lease_expires_at": None}
+                if not a.started:  # never called: pending again as it was
+                    mine.update(status=TaskStatus.PENDING, attempts=F("attempts") - 1, **unlocked)
+                    continue
+                new_runs.append(self._crashed_run(task, node_id, now, a.error))
+                ended = {**unlocked, "last_error": a.error, "traceback": ""}
+                if a.retry_at is not None:
+                    mine.update(status=TaskStatus.PENDING, run_at=max(a.retry_at, dead_at), **ended)
+                else:
+                    mine.update(status=TaskStatus.FAILED, finished_at=now, **ended)
+            runs.bulk_create(new_runs)
+            # Dead at dead_at, not before: until then the others count its runs as going on.
+            Node.objects.using(self.using).filter(id=node_id).update(last_heartbeat=heartbeat_at)
+
+    @staticmethod
+    def _crashed_run(task: Task, node_id: str, now: datetime, error: str) -> Run:
+        return Run(
+            task_id=task.pk,
+            name=task.function,
+            function=task.function,
+            node=node_id,
+            attempt=task.attempts,
+            scheduled_for=task.run_at,
+            started_at=task.started_at,
+            finished_at=now,
+            status=RunStatus.FAILED,
+            error=error,
+        )
+
+    def nodes_on_host(self, hostname: str) -> list[tuple[str, int]]:
+        return list(
+            Node.objects.using(self.using)
+            .filter(hostname=hostname, stopped_at__isnull=True)
+            .values_list("id", "pid")
+        )
+
+    def declare_dead(self, node_ids: list[str], now: datetime) -> int:
+        if not node_ids:
+            return 0
+        return (
+            Node.objects.using(self.using)
+            .filter(id__in=node_ids, stopped_at__isnull=True)
+            .update(stopped_at=now)
+        )
+
+    def reap(self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
+        with self._atomic():
+            self._fence(node_id)
+            return self._reap(now, dead_before, retry)
+
+    def _reap(self, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
+        """The reaper's work, in the caller's transaction (see :meth:`Store.reap`).
+
+        The node rows are written first: a node's own writes lock its row first too,
+        so the two never wait for each other in the opposite order."""
+        nodes = Node.objects.using(self.using)
+        tasks = Task.objects.using(self.using)
+        count = nodes.filter(stopped_at__isnull=True, last_heartbeat__lt=dead_before).update(
+            stopped_at=now
+        )
+        live = nodes.filter(stopped_at__isnull=True, last_heartbeat__gte=dead_before)
+        lost = Q(lease_expires_at__lt=now) | ~Q(locked_by__in=live.values("id"))
+        crashed = list(
+            tasks.filter(lost, status=TaskStatus.RUNNING).only(
+                "id", "function", "attempts", "max_attempts", "run_at", "started_at", "locked_by"
             )
-            count += lost.update(
-                status=TaskStatus.FAILED,
-                locked_by=None,
-                lease_expires_at=None,
+        )
+        runs = []
+        for task in crashed:
+            holder = task.locked_by or "?"
+            error = (
+                f"the node running it ({holder}) stopped answering during attempt "
+                f"{task.attempts} of {task.max_attempts}: killed, crashed or out of memory"
+            )
+            runs.append(self._crashed_run(task, holder, now, error))
+            changes: dict[str, Any] = {
+                "locked_by": None,
+                "lease_expires_at": None,
+                "last_error": error,
+                "traceback": "",
+            }
+            if task.attempts < task.max_attempts:
+                delay = timedelta(seconds=retry.delay(max(task.attempts, 1)))
+                changes.update(status=TaskStatus.PENDING, run_at=now + delay)
+            else:
+                changes.update(status=TaskStatus.FAILED, finished_at=now)
+            count += tasks.filter(id=task.pk, status=TaskStatus.RUNNING).update(**changes)
+        Run.objects.using(self.using).bulk_create(runs)
+        count += tasks.filter(lost, status=TaskStatus.PENDING, locked_by__isnull=False).update(
+            locked_by=None, lease_expires_at=None
+        )
+        count += (
+            Run.objects.using(self.using)
+            .filter(status=RunStatus.RUNNING)
+            .exclude(node__in=live.values("id"))
+            .update(
+                status=RunStatus.FAILED,
                 finished_at=now,
-                last_error="the node running it stopped answering",
+                error=Case(
+                    When(error="", then=Value(_RUN_LOST)),
+                    default=F("error"),
+                    output_field=TextField(),
+                ),
             )
-            live = Node.objects.using(self.using).filter(
-                last_heartbeat__gte=dead_before, stopped_at__isnull=True
-            )
-            count += (
-                Run.objects.using(self.using)
-                .filter(status=RunStatus.RUNNING)
-                .exclude(node__in=live.values("id"))
-                .update(
-                    status=RunStatus.FAILED,
-                    finished_at=now,
-                    error="the node running it stopped answering",
-                )
-            )
+        )
         return count
 
     # -- schedules -------------------------------------------------------------------
@@ -197,12 +368,14 @@ class DatabaseStore(Store):
 
     def claim_occurrence(
         self,
+        node_id: str,
         row: ScheduleRow,
         next_run_at: datetime | None,
         now: datetime,
         runs: list[RunOutcome],
     ) -> list[int] | None:
         with self._atomic():
+            self._fence(node_id)
             claimed = (
                 Schedule.objects.using(self.using)
                 .filter(id=row.id, next_run_at=row.next_run_at, version=row.version, enabled=True)
@@ -214,6 +387,24 @@ class DatabaseStore(Store):
                 [self._run(o, schedule_id=row.id) for o in runs]
             )
         return [r.pk for r in created]
+
+    def mark_broken(
+        self, node_id: str, schedule_id: int, version: int | None, run: RunOutcome
+    ) -> bool:
+        with self._atomic():
+            self._fence(node_id)
+            rows = Schedule.objects.using(self.using).filter(id=schedule_id)
+            if version is not None:
+                rows = rows.filter(version=version)
+            marked = rows.update(
+                next_run_at=None,
+                broken=run.error[:_BROKEN_MAX],
+                last_status=run.status,
+                last_run_at=run.finished_at,
+            )
+            if marked:
+                self._run(run, schedule_id=schedule_id).save(using=self.using)
+        return bool(marked)
 
     @staticmethod
     def _after_fire(
@@ -243,83 +434,64 @@ class DatabaseStore(Store):
             duration=o.duration,
         )
 
-    def start_schedule_run(self, outcome: RunOutcome) -> int:
-        run = self._run(outcome)
-        run.save(using=self.using)
+    def start_schedule_run(self, node_id: str, outcome: RunOutcome) -> int:
+        with self._atomic():
+            self._fence(node_id)
+            run = self._run(outcome)
+            run.save(using=self.using)
         return run.pk
 
     # -- one-off tasks ---------------------------------------------------------------
-    def _claimable(self, until: datetime, now: datetime) -> Q:
-        return Q(status=TaskStatus.PENDING, run_at__lte=until) & (
+    def task_outlook(self, now: datetime) -> tuple[bool, datetime | None]:
+        tasks = Task.objects.using(self.using)
+        due = tasks.filter(self._claimable(now)).exists()
+        first: datetime | None = tasks.filter(status=TaskStatus.PENDING, run_at__gt=now).aggregate(
+            m=Min("run_at")
+        )["m"]
+        return due, first
+
+    def _claimable(self, now: datetime) -> Q:
+        return Q(status=TaskStatus.PENDING, run_at__lte=now) & (
             Q(locked_by__isnull=True) | Q(lease_expires_at__lt=now)
         )
 
-    def _claim_candidates(self, until: datetime, now: datetime, limit: int) -> list[int]:
-        """Ids that look claimable; the conditional update decides. PostgreSQL locks
-        them here instead (``FOR UPDATE SKIP LOCKED``)."""
-        return list(
-            Task.objects.using(self.using)
-            .filter(self._claimable(until, now))
-            .order_by("-priority", "run_at", "id")
-            .values_list("id", flat=True)[:limit]
-        )
-
-    def claim_tasks(
-        self, node_id: str, until: datetime, now: datetime, lease_until: datetime, limit: int
-    ) -> list[ClaimedTask]:
+    def start_tasks(
+        self, node_id: str, now: datetime, limit: int, lease_until: datetime
+    ) -> list[StartedTask]:
+        if limit <= 0:
+            return []
         tasks = Task.objects.using(self.using)
+        claimable = self._claimable(now)
         with self._atomic():
-            ids = self._claim_candidates(until, now, limit)
+            self._fence(node_id)
+            ids = list(
+                tasks.filter(claimable)
+                .order_by("-priority", "run_at", "id")
+                .values_list("id", flat=True)[:limit]
+            )
             if not ids:
                 return []
-            tasks.filter(self._claimable(until, now), id__in=ids).update(
-                locked_by=node_id, lease_expires_at=lease_until
+            tasks.filter(claimable, id__in=ids).update(
+                status=TaskStatus.RUNNING,
+                attempts=F("attempts") + 1,
+                started_at=now,
+                locked_by=node_id,
+                lease_expires_at=lease_until,
             )
             rows = tasks.filter(
-                id__in=ids, locked_by=node_id, status=TaskStatus.PENDING
-            ).values_list("id", "run_at")
-            return [ClaimedTask(i, r) for i, r in rows]
+                id__in=ids, locked_by=node_id, status=TaskStatus.RUNNING
+            ).values_list(*_STARTED_FIELDS)
+            started = [
+                StartedTask(i, t, f, bytes(p), r, a, m, pr) for i, t, f, p, r, a, m, pr in rows
+            ]
+        return sorted(started, key=lambda t: (-t.priority, t.run_at, t.id))
 
-    def start_tasks(self, node_id: str, ids: list[int], now: datetime) -> list[StartedTask]:
-        tasks = Task.objects.using(self.using)
-        started: list[StartedTask] = []
-        with self._atomic():
-            for i in range(0, len(ids), _CHUNK):
-                chunk = ids[i : i + _CHUNK]
-                mine = tasks.filter(id__in=chunk, locked_by=node_id, status=TaskStatus.PENDING)
-                wanted = list(mine.values_list("id", flat=True))
-                if not wanted:
-                    continue
-                tasks.filter(id__in=wanted).update(
-                    status=TaskStatus.RUNNING, attempts=F("attempts") + 1
-                )
-                rows = tasks.filter(id__in=wanted).values_list(
-                    "id",
-                    "token",
-                    "function",
-                    "payload",
-                    "run_at",
-                    "attempts",
-                    "max_attempts",
-                    "priority",
-                )
-                started.extend(
-                    StartedTask(i, t, f, bytes(p), r, a, m, pr) for i, t, f, p, r, a, m, pr in rows
-                )
-        return started
-
-    def release_tasks(self, node_id: str) -> int:
-        return (
-            Task.objects.using(self.using)
-            .filter(locked_by=node_id, status=TaskStatus.PENDING)
-            .update(locked_by=None, lease_expires_at=None)
-        )
-
-    def record(self, outcomes: list[RunOutcome]) -> None:
+    def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:
         if not outcomes:
             return
         with self._atomic():
-            self._record_runs(outcomes)
+            self._fence(node_id)
+            self._record_runs(node_id, outcomes)
             for schedule_id, (status, when) in self._last_statuses(outcomes).items():
                 Schedule.objects.using(self.using).filter(id=schedule_id).update(
                     last_status=status, last_run_at=when
@@ -337,27 +509,28 @@ class DatabaseStore(Store):
                 latest[o.schedule_id] = (o.status, when)
         return latest
 
-    def _record_runs(self, outcomes: list[RunOutcome]) -> None:
+    def _still_running(self, node_id: str, task_ids: list[int]) -> set[int]:
+        """Which of ``task_ids`` this node still runs (the others were reaped meanwhile:
+        their outcome is not written)."""
+        held: set[int] = set()
+        tasks = Task.objects.using(self.using)
+        for i in range(0, len(task_ids), _CHUNK):
+            held.update(
+                tasks.filter(
+                    id__in=task_ids[i : i + _CHUNK], locked_by=node_id, status=TaskStatus.RUNNING
+                ).values_list("id", flat=True)
+            )
+        return held
+
+    def _record_runs(self, node_id: str, outcomes: list[RunOutcome]) -> None:
         """Write the runs and tasks of ``outcomes`` (in the caller's transaction)."""
         runs = Run.objects.using(self.using)
-        new_runs: list[Run] = []
-        ended: list[RunOutcome] = []
+        task_outcomes = [o for o in outcomes if o.task_id is not None]
+        held = self._still_running(node_id, [o.task_id for o in task_outcomes if o.task_id])
+        ended = [o for o in task_outcomes if o.task_id in held]
         for o in outcomes:
-            if o.task_id is not None:
-                if o.handed_back:  # pending again, the attempt not counted
-                    Task.objects.using(self.using).filter(
-                        id=o.task_id, status=TaskStatus.RUNNING
-                    ).update(
-                        status=TaskStatus.PENDING,
-                        attempts=F("attempts") - 1,
-                        locked_by=None,
-                        lease_expires_at=None,
-                    )
-                else:
-                    ended.append(o)
-                    new_runs.append(self._run(o))
-            elif o.run_id is not None:
-                runs.filter(id=o.run_id).update(
+            if o.task_id is None and o.run_id is not None:
+                runs.filter(id=o.run_id, status=RunStatus.RUNNING).update(
                     status=o.status,
                     finished_at=o.finished_at,
                     duration=o.duration,
@@ -366,8 +539,7 @@ class DatabaseStore(Store):
                 )
         if ended:
             self._end_tasks(ended)
-        if new_runs:
-            runs.bulk_create(new_runs, batch_size=_CHUNK // 2)
+            runs.bulk_create([self._run(o) for o in ended], batch_size=_CHUNK // 2)
 
     def _end_tasks(self, outcomes: list[RunOutcome]) -> None:
         """Write the tasks whose attempt ended: finished, or pending again for a retry.

@@ -22,13 +22,19 @@ Notifications
     wake itself; what other nodes must see from it (tasks handed back, nodes gone) is
     notified explicitly. ``django_htask.cluster`` listens.
 Claims
-    One-off tasks are leased with ``UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP
-    LOCKED LIMIT n)``, so nodes claiming at once take disjoint batches without waiting.
-    An occurrence is claimed by the compare-and-set of the generic store.
+    A node claims due one-off tasks only as workers take them, and starts them in the
+    same statement: ``UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)``,
+    so nodes claiming at once take disjoint batches without waiting. An occurrence is
+    claimed by the compare-and-set of the generic store.
 Reaping
-    Any live node reaps, one at a time (a transaction-level advisory lock): expired
-    leases go back to pending (a running one counts its attempt), nodes whose heartbeat
-    is older than ``NODE_TIMEOUT`` are marked stopped, and the other nodes are told.
+    Any live node reaps, one at a time (a transaction-level advisory lock): nodes whose
+    heartbeat is older than ``NODE_TIMEOUT`` are marked stopped (declared dead), what
+    dead nodes held is handed back (a task they had started has used its attempt), and
+    the other nodes are told.
+Fencing
+    Every write a node makes locks its own node row ``FOR SHARE`` first and checks that
+    it is not declared dead; the reaper marks a node dead with an ``UPDATE`` of that row,
+    so the two are ordered: a node declared dead can write nothing more.
 
 :func:`install` (run after every ``migrate`` and when a node starts) creates the
 functions and triggers; it is idempotent. PostgreSQL 13 or later.
@@ -46,8 +52,9 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from django_htask.models import Node, Run, Schedule, Task, TaskStatus
+from django_htask.retry import RetryPolicy
 
-from .base import ClaimedTask, RunOutcome, ScheduleRef, StartedTask
+from .base import RunOutcome, ScheduleRef, StartedTask
 from .database import DatabaseStore
 
 __all__ = ["CHANNEL", "PostgresStore", "install"]
@@ -202,48 +209,38 @@ class PostgresStore(DatabaseStore):
         return refs, max(since, horizon)
 
     # -- nodes -----------------------------------------------------------------------
-    def live_nodes(self, dead_before: datetime) -> list[str]:
-        """Ids of the nodes not stopped whose heartbeat is recent, sorted."""
-        return list(
+    _fence_lock = " FOR SHARE"
+
+    def live_nodes(self, dead_before: datetime) -> dict[str, datetime]:
+        """The nodes not stopped whose heartbeat is recent: id -> last heartbeat."""
+        return dict(
             Node.objects.using(self.using)
             .filter(stopped_at__isnull=True, last_heartbeat__gte=dead_before)
             .order_by("id")
-            .values_list("id", flat=True)
+            .values_list("id", "last_heartbeat")
         )
 
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
-        """Record the heartbeat (clearing a false "dead" mark: a node declared dead while
-        it could not reach the database comes back) and renew this node's leases."""
+        """Record the heartbeat and renew this node's leases. A node declared dead stays
+        dead: NodeFenced (its work was handed to the others)."""
         with self._atomic(), self._cursor() as cursor:
             cursor.execute(
-                f"UPDATE {NODE} AS n SET last_heartbeat = %s, stopped_at = NULL FROM ("
-                f" SELECT id, last_heartbeat, stopped_at FROM {NODE} WHERE id = %s FOR UPDATE"
-                ") AS o WHERE n.id = o.id RETURNING o.last_heartbeat, o.stopped_at",
+                f"UPDATE {NODE} AS n SET last_heartbeat = %s FROM ("
+                f" SELECT id, last_heartbeat FROM {NODE} WHERE id = %s FOR UPDATE"
+                ") AS o WHERE n.id = o.id AND n.stopped_at IS NULL RETURNING o.last_heartbeat",
                 [now, node_id],
             )
             row = cursor.fetchone()
-            cursor.execute(
-                f"UPDATE {TASK} SET lease_expires_at = %s "
-                "WHERE locked_by = %s AND status IN (%s, %s)",
-                [lease_until, node_id, TaskStatus.PENDING, TaskStatus.RUNNING],
-            )
-            renewed = int(cursor.rowcount)
-            if row is not None and row[1] is not None:
-                logger.warning(
-                    "node %s had been declared dead (last heartbeat %s): back",
-                    node_id,
-                    row[0].isoformat(),
-                    extra={"action": "node_back", "node": node_id},
-                )
-                self.notify("node")
-        if row is not None:
-            self._heartbeat_gap = now - row[0]
+            if row is None:
+                self._fence(node_id)  # raises: declared dead, or gone
+            renewed = self._renew_leases(node_id, lease_until)
+        assert row is not None
+        self._heartbeat_gap = now - row[0]
         return renewed
 
-    def reap(self, now: datetime, dead_before: datetime) -> int:
-        """Like the generic reaper, plus: pending tasks whose lease expired are freed,
-        nodes whose heartbeat is older than ``dead_before`` are marked stopped, and the
-        other nodes are notified. Only one node reaps at a time; the others skip.
+    def reap(self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
+        """As the generic reaper, one node at a time (the others skip), and the other
+        nodes are notified.
 
         A node whose own last heartbeat came late (more than half the node timeout:
         most likely the database was away for everyone) waits one node timeout before
@@ -259,83 +256,74 @@ class PostgresStore(DatabaseStore):
             row = cursor.fetchone()
             if row is None or not row[0]:
                 return 0
-            count: int = super().reap(now, dead_before)
+            self._fence(node_id)
             cursor.execute(
-                f"UPDATE {TASK} SET locked_by = NULL, lease_expires_at = NULL "
-                "WHERE status = %s AND locked_by IS NOT NULL AND lease_expires_at < %s",
-                [TaskStatus.PENDING, now],
-            )
-            count += int(cursor.rowcount)
-            cursor.execute(
-                f"UPDATE {NODE} SET stopped_at = %s "
-                "WHERE stopped_at IS NULL AND last_heartbeat < %s RETURNING id",
-                [now, dead_before],
+                f"SELECT id FROM {NODE} WHERE stopped_at IS NULL AND last_heartbeat < %s",
+                [dead_before],
             )
             dead = [r[0] for r in cursor.fetchall()]
-            for node_id in dead:
+            count = self._reap(now, dead_before, retry)
+            for dead_id in dead:
                 logger.warning(
                     "node %s marked dead (no heartbeat since before %s)",
-                    node_id,
+                    dead_id,
                     dead_before.isoformat(),
-                    extra={"action": "node_dead", "node": node_id},
+                    extra={"action": "node_dead", "node": dead_id},
                 )
-            if count:
+            if count > len(dead):
                 self.notify("task")
             if dead:
                 self.notify("node")
         return count
 
     # -- one-off tasks ---------------------------------------------------------------
-    def claim_tasks(
-        self, node_id: str, until: datetime, now: datetime, lease_until: datetime, limit: int
-    ) -> list[ClaimedTask]:
-        """Lease up to ``limit`` due tasks; rows another node is claiming are skipped."""
+    def start_tasks(
+        self, node_id: str, now: datetime, limit: int, lease_until: datetime
+    ) -> list[StartedTask]:
+        """As the generic one, in one statement; rows another node is claiming are
+        skipped (``FOR UPDATE SKIP LOCKED``), so nodes starting at once never wait."""
+        if limit <= 0:
+            return []
         with self._atomic(), self._cursor() as cursor:
+            self._fence(node_id)
             cursor.execute(
-                f"UPDATE {TASK} SET locked_by = %s, lease_expires_at = %s WHERE id IN ("
+                f"UPDATE {TASK} SET status = %s, attempts = attempts + 1, started_at = %s,"
+                " locked_by = %s, lease_expires_at = %s WHERE id IN ("
                 f" SELECT id FROM {TASK} WHERE status = %s AND run_at <= %s"
                 "  AND (locked_by IS NULL OR lease_expires_at < %s)"
                 "  ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
-                ") RETURNING id, run_at",
-                [node_id, lease_until, TaskStatus.PENDING, until, now, limit],
-            )
-            rows = sorted(cursor.fetchall(), key=lambda r: (r[1], r[0]))
-        return [ClaimedTask(i, r) for i, r in rows]
-
-    def start_tasks(self, node_id: str, ids: list[int], now: datetime) -> list[StartedTask]:
-        if not ids:
-            return []
-        with self._atomic(), self._cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {TASK} SET status = %s, attempts = attempts + 1 "
-                "WHERE id = ANY(%s) AND locked_by = %s AND status = %s "
-                "RETURNING id, token, function, payload, run_at, attempts, max_attempts, priority",
-                [TaskStatus.RUNNING, list(ids), node_id, TaskStatus.PENDING],
+                ") RETURNING id, token, function, payload, run_at, attempts, max_attempts,"
+                " priority",
+                [
+                    TaskStatus.RUNNING,
+                    now,
+                    node_id,
+                    lease_until,
+                    TaskStatus.PENDING,
+                    now,
+                    now,
+                    limit,
+                ],
             )
             rows = cursor.fetchall()
-        order = {task_id: n for n, task_id in enumerate(ids)}
         started = [StartedTask(i, t, f, bytes(p), r, a, m, pr) for i, t, f, p, r, a, m, pr in rows]
-        started.sort(key=lambda s: order.get(s.id, 0))
-        return started
+        return sorted(started, key=lambda t: (-t.priority, t.run_at, t.id))
 
-    def record(self, outcomes: list[RunOutcome]) -> None:
+    def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:
         """As the generic store, with finished tasks written in one statement."""
         if not outcomes:
             return
-        finished = [
-            o
-            for o in outcomes
-            if o.task_id is not None and not o.handed_back and o.retry_at is None
-        ]
-        others = [o for o in outcomes if o.task_id is None or o.handed_back or o.retry_at]
+        finished = [o for o in outcomes if o.task_id is not None and o.retry_at is None]
+        others = [o for o in outcomes if o.task_id is None or o.retry_at is not None]
         statuses = self._last_statuses(outcomes)
         with self._atomic():
+            self._fence(node_id)
             if finished:
-                self._finish_tasks(finished)
+                done = self._finish_tasks(node_id, finished)
                 Run.objects.using(self.using).bulk_create(
-                    [self._run(o) for o in finished], batch_size=1000
+                    [self._run(o) for o in finished if o.task_id in done], batch_size=1000
                 )
-            self._record_runs(others)
+            self._record_runs(node_id, others)
             busy = self._set_statuses(statuses, wait=False)
         for schedule_id in busy:
             try:
@@ -381,7 +369,8 @@ class PostgresStore(DatabaseStore):
             done = {row[0] for row in cursor.fetchall()}
         return [] if wait else [i for i in ids if i not in done]
 
-    def _finish_tasks(self, outcomes: list[RunOutcome]) -> None:
+    def _finish_tasks(self, node_id: str, outcomes: list[RunOutcome]) -> set[int]:
+        """Write the finished tasks this node still runs; return their ids."""
         columns: list[list[Any]] = [[], [], [], [], []]
         for o in outcomes:
             for column, value in zip(
@@ -395,6 +384,7 @@ class PostgresStore(DatabaseStore):
                 "traceback = v.tb "
                 "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::text[], "
                 "%s::text[]) AS v(id, status, finished_at, error, tb) "
-                "WHERE t.id = v.id AND t.status = %s",
-                [*columns, TaskStatus.RUNNING],
+                "WHERE t.id = v.id AND t.status = %s AND t.locked_by = %s RETURNING t.id",
+                [*columns, TaskStatus.RUNNING, node_id],
             )
+            return {row[0] for row in cursor.fetchall()}

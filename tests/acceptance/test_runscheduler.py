@@ -113,7 +113,7 @@ def test_sigterm_lets_a_running_job_finish(
     assert query("SELECT status, attempts FROM django_htask_task") == [("succeeded", 1)]
 
 
-def test_sigterm_hands_back_a_job_that_outlives_the_timeout(
+def test_sigterm_past_the_timeout_exits_at_once_and_ends_the_attempt(
     start_scheduler: Callable[..., Scheduler],
     django_code: Callable[[str], str],
     query: Query,
@@ -124,10 +124,16 @@ def test_sigterm_hands_back_a_job_that_outlives_the_timeout(
     started = time.monotonic()
     scheduler.send(signal.SIGTERM)
     assert scheduler.wait_exit() == 0, scheduler.stderr
+    # The process did not wait for the job's thread (30 s): it exited with it.
     assert time.monotonic() - started < 10
-    assert query("SELECT status, attempts, locked_by FROM django_htask_task") == [
-        ("pending", 0, None)
-    ]
+    assert "leaving 1 runs unfinished" in scheduler.stdout
+    # The function had started: that attempt counts (max_attempts=1: failed, said why).
+    [(status, attempts, locked_by, error)] = query(
+        "SELECT status, attempts, locked_by, last_error FROM django_htask_task"
+    )
+    assert (status, attempts, locked_by) == ("failed", 1, None)
+    assert error.startswith("interrupted: the node stopped (SHUTDOWN_TIMEOUT 0.3s)")
+    assert query("SELECT status, error FROM django_htask_run") == [("failed", error)]
 
 
 def test_a_second_signal_exits_at_once(

@@ -52,7 +52,8 @@ def start(make_node: MakeNode, node_id: str, *, settle: bool = True, **kwargs: A
 
 
 def held(*nodes: Any) -> list[set[int]]:
-    return [set(n.held_schedules()) for n in nodes]
+    """The schedules each node owns (it also stands by for others: ``held_schedules``)."""
+    return [set(n.owned_schedules()) for n in nodes]
 
 
 def test_each_node_holds_only_its_share(make_node: MakeNode, fake_clock: FakeClock) -> None:
@@ -212,7 +213,7 @@ def test_a_change_from_another_client_wakes_the_node(
         "('t1', %s, '', %s, 'pending', 0, 1, '', '', now())",
         [ADD, soon],
     )
-    wait_for(lambda: len(node.held_tasks()) == 1, timeout=2)
+    wait_for(lambda: node.next_task_wake() == soon, timeout=2)
 
 
 def test_each_occurrence_fires_once_while_two_nodes_hold_a_schedule(
@@ -253,7 +254,7 @@ def test_overlap_holds_across_nodes(
     assert sid in b.held_schedules()
     wait_for(lambda: len(a._cluster.members) == 2)
     fake_clock.advance(HEARTBEAT, wait=False)
-    wait_for(lambda: sid not in a.held_schedules())  # handed over to b
+    wait_for(lambda: sid not in a.owned_schedules())  # handed over to b (a stands by)
     fake_clock.advance(60 - HEARTBEAT, wait=False)  # the next occurrence: b's
     if overlap == "skip":
         wait_for(lambda: Run.objects.filter(status=RunStatus.SKIPPED).exists())

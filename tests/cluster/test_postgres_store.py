@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, transaction
 
+from django_htask.exceptions import NodeFenced
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
+from django_htask.retry import RetryPolicy
 from django_htask.store import RunOutcome, get_store
 from django_htask.store.postgres import REAPER_LOCK, PostgresStore
 
@@ -40,6 +42,11 @@ def store() -> PostgresStore:
     chosen = get_store()
     assert isinstance(chosen, PostgresStore)
     return chosen
+
+
+def register(store: PostgresStore, *node_ids: str, at: datetime = NOW) -> None:
+    for n, node_id in enumerate(node_ids):
+        store.register_node(node_id, "host", n + 1, "0", at)
 
 
 def version_of(pk: int) -> int:
@@ -142,20 +149,23 @@ def test_node_bookkeeping_does_not_notify(
     store.register_node("n1", "host", 1, "0", NOW)
     assert listen(2) == ["node"]
     store.heartbeat("n1", NOW, NOW + timedelta(seconds=60))
-    claimed = store.claim_tasks("n1", NOW, NOW, NOW + timedelta(seconds=60), 10)
-    store.start_tasks("n1", [c.id for c in claimed], NOW)
+    assert len(store.start_tasks("n1", NOW, 10, NOW + timedelta(seconds=60))) == 5
     fired = store.get_schedule(row.pk)
     assert fired is not None
-    assert store.claim_occurrence(fired, NOW + timedelta(minutes=1), NOW, []) == []
+    assert store.claim_occurrence("n1", fired, NOW + timedelta(minutes=1), NOW, []) == []
     assert listen(0.5) == []
     store.stop_node("n1", NOW)
     assert listen(2) == ["node"]
 
 
 # -- claims ----------------------------------------------------------------------------
+LEASE = NOW + timedelta(seconds=60)
+
+
 def test_claims_skip_rows_locked_by_another_claimer(
     store: PostgresStore, other_client: Callable[..., Any]
 ) -> None:
+    register(store, "n1", "n2", "n3")
     ids = make_tasks(10)
     other = other_client(autocommit=False)
     locked = [
@@ -164,16 +174,16 @@ def test_claims_skip_rows_locked_by_another_claimer(
             "SELECT id FROM django_htask_task ORDER BY id LIMIT 4 FOR UPDATE"
         ).fetchall()
     ]
-    lease = NOW + timedelta(seconds=60)
-    claimed = store.claim_tasks("n1", NOW, NOW, lease, 100)  # does not wait for the lock
-    assert sorted(c.id for c in claimed) == sorted(set(ids) - set(locked))
+    started = store.start_tasks("n1", NOW, 100, LEASE)  # does not wait for the lock
+    assert sorted(t.id for t in started) == sorted(set(ids) - set(locked))
     other.rollback()
-    claimed = store.claim_tasks("n2", NOW, NOW, lease, 100)
-    assert sorted(c.id for c in claimed) == sorted(locked)
-    assert store.claim_tasks("n3", NOW, NOW, lease, 100) == []
+    started = store.start_tasks("n2", NOW, 100, LEASE)
+    assert sorted(t.id for t in started) == sorted(locked)
+    assert store.start_tasks("n3", NOW, 100, LEASE) == []
 
 
 def test_concurrent_claims_take_disjoint_batches(store: PostgresStore) -> None:
+    register(store, *(f"n{i}" for i in range(4)))
     ids = make_tasks(300)
     results: dict[str, list[int]] = {}
 
@@ -182,10 +192,10 @@ def test_concurrent_claims_take_disjoint_batches(store: PostgresStore) -> None:
         got: list[int] = []
         try:
             while True:
-                batch = mine.claim_tasks(node_id, NOW, NOW, NOW + timedelta(seconds=60), 7)
+                batch = mine.start_tasks(node_id, NOW, 7, LEASE)
                 if not batch:
                     break
-                got += [c.id for c in batch]
+                got += [t.id for t in batch]
             results[node_id] = got
         finally:
             mine.close()
@@ -202,31 +212,75 @@ def test_concurrent_claims_take_disjoint_batches(store: PostgresStore) -> None:
     assert all(owners[i] == node for node, got in results.items() for i in got)
 
 
-def test_claims_take_the_oldest_due_tasks_in_batches(store: PostgresStore) -> None:
-    late = make_tasks(2, NOW + timedelta(seconds=5))
-    early = make_tasks(2, NOW - timedelta(seconds=5))
-    future = make_tasks(1, NOW + timedelta(hours=1))
-    lease = NOW + timedelta(seconds=60)
-    first = store.claim_tasks("n1", NOW + timedelta(seconds=10), NOW, lease, 3)
-    assert [c.id for c in first] == [*early, late[0]]
-    second = store.claim_tasks("n1", NOW + timedelta(seconds=10), NOW, lease, 3)
-    assert [c.id for c in second] == [late[1]]
-    assert future[0] not in [c.id for c in first + second]
-
-
-def test_start_tasks_takes_only_own_pending_tasks_and_counts_the_attempt(
+def test_claims_take_due_tasks_by_priority_then_age_and_start_them(
     store: PostgresStore,
 ) -> None:
-    ids = make_tasks(3, max_attempts=2)
-    lease = NOW + timedelta(seconds=60)
-    store.claim_tasks("n1", NOW, NOW, lease, 2)
-    started = store.start_tasks("n1", ids, NOW)
-    assert [(s.id, s.attempts, s.max_attempts) for s in started] == [
-        (ids[0], 1, 2),
-        (ids[1], 1, 2),
-    ]
-    assert store.start_tasks("n1", ids, NOW) == []  # already running
-    assert store.start_tasks("n2", [ids[2]], NOW) == []  # not held by n2
+    register(store, "n1")
+    late = make_tasks(2, NOW - timedelta(seconds=1))
+    early = make_tasks(2, NOW - timedelta(seconds=5))
+    urgent = make_tasks(1, NOW, priority=5)
+    future = make_tasks(1, NOW + timedelta(seconds=1))
+    first = store.start_tasks("n1", NOW, 3, LEASE)
+    assert [t.id for t in first] == [*urgent, *early]
+    second = store.start_tasks("n1", NOW, 3, LEASE)
+    assert [t.id for t in second] == late  # the future task is not due
+    assert all((t.attempts, t.max_attempts) == (1, 1) for t in first + second)
+    rows = Task.objects.filter(id__in=[*late, *early, *urgent])
+    assert set(rows.values_list("status", "locked_by", "started_at", "lease_expires_at")) == {
+        (TaskStatus.RUNNING, "n1", NOW, LEASE)
+    }
+    assert Task.objects.get(pk=future[0]).status == TaskStatus.PENDING
+    assert store.task_outlook(NOW) == (False, NOW + timedelta(seconds=1))
+
+
+def test_writes_of_a_node_declared_dead_are_refused(store: PostgresStore) -> None:
+    register(store, "n1", "n2")
+    make_tasks(2)
+    row = make_schedule()
+    Node.objects.filter(id="n1").update(stopped_at=NOW)  # what the reaper does
+    seen = store.get_schedule(row.pk)
+    assert seen is not None
+    with pytest.raises(NodeFenced, match="n1 was declared dead"):
+        store.start_tasks("n1", NOW, 10, LEASE)
+    with pytest.raises(NodeFenced):
+        store.claim_occurrence("n1", seen, NOW + timedelta(minutes=1), NOW, [])
+    with pytest.raises(NodeFenced):
+        store.heartbeat("n1", NOW, LEASE)
+    done = RunOutcome(
+        status=RunStatus.SUCCEEDED,
+        function=ADD,
+        name="s",
+        node="n1",
+        attempt=1,
+        scheduled_for=NOW,
+        started_at=NOW,
+        finished_at=NOW,
+        schedule_id=row.pk,
+    )
+    with pytest.raises(NodeFenced):
+        store.record("n1", [done])
+    assert Node.objects.get(id="n1").stopped_at == NOW  # the heartbeat did not revive it
+    assert Task.objects.filter(status=TaskStatus.PENDING).count() == 2
+    assert len(store.start_tasks("n2", NOW, 10, LEASE)) == 2
+
+
+def test_a_node_is_declared_dead_only_after_its_write_in_flight_commits(
+    store: PostgresStore, other_client: Callable[..., Any]
+) -> None:
+    """The fence is the database's: a node's write transaction locks its node row, so
+    a reaper declaring it dead waits for that transaction; after it, writes are refused."""
+    register(store, "n1")
+    reaper = other_client()
+    reaper.execute("SET lock_timeout = '300ms'")
+    declare = "UPDATE django_htask_node SET stopped_at = now() WHERE id = 'n1'"
+    with store._atomic():
+        store._fence("n1")  # what every write of the node begins with
+        with pytest.raises(Exception, match="lock timeout"):
+            reaper.execute(declare)
+    reaper.execute(declare)  # once the node's transaction is over
+    make_tasks(1)
+    with pytest.raises(NodeFenced):
+        store.start_tasks("n1", NOW, 1, LEASE)
 
 
 def test_a_lost_compare_and_set_claims_nothing(store: PostgresStore) -> None:
@@ -244,15 +298,16 @@ def test_a_lost_compare_and_set_claims_nothing(store: PostgresStore) -> None:
         finished_at=NOW,
     )
     later = seen.next_run_at + timedelta(minutes=1)
-    assert store.claim_occurrence(seen, later, NOW, [run]) is not None
-    assert store.claim_occurrence(seen, later, NOW, [run]) is None  # the second node
+    register(store, "n1", "n2")
+    assert store.claim_occurrence("n1", seen, later, NOW, [run]) is not None
+    assert store.claim_occurrence("n2", seen, later, NOW, [run]) is None  # the second node
     assert Run.objects.count() == 1
 
 
 def test_record_writes_finished_tasks_in_bulk(store: PostgresStore) -> None:
     ids = make_tasks(3, max_attempts=3)
-    store.claim_tasks("n1", NOW, NOW, NOW + timedelta(seconds=60), 10)
-    started = store.start_tasks("n1", ids, NOW)
+    register(store, "n1")
+    started = store.start_tasks("n1", NOW, 10, LEASE)
     outcomes = [
         RunOutcome(
             status=RunStatus.SUCCEEDED if s.id != ids[1] else RunStatus.FAILED,
@@ -270,7 +325,7 @@ def test_record_writes_finished_tasks_in_bulk(store: PostgresStore) -> None:
         )
         for s in started
     ]
-    store.record(outcomes)
+    store.record("n1", outcomes)
     rows = {t.pk: t for t in Task.objects.all()}
     assert rows[ids[0]].status == TaskStatus.SUCCEEDED and rows[ids[0]].locked_by is None
     assert (rows[ids[1]].status, rows[ids[1]].last_error) == (
@@ -283,78 +338,79 @@ def test_record_writes_finished_tasks_in_bulk(store: PostgresStore) -> None:
 
 
 # -- the reaper ------------------------------------------------------------------------
+RETRY = RetryPolicy(10, 60)
+
+
 def test_reaper_hands_back_a_dead_nodes_tasks_and_marks_it_dead(
     store: PostgresStore, listen: Callable[[float], list[str]]
 ) -> None:
-    store.register_node("dead", "host", 1, "0", NOW)
-    store.register_node("alive", "host", 2, "0", NOW)
-    retry, last, held = make_tasks(1, max_attempts=2), make_tasks(1), make_tasks(1)
-    lease = NOW + timedelta(seconds=30)
-    store.claim_tasks("dead", NOW, NOW, lease, 10)
-    store.start_tasks("dead", retry + last, NOW)
+    register(store, "dead", "alive")
+    retry, last = make_tasks(1, max_attempts=2), make_tasks(1, priority=-1)
+    waiting = make_tasks(1, NOW + timedelta(seconds=5))
+    store.start_tasks("dead", NOW, 10, NOW + timedelta(seconds=30))
     listen(1)
     later = NOW + timedelta(seconds=61)
     store.heartbeat("alive", later, later + timedelta(seconds=30))
-    reaped = PostgresStore().reap(later, later - timedelta(seconds=60))  # a punctual node
-    assert reaped == 3
+    reaped = PostgresStore().reap("alive", later, later - timedelta(seconds=60), RETRY)
+    assert reaped == 3  # the node and its two tasks
     rows = {t.pk: t for t in Task.objects.all()}
     assert (rows[retry[0]].status, rows[retry[0]].attempts) == (TaskStatus.PENDING, 1)
+    assert rows[retry[0]].run_at == later + timedelta(seconds=10)  # after the backoff
     assert rows[retry[0]].locked_by is None
     assert (rows[last[0]].status, rows[last[0]].attempts) == (TaskStatus.FAILED, 1)
-    assert "stopped answering" in rows[last[0]].last_error
-    assert (rows[held[0]].status, rows[held[0]].locked_by) == (TaskStatus.PENDING, None)
+    assert "stopped answering during attempt 1 of 1" in rows[last[0]].last_error
+    assert (rows[waiting[0]].status, rows[waiting[0]].attempts) == (TaskStatus.PENDING, 0)
+    runs = Run.objects.order_by("task_id").values_list("task_id", "status", "attempt", "node")
+    assert list(runs) == [(retry[0], "failed", 1, "dead"), (last[0], "failed", 1, "dead")]
     assert Node.objects.get(id="dead").stopped_at == later
     assert Node.objects.get(id="alive").stopped_at is None
-    assert store.live_nodes(later - timedelta(seconds=60)) == ["alive"]
+    assert list(store.live_nodes(later - timedelta(seconds=60))) == ["alive"]
     assert sorted(listen(2)) == ["node", "task"]
-    assert PostgresStore().reap(later, later - timedelta(seconds=60)) == 0  # nothing left
+    assert PostgresStore().reap("alive", later, later - timedelta(seconds=60), RETRY) == 0
 
 
 def test_only_one_reaper_at_a_time(store: PostgresStore, other_client: Callable[..., Any]) -> None:
-    store.register_node("dead", "host", 1, "0", NOW)
+    register(store, "dead", "alive")
     make_tasks(1)
-    store.claim_tasks("dead", NOW, NOW, NOW + timedelta(seconds=1), 10)
+    store.start_tasks("dead", NOW, 10, NOW + timedelta(seconds=1))
     other = other_client(autocommit=False)
     other.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK])
     later = NOW + timedelta(seconds=120)
-    assert store.reap(later, later - timedelta(seconds=60)) == 0  # skipped, not blocked
+    Node.objects.filter(id="alive").update(last_heartbeat=later)
+    assert store.reap("alive", later, later - timedelta(seconds=60), RETRY) == 0  # skipped
     other.rollback()
-    assert store.reap(later, later - timedelta(seconds=60)) == 1
+    assert store.reap("alive", later, later - timedelta(seconds=60), RETRY) == 2
 
 
-def test_a_node_declared_dead_comes_back_with_its_next_heartbeat(
-    listen: Callable[[float], list[str]],
-) -> None:
+def test_a_node_declared_dead_stays_dead(listen: Callable[[float], list[str]]) -> None:
     a, b = PostgresStore(), PostgresStore()
-    a.register_node("a", "host", 1, "0", NOW)
-    b.register_node("b", "host", 2, "0", NOW)
+    register(a, "a", "b")
     for seconds in (10, 20, 30, 40, 50, 60):  # a punctual node
         a.heartbeat("a", NOW + timedelta(seconds=seconds), NOW + timedelta(seconds=90))
     listen(1)
     later = NOW + timedelta(seconds=61)
-    assert a.reap(later, later - timedelta(seconds=30)) == 0  # no rows, but b is dead
+    assert a.reap("a", later, later - timedelta(seconds=30), RETRY) == 1  # b is dead
     assert Node.objects.get(id="b").stopped_at == later
     assert listen(2) == ["node"]
-    b.heartbeat("b", later, later + timedelta(seconds=30))  # b was only slow: back
-    assert Node.objects.get(id="b").stopped_at is None
-    assert listen(2) == ["node"]
-    assert a.live_nodes(later - timedelta(seconds=30)) == ["a", "b"]
+    with pytest.raises(NodeFenced):  # b was only slow: too late, it must not come back
+        b.heartbeat("b", later, later + timedelta(seconds=30))
+    assert Node.objects.get(id="b").stopped_at == later
+    assert list(a.live_nodes(later - timedelta(seconds=30))) == ["a"]
 
 
 def test_a_node_back_from_a_long_gap_waits_a_timeout_before_reaping() -> None:
     a = PostgresStore()
-    a.register_node("a", "host", 1, "0", NOW)
-    a.register_node("b", "host", 2, "0", NOW)
+    register(a, "a", "b")
     timeout = timedelta(seconds=60)
     back = NOW + timedelta(seconds=100)  # the database was away for 100 s
     for seconds in range(0, 60, 10):  # heartbeats every 10 s again from then on
         now = back + timedelta(seconds=seconds)
         a.heartbeat("a", now, now + timeout)
-        a.reap(now, now - timeout)
+        a.reap("a", now, now - timeout, RETRY)
         assert Node.objects.get(id="b").stopped_at is None  # b gets the time to come back
     after = back + timeout
     a.heartbeat("a", after, after + timeout)
-    a.reap(after, after - timeout)
+    a.reap("a", after, after - timeout, RETRY)
     assert Node.objects.get(id="b").stopped_at == after  # b did not come back
 
 
@@ -458,7 +514,8 @@ def test_recording_runs_does_not_deadlock_with_a_bulk_update_of_the_schedules(
     admin = other_client(autocommit=False)
     admin.execute("SET lock_timeout = '10s'")
     admin.execute("UPDATE django_htask_schedule SET enabled = false WHERE id = %s", [x.pk])
-    recorder = _in_thread(lambda: PostgresStore().record(outcomes))
+    register(store, "n1")
+    recorder = _in_thread(lambda: PostgresStore().record("n1", outcomes))
     monitor = other_client()
     _wait(  # the node waits for x
         lambda: monitor.execute(
@@ -482,7 +539,9 @@ def test_a_late_status_does_not_overwrite_a_later_run(store: PostgresStore) -> N
     Schedule.objects.filter(pk=row.pk).update(
         last_status=RunStatus.RUNNING, last_run_at=NOW + timedelta(minutes=1)
     )
+    register(store, "n1")
     store.record(
+        "n1",
         [
             RunOutcome(
                 status=RunStatus.SUCCEEDED,
@@ -495,7 +554,7 @@ def test_a_late_status_does_not_overwrite_a_later_run(store: PostgresStore) -> N
                 finished_at=NOW,
                 schedule_id=row.pk,
             )
-        ]
+        ],
     )
     row.refresh_from_db()
     assert (row.last_status, row.last_run_at) == (RunStatus.RUNNING, NOW + timedelta(minutes=1))

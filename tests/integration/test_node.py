@@ -15,8 +15,9 @@ from django.db import OperationalError, transaction
 from django_htask import cancel, reschedule, schedule
 from django_htask.engine import FakeClock
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
+from django_htask.node import EXIT_GRACE, StartAborted
 from django_htask.node import Node as Node_
-from django_htask.node import StartAborted
+from django_htask.retry import RetryPolicy
 from django_htask.signals import run_finished, run_started
 from django_htask.store import get_store
 from tests.integration.testapp import tasks
@@ -104,9 +105,10 @@ def test_a_task_due_now_runs_once_and_is_recorded(
 def test_a_task_made_before_start_runs_at_its_time(
     make_node: MakeNode, fake_clock: FakeClock, calls: Any
 ) -> None:
-    schedule(tasks.add, 7, delay=5)
+    task = schedule(tasks.add, 7, delay=5)
     node = make_node()
-    assert len(node.held_tasks()) == 1
+    assert node.next_task_wake() == task.run_at  # a timer, nothing claimed
+    assert Task.objects.get(pk=task.pk).locked_by is None
     fake_clock.advance(4)
     assert calls["add"] == []
     fake_clock.advance(1)
@@ -129,25 +131,26 @@ def test_a_claim_takes_the_highest_priority_first(fake_clock: FakeClock) -> None
     low = schedule(tasks.add, 1)
     high = schedule(tasks.add, 2, delay=1)
     Task.objects.filter(pk=high.pk).update(priority=5)
-    now = fake_clock.now()
+    now = fake_clock.now() + timedelta(seconds=1)
     lease = now + timedelta(seconds=60)
     store = get_store()
-    [first] = store.claim_tasks("n1", now + timedelta(seconds=30), now, lease, 1)
-    [second] = store.claim_tasks("n1", now + timedelta(seconds=30), now, lease, 1)
+    store.register_node("n1", "host", 1, "0", now)
+    [first] = store.start_tasks("n1", now, 1, lease)
+    [second] = store.start_tasks("n1", now, 1, lease)
     assert (first.id, second.id) == (high.pk, low.pk)
 
 
-def test_only_tasks_within_the_look_ahead_are_held(
+def test_a_timer_is_set_only_for_a_task_within_the_look_ahead(
     make_node: MakeNode, fake_clock: FakeClock, calls: Any, settings: Any
 ) -> None:
     settings.HTASK = {"LOOKAHEAD": 30.0}
     far = schedule(tasks.add, 9, delay=3600)
     node = make_node(poll_interval=5.0)
-    assert node.held_tasks() == []
+    assert node.next_task_wake() is None
     fake_clock.advance(3600 - 31)  # the last poll was at 3565 s: 35 s ahead
-    assert node.held_tasks() == []
+    assert node.next_task_wake() is None
     fake_clock.advance(2)  # polled at 3570 s: within 30 s
-    assert node.held_tasks() == [far.pk]
+    assert node.next_task_wake() == far.run_at
     fake_clock.advance(28)
     assert calls["add"] == []
     fake_clock.advance(1)
@@ -196,24 +199,27 @@ def test_a_failing_schedule_run_is_retried(
     ]
 
 
-def test_an_unregistered_function_fails_its_runs_and_keeps_the_rows(
+def test_an_unregistered_function_fails_the_task_and_breaks_the_schedule(
     make_node: MakeNode, fake_clock: FakeClock
 ) -> None:
     row = make_schedule(text="@every 1m")
     Schedule.objects.filter(pk=row.pk).update(function="gone.module:renamed")
     task = schedule(tasks.add, 1, max_attempts=5)
     Task.objects.filter(pk=task.pk).update(function="gone.module:renamed")
-    make_node()
+    node = make_node()
     fake_clock.advance(60)
     task.refresh_from_db()
     assert (task.status, task.attempts) == (TaskStatus.FAILED, 1)  # never retried
     assert "gone.module:renamed" in task.last_error
     row.refresh_from_db()
     assert row.last_status == RunStatus.FAILED
-    assert row.next_run_at == fake_clock.now() + timedelta(minutes=1)
-    errors = set(Run.objects.values_list("error", flat=True))
-    assert len(errors) == 1
-    assert "FunctionNotRegistered" in errors.pop()
+    assert row.next_run_at is None  # kept, but it stops: nothing to run
+    assert "FunctionNotRegistered" in row.broken
+    assert node.held_schedules() == {}
+    fake_clock.advance(600)
+    errors = list(Run.objects.order_by("id").values_list("error", flat=True))
+    assert len(errors) == 2  # the task's run and one for the schedule
+    assert all("FunctionNotRegistered" in e for e in errors)
 
 
 def test_changes_by_another_process_are_seen_within_the_poll_interval(
@@ -242,7 +248,7 @@ def test_changes_in_the_nodes_own_process_are_seen_at_once(
     assert node.held_schedules() == {row.pk: row.next_run_at}
     task = schedule(tasks.add, 1, delay=10)
     fake_clock.advance(0)
-    assert node.held_tasks() == [task.pk]
+    assert node.next_task_wake() == task.run_at
 
 
 def test_a_schedule_changed_under_the_node_is_not_fired_twice(
@@ -278,7 +284,7 @@ def test_misfire_policies(
     runs: list[int],
     statuses: set[str],
 ) -> None:
-    row = make_schedule(text="@every 1m", catch_up=catch_up, grace=grace)
+    row = make_schedule(text="@every 1m", catch_up=catch_up, grace=grace, overlap="allow")
     # The node was down: the due time is 5 minutes and 45 seconds ago.
     behind = fake_clock.now() - timedelta(minutes=5, seconds=45)
     Schedule.objects.filter(pk=row.pk).update(next_run_at=behind)
@@ -323,7 +329,7 @@ def test_cancel_and_reschedule_a_held_task(
     a = schedule(tasks.add, 1, delay=10)
     b = schedule(tasks.add, 2, delay=10)
     fake_clock.advance(0)
-    assert node.held_tasks() == [a.pk, b.pk]
+    assert node.next_task_wake() == a.run_at
     assert cancel(a.token)
     assert reschedule(b.token, delay=100)
     fake_clock.advance(10)
@@ -333,19 +339,66 @@ def test_cancel_and_reschedule_a_held_task(
     assert Task.objects.get(pk=a.pk).status == TaskStatus.CANCELLED
 
 
-def test_stop_hands_back_held_and_running_tasks(
+def test_stop_past_its_timeout_ends_the_attempts_still_running_and_leaves_the_rest(
     make_node: MakeNode, fake_clock: FakeClock, calls: Any
 ) -> None:
-    node = make_node()
+    node = make_node(workers=3)
     later = schedule(tasks.add, 1, delay=10)
-    running = schedule(tasks.slow, "z", max_attempts=1)
+    last = schedule(tasks.slow, "last", max_attempts=1)
+    again = schedule(tasks.slow, "again", max_attempts=2)
+    row = make_schedule("slow", text="@every 1s", function=SLOW, args=("run",))
+    fake_clock.advance(1, wait=False)
+    wait_for(lambda: len(calls["slow-start"]) == 3)
+    stopped_at = fake_clock.now()
+    node.stop(timeout=0.2)
+    assert node.unfinished == 3  # the caller must now end the process (runscheduler does)
+    last.refresh_from_db()
+    assert (last.status, last.attempts, last.locked_by) == (TaskStatus.FAILED, 1, None)
+    assert last.last_error.startswith("interrupted: the node stopped (SHUTDOWN_TIMEOUT 0.2s)")
+    again.refresh_from_db()
+    assert (again.status, again.attempts, again.locked_by) == (TaskStatus.PENDING, 1, None)
+    # RETRY_BACKOFF is 1 s here: the retry waits until the node is gone, EXIT_GRACE.
+    assert again.run_at == stopped_at + timedelta(seconds=EXIT_GRACE)
+    later.refresh_from_db()
+    assert (later.status, later.attempts, later.locked_by) == (TaskStatus.PENDING, 0, None)
+    task_runs = Run.objects.filter(task__isnull=False).values_list("status", "attempt")
+    assert sorted(task_runs) == [("failed", 1), ("failed", 1)]
+    # The schedule's run goes on until the node is dead, EXIT_GRACE seconds from now:
+    # no other node starts that schedule before this process is gone.
+    run = Run.objects.get(schedule=row)
+    assert (run.status, run.error) == (RunStatus.RUNNING, last.last_error)
+    dead = Node.objects.get(id=node.node_id)
+    assert dead.stopped_at is None
+    timeout = timedelta(seconds=node.settings.node_timeout)
+    assert dead.last_heartbeat + timeout == stopped_at + timedelta(seconds=EXIT_GRACE)
+    store = get_store()
+    store.register_node("survivor", "host", 1, "0", stopped_at)
+    retry = RetryPolicy(10, 60)
+    store.reap("survivor", stopped_at, stopped_at - timeout, retry)
+    assert Run.objects.get(schedule=row).status == RunStatus.RUNNING  # not dead yet
+    after = stopped_at + timedelta(seconds=EXIT_GRACE + 0.001)
+    store.heartbeat("survivor", after, after + timeout)
+    store.reap("survivor", after, after - timeout, retry)
+    run.refresh_from_db()
+    assert (run.status, run.error) == (RunStatus.FAILED, last.last_error)
+    assert Node.objects.get(id=node.node_id).stopped_at == after
+
+
+def test_stop_hands_back_a_task_no_worker_took_yet(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any
+) -> None:
+    node = make_node(workers=1)
+    running = schedule(tasks.slow, "running")
+    queued = schedule(tasks.add, 5, delay=0.5)
     fake_clock.advance(0, wait=False)
     wait_for(lambda: len(calls["slow-start"]) == 1)
-    node.stop(timeout=0.2)
-    running.refresh_from_db()
-    assert (running.status, running.attempts, running.locked_by) == (TaskStatus.PENDING, 0, None)
-    later.refresh_from_db()
-    assert (later.status, later.locked_by) == (TaskStatus.PENDING, None)
+    fake_clock.advance(1, wait=False)
+    # One worker, busy: the task due is not claimed, it stays pending as it was.
+    assert Task.objects.get(pk=queued.pk).status == TaskStatus.PENDING
+    tasks.gate.set()
+    wait_for(lambda: Task.objects.get(pk=running.pk).status == TaskStatus.SUCCEEDED)
+    node.stop(timeout=5)
+    assert node.unfinished == 0
     assert Node.objects.get(id=node.node_id).stopped_at is not None
 
 
@@ -377,7 +430,7 @@ def test_a_lost_database_is_retried_and_logged(
     make_node: MakeNode, fake_clock: FakeClock, calls: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     node = make_node()
-    real = node.store.claim_tasks
+    real = node.store.task_outlook
     failures = [OperationalError("database is locked")] * 2
 
     def flaky(*args: Any, **kwargs: Any) -> Any:
@@ -385,7 +438,7 @@ def test_a_lost_database_is_retried_and_logged(
             raise failures.pop()
         return real(*args, **kwargs)
 
-    node.store.claim_tasks = flaky
+    node.store.task_outlook = flaky  # type: ignore[method-assign]
     schedule(tasks.add, 4, delay=2)
     with caplog.at_level(logging.WARNING, logger="django_htask"):
         fake_clock.advance(1)  # the wake-up and the first poll fail

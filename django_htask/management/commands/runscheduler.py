@@ -8,15 +8,18 @@ import signal
 import sys
 import time
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 import django_htask
 from django_htask.conf import get_settings
+from django_htask.exceptions import NotMigrated
 from django_htask.node import Node, NodeStats, StartAborted
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: The exit status of a node that found it had been declared dead by the others.
+EXIT_FENCED = 3
 
 
 class Command(BaseCommand):
@@ -78,20 +81,45 @@ class Command(BaseCommand):
             except StartAborted:
                 self.stdout.write("stopped before the database could be reached.")
                 return
+            except NotMigrated as exc:
+                raise CommandError(str(exc)) from exc
             self.stdout.write(self._banner(node, workers, poll, stats))
             self.stdout.flush()
             while not node.stop_requested:
                 time.sleep(0.1)
-            self.stdout.write(
-                f"stopping: waiting up to {node.settings.shutdown_timeout:g}s for running "
-                "jobs (a second signal exits at once)…"
-            )
-            self.stdout.flush()
+            if not node.fenced:
+                self.stdout.write(
+                    f"stopping: waiting up to {node.settings.shutdown_timeout:g}s for running "
+                    "jobs (a second signal exits at once)…"
+                )
+                self.stdout.flush()
         finally:
             node.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+        if node.fenced:
+            # Its jobs may still run in their threads: end them with the process, now.
+            self._exit_now(
+                EXIT_FENCED,
+                "stopped: this node had been declared dead by the others "
+                "(see the log); start it again to rejoin",
+            )
+        if node.unfinished:
+            self._exit_now(
+                0,
+                f"stopped, leaving {node.unfinished} runs unfinished (interrupted: "
+                "SHUTDOWN_TIMEOUT was reached).",
+            )
         self.stdout.write("stopped.")
+
+    def _exit_now(self, code: int, message: str) -> NoReturn:
+        """End the process at once, jobs still running in their threads included
+        (``sys.exit`` would wait for them): what must be written is written."""
+        self.stdout.write(message)
+        self.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(code)
 
     @staticmethod
     def _banner(node: Node, workers: int, poll: float, stats: NodeStats) -> str:
@@ -102,9 +130,15 @@ class Command(BaseCommand):
             f"  workers:   {workers or 'a thread per job'}\n"
             f"  poll:      every {poll:g}s\n"
             f"  loaded:    {stats.schedules} schedules, {stats.pending_tasks} pending "
-            f"tasks ({stats.held_tasks} due within {node.settings.lookahead:g}s, held)\n"
+            f"tasks{Command._next_due(stats)}\n"
             "  stop:      Ctrl-C or SIGTERM (a second one exits at once)"
         )
+
+    @staticmethod
+    def _next_due(stats: NodeStats) -> str:
+        if stats.next_task_due is None:
+            return ""
+        return f" (next due {stats.next_task_due:%Y-%m-%d %H:%M:%S} UTC)"
 
     @staticmethod
     def _configure_logging(level: str) -> None:

@@ -101,6 +101,34 @@ def test_the_furthest_time_allowed_is_accepted(fake_clock: FakeClock) -> None:
     assert schedule(tasks.add, 1, at=now + MAX_DELAY).run_at == now + MAX_DELAY
 
 
+def not_a_task() -> None: ...
+
+
+def test_an_unregistered_function_is_named_with_how_to_register_it(
+    fake_clock: FakeClock,
+) -> None:
+    fix = "decorate it with @task, in a module that is imported at start:"
+    with pytest.raises(FunctionNotRegistered) as info:
+        schedule(tasks.record, "x", 1)  # a plain function in an app's tasks module
+    assert str(info.value) == (
+        f"tests.integration.testapp.tasks.record is not registered: {fix} "
+        "tests.integration.testapp.tasks"
+    )
+    with pytest.raises(FunctionNotRegistered) as info:
+        schedule(not_a_task)  # defined outside any installed app
+    assert str(info.value) == (
+        f"tests.integration.test_api.not_a_task is not registered: {fix} "
+        "<app>.tasks, the tasks module of an installed app"
+    )
+    with pytest.raises(FunctionNotRegistered) as info:
+        schedule("tests.integration.testapp.tasks:record")
+    assert str(info.value) == (
+        "no function is registered as 'tests.integration.testapp.tasks:record': "
+        f"{fix} tests.integration.testapp.tasks"
+    )
+    assert not Task.objects.exists()
+
+
 def test_datetimes_travel_with_their_type(fake_clock: FakeClock) -> None:
     when = fake_clock.now() + timedelta(minutes=3)
     task = schedule(tasks.when, when)

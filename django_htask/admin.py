@@ -4,7 +4,9 @@ Schedules
     the list shows each schedule in words (``describe``), its zone, next and last run
     and status; the form offers the registered functions, validates the schedule text
     with the parser's own message and the arguments (JSON) against the function's
-    signature, and previews the next five runs in the schedule's zone and in UTC.
+    signature, and previews the next five runs in the schedule's zone and in UTC: the
+    ones the scheduler will fire once the form is saved (unchanged, from the stored
+    ``next_run_at``; edited, from the time of the save).
     Code-defined schedules are read-only except ``enabled``. Actions: run now, enable,
     disable.
 Runs
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC
 from typing import Any
 
 from django import forms
@@ -38,9 +41,9 @@ from . import clock
 from .models import Node, Origin, Run, RunStatus, Schedule, Task, TaskStatus
 from .operations import (
     describe_schedule,
+    edited_runs,
     live_nodes,
     node_state,
-    preview_runs,
     run_schedule_soon,
     validate_zone,
 )
@@ -282,15 +285,30 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="next five runs")
     def next_runs(self, obj: Schedule | None) -> SafeString:
         """The preview box: filled here for a saved schedule, and updated by
-        ``schedule_preview.js`` while the schedule or zone is typed."""
+        ``schedule_preview.js`` while the schedule, zone or enabled flag is edited.
+
+        It shows what the scheduler will fire once the form is saved (see
+        :func:`~django_htask.operations.edited_runs`): unchanged, the stored
+        ``next_run_at`` and the occurrences after it."""
         url = reverse(f"{self.admin_site.name}:django_htask_schedule_preview")
         if obj is None or obj.pk is None:
             inner = format_html("{}", "type a schedule to see its next runs")
-        elif not obj.enabled:
-            inner = format_html("{}", "disabled: no runs")
+            pk = schedule = zone = ""
         else:
-            inner = _preview_html(preview(obj.schedule, obj.timezone))
-        return format_html('<div id="htask-live-preview" data-url="{}">{}</div>', url, inner)
+            # ``obj`` may carry the values of a form that failed to validate: compare them
+            # with the stored row, which is what the scheduler fires today.
+            stored = Schedule.objects.filter(pk=obj.pk).first()
+            inner = _preview_html(preview(stored, obj.schedule, obj.timezone, obj.enabled))
+            pk, schedule, zone = str(obj.pk), obj.schedule, obj.timezone
+        return format_html(
+            '<div id="htask-live-preview" data-url="{}" data-object="{}" data-schedule="{}" '
+            'data-timezone="{}">{}</div>',
+            url,
+            pk,
+            schedule,
+            zone,
+            inner,
+        )
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view(self.preview_view)
@@ -298,12 +316,17 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return mine + super().get_urls()
 
     def preview_view(self, request: HttpRequest) -> JsonResponse:
-        """``GET preview/?schedule=…&timezone=…``: the next five runs, as JSON."""
+        """``GET preview/?schedule=…&timezone=…&enabled=1&object=PK``: the next five
+        runs the scheduler will fire once the form is saved, as JSON. ``object`` is the
+        schedule being edited (none for a new one); ``enabled=0`` previews it disabled."""
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
         text = request.GET.get("schedule", "")
-        zone = request.GET.get("timezone", "") or "UTC"
-        return JsonResponse(preview(text, zone))
+        zone = request.GET.get("timezone", "")
+        enabled = request.GET.get("enabled", "1") != "0"
+        object_id = request.GET.get("object", "")
+        stored = self.get_object(request, object_id) if object_id else None
+        return JsonResponse(preview(stored, text, zone, enabled))
 
     # -- saving ------------------------------------------------------------------------
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
@@ -356,24 +379,22 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         self.message_user(request, f"{done} schedule(s) {word}", messages.SUCCESS)
 
 
-def preview(text: str, zone: str) -> dict[str, Any]:
-    """The next five runs of ``text`` in ``zone`` and in UTC, or the error."""
-    zone = zone or "UTC"
+def preview(stored: Schedule | None, text: str, zone: str, enabled: bool) -> dict[str, Any]:
+    """The next five runs once ``stored`` (None: a new schedule) is saved with ``text``,
+    ``zone`` and ``enabled``, in the zone and in UTC; or the error. ``note`` says why
+    there are none."""
+    shown = zone or "UTC"
     try:
-        validate_zone(zone)
-        runs = preview_runs(text, zone, PREVIEW_COUNT, clock.now())
+        tz = validate_zone(shown)
+        runs = edited_runs(stored, text, zone, enabled, PREVIEW_COUNT, clock.now())
     except ValueError as exc:
-        return {"zone": zone, "runs": [], "error": str(exc)}
+        return {"zone": shown, "runs": [], "error": str(exc), "note": ""}
+    note = "disabled: no runs" if not enabled else "none: the schedule will not fire again"
     return {
-        "zone": zone,
-        "runs": [
-            {
-                "local": local.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                "utc": utc.strftime("%Y-%m-%d %H:%M:%S UTC"),
-            }
-            for local, utc in runs
-        ],
+        "zone": shown,
+        "runs": [{"local": run.text(tz), "utc": run.text(UTC)} for run in runs],
         "error": None,
+        "note": "" if runs else note,
     }
 
 
@@ -381,7 +402,7 @@ def _preview_html(data: dict[str, Any]) -> SafeString:
     if data["error"]:
         return format_html('<p class="htask-preview-error errornote">{}</p>', data["error"])
     if not data["runs"]:
-        return format_html("{}", "none: the schedule will not fire again")
+        return format_html("{}", data["note"])
     rows = format_html_join(
         "", "<tr><td>{}</td><td>{}</td></tr>", ((r["local"], r["utc"]) for r in data["runs"])
     )

@@ -12,15 +12,25 @@ id                     level    when
 ``django_htask.W004``  warning  several live ``runscheduler`` nodes share a SQLite database.
 ``django_htask.E005``  error    the django.tasks backend is configured but ``django_htask``
                                 is not in ``INSTALLED_APPS`` (checked by the backend).
+
+``django_htask.W007``  warning  a check could not run (an error it did not foresee, named
+                                in the message); the others still ran.
 =====================  =======  ===========================================================
 
 W003 and W004 read the database, so they run with the ``database`` tag:
-``manage.py check --database default`` (``migrate`` runs them too).
+``manage.py check --database default`` (``migrate`` runs them too). They are quiet
+while the tables do not exist yet, and W004 while E001 or E002 is reported (it needs
+aware datetimes and the ``NODE_TIMEOUT`` setting).
+
+No check raises, whatever the settings: ``manage.py check`` and ``migrate`` always
+finish and show what is wrong.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.apps import AppConfig
@@ -36,11 +46,42 @@ __all__ = [
     "check_use_tz",
 ]
 
+logger = logging.getLogger("django_htask.checks")
+
 #: Unregistered names listed in one warning, at most.
 SHOWN = 10
 
+Check = Callable[..., list[Any]]
+
+
+def _never_raises(check: Check) -> Check:
+    """Run ``check``; an error it did not foresee becomes the warning W007 naming the
+    check and the error, so ``manage.py check`` and ``migrate`` always finish."""
+
+    @functools.wraps(check)
+    def guarded(*args: Any, **kwargs: Any) -> list[Any]:
+        try:
+            return check(*args, **kwargs)
+        except Exception as exc:
+            logger.warning(
+                "system check %s could not run",
+                check.__name__,
+                exc_info=True,
+                extra={"action": "check_failed"},
+            )
+            return [
+                checks.Warning(
+                    f"the check {check.__name__} could not run: {type(exc).__name__}: {exc}",
+                    hint="the other django-htask checks ran; please report this error",
+                    id="django_htask.W007",
+                )
+            ]
+
+    return guarded
+
 
 @checks.register()
+@_never_raises
 def check_use_tz(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[Any]:
     if getattr(settings, "USE_TZ", False):
         return []
@@ -54,6 +95,7 @@ def check_use_tz(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
 
 
 @checks.register()
+@_never_raises
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[Any]:
     from .conf import load  # noqa: PLC0415
 
@@ -81,6 +123,7 @@ def _aliases(databases: Sequence[str] | None) -> list[str]:
 
 
 @checks.register(checks.Tags.database)
+@_never_raises
 def check_database_rows(
     app_configs: Sequence[AppConfig] | None = None,
     databases: Sequence[str] | None = None,
@@ -124,14 +167,22 @@ def check_database_rows(
 
 
 @checks.register(checks.Tags.database)
+@_never_raises
 def check_sqlite_nodes(
     app_configs: Sequence[AppConfig] | None = None,
     databases: Sequence[str] | None = None,
     **kwargs: Any,
 ) -> list[Any]:
+    from .conf import load  # noqa: PLC0415
     from .models import Node  # noqa: PLC0415
     from .operations import live_nodes  # noqa: PLC0415
 
+    if not getattr(settings, "USE_TZ", False):
+        return []  # E001: heartbeats cannot be compared with an aware cutoff
+    try:
+        load(getattr(settings, "HTASK", None))  # NODE_TIMEOUT decides who is alive
+    except ImproperlyConfigured:
+        return []  # E002
     found: list[Any] = []
     for alias in _aliases(databases):
         if connections[alias].vendor != "sqlite":

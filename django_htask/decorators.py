@@ -28,10 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
+from django.apps import apps
 from django.conf import settings
 from django.db import transaction
 
-from django_htask.engine import encode_call, parse_schedule, registry
+from django_htask.engine import FunctionNotRegistered, encode_call, parse_schedule, registry
 from django_htask.engine.registry import default_name
 
 from .models import CatchUp, Origin, Overlap, Schedule
@@ -91,14 +92,39 @@ def _register(fn: Callable[..., Any], name: str | None) -> str:
 
 
 def function_name(fn_or_name: Callable[..., Any] | str) -> str:
-    """The registered name of a function (or a name, checked to be registered)."""
+    """The registered name of a function (or a name, checked to be registered).
+
+    ``FunctionNotRegistered`` names the function and says how to fix it: decorate it
+    with ``@task`` in the module every process imports at start, its app's ``tasks``.
+    """
     if isinstance(fn_or_name, str):
-        registry.get(fn_or_name)  # raises FunctionNotRegistered naming it
+        if fn_or_name not in registry:
+            module = fn_or_name.partition(":")[0] if ":" in fn_or_name else None
+            raise _not_registered(f"no function is registered as {fn_or_name!r}", module)
         return fn_or_name
     if not callable(fn_or_name):
         raise TypeError(f"expected a registered function or its name, got {fn_or_name!r}")
     name = getattr(fn_or_name, NAME_ATTRIBUTE, None)
-    return name if isinstance(name, str) else registry.name_of(fn_or_name)
+    if isinstance(name, str):
+        return name
+    try:
+        return registry.name_of(fn_or_name)
+    except FunctionNotRegistered:
+        module = getattr(fn_or_name, "__module__", None)
+        qualname = getattr(fn_or_name, "__qualname__", None)
+        what = f"{module}.{qualname}" if module and qualname else repr(fn_or_name)
+        raise _not_registered(f"{what} is not registered", module) from None
+
+
+def _not_registered(problem: str, module: str | None) -> FunctionNotRegistered:
+    """``problem`` and the fix: ``@task`` in the tasks module of ``module``'s app, which
+    ``runscheduler`` imports at start (a function registered only in a view's module
+    is unknown to the scheduler's process)."""
+    app = apps.get_containing_app_config(module) if module and apps.apps_ready else None
+    where = f"{app.name}.tasks" if app else "<app>.tasks, the tasks module of an installed app"
+    return FunctionNotRegistered(
+        f"{problem}: decorate it with @task, in a module that is imported at start: {where}"
+    )
 
 
 @overload

@@ -1,6 +1,10 @@
 """What the admin and ``manage.py htask`` share: a schedule in words, a preview of its
 next runs, running it now, and whether a node is alive.
 
+A preview shows the occurrences the scheduler will fire: a saved schedule's start from
+its stored ``next_run_at`` (:func:`upcoming_runs`), an edited or new one's from the
+time of the save (:func:`edited_runs`, :func:`preview_runs`).
+
 Running now comes in two kinds:
 
 :func:`run_schedule_soon`
@@ -21,7 +25,8 @@ import socket
 import time
 import traceback
 import zoneinfo
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from django.db import transaction
@@ -33,13 +38,16 @@ from .models import Node, Run, RunStatus, Schedule
 from .signals import run_finished, run_started
 
 __all__ = [
+    "Upcoming",
     "describe_schedule",
+    "edited_runs",
     "live_nodes",
     "node_alive",
     "node_state",
     "preview_runs",
     "run_schedule_inline",
     "run_schedule_soon",
+    "upcoming_runs",
     "validate_zone",
 ]
 
@@ -64,25 +72,105 @@ def describe_schedule(text: str, zone: str) -> str:
         return f"invalid: {exc}"
 
 
-def preview_runs(
-    text: str, zone: str, count: int, now: datetime
-) -> list[tuple[datetime, datetime]]:
-    """The next ``count`` runs after ``now`` as (wall time in ``zone``, UTC) pairs.
+@dataclass(frozen=True)
+class Upcoming:
+    """An occurrence the scheduler will fire.
 
-    Raises InvalidSchedule (a ValueError) naming the bad text."""
-    from django_htask.engine import parse_schedule  # noqa: PLC0415
+    ``at`` is the occurrence, in UTC. An ``overdue`` one is a stored ``next_run_at``
+    already past: the scheduler fires it as soon as it sees it, ``runs`` times by the
+    schedule's catch-up and grace (0: it is recorded as missed, not run).
+    """
 
-    parsed = parse_schedule(text, tz=zone or None)
-    tz = validate_zone(zone or "UTC")
-    runs: list[tuple[datetime, datetime]] = []
-    when: datetime | None = now
+    at: datetime
+    overdue: bool = False
+    runs: int = 1
+
+    def text(self, zone: tzinfo) -> str:
+        """The occurrence in ``zone``: ``2030-01-01 09:00:00 CET``, or for an overdue
+        one ``due now (overdue since …)`` / ``missed (overdue since …)``."""
+        stamp = self.at.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+        if not self.overdue:
+            return stamp
+        if self.runs == 0:
+            return f"missed (overdue since {stamp})"
+        due = "due now" if self.runs == 1 else f"due now, {self.runs} runs"
+        return f"{due} (overdue since {stamp})"
+
+
+def _following(parsed: Any, after: datetime, count: int) -> list[Upcoming]:
+    """Up to ``count`` occurrences of ``parsed`` strictly after ``after``."""
+    runs: list[Upcoming] = []
+    when: datetime | None = after
     while len(runs) < count:
         assert when is not None
         when = parsed.next_after(when)
         if when is None:
             break
-        runs.append((when.astimezone(tz), when.astimezone(UTC)))
+        runs.append(Upcoming(when.astimezone(UTC)))
     return runs
+
+
+def preview_runs(text: str, zone: str, count: int, now: datetime) -> list[Upcoming]:
+    """The next ``count`` runs of ``text`` in ``zone`` counted from ``now``: what the
+    scheduler fires for a schedule saved now with this text (its ``next_run_at`` is
+    computed from the time of the save).
+
+    Raises InvalidSchedule (a ValueError) naming the bad text."""
+    from django_htask.engine import parse_schedule  # noqa: PLC0415
+
+    return _following(parse_schedule(text, tz=zone or None), now, count)
+
+
+def upcoming_runs(row: Schedule, count: int, now: datetime) -> list[Upcoming]:
+    """The next ``count`` occurrences the scheduler fires for the saved ``row``.
+
+    They start from the stored ``next_run_at``, the occurrence the scheduler fires
+    next, then follow it; never from ``now`` (an ``@every 45s`` saved at 19:33:42 runs
+    at 19:34:27, whenever the page is opened). A stored time already past is overdue:
+    the first entry says so, with how many runs the misfire policy gives it, and the
+    next ones follow the policy's next occurrence. None for a disabled row, or an
+    enabled one with no ``next_run_at`` (it does not fire until it is saved again).
+
+    Raises InvalidSchedule (a ValueError) if the stored text no longer parses."""
+    from django_htask.engine import plan_occurrences  # noqa: PLC0415
+
+    stored = row.next_run_at
+    if not row.enabled or stored is None or count <= 0:
+        return []
+    parsed = row.parsed()
+    if stored > now:
+        return [Upcoming(stored.astimezone(UTC)), *_following(parsed, stored, count - 1)]
+    plan = plan_occurrences(
+        parsed,
+        stored,
+        now,
+        grace=row.grace,
+        catch_up=str(row.catch_up),
+        limit=get_settings().catch_up_limit,
+    )
+    first = Upcoming(stored.astimezone(UTC), overdue=True, runs=len(plan.to_run))
+    if plan.next is None or count == 1:
+        return [first]
+    return [first, Upcoming(plan.next.astimezone(UTC)), *_following(parsed, plan.next, count - 2)]
+
+
+def edited_runs(
+    row: Schedule | None, text: str, zone: str, enabled: bool, count: int, now: datetime
+) -> list[Upcoming]:
+    """What the scheduler fires once ``row`` (None: a new schedule) is saved with this
+    schedule ``text``, ``zone`` and ``enabled``: the row's own :func:`upcoming_runs`
+    when none of the three changed and it has a ``next_run_at`` (the save keeps it),
+    else the runs from ``now`` (the save recomputes it, see ``Schedule.save``); none
+    when disabled."""
+    if not enabled:
+        return []
+    if (
+        row is not None
+        and row.next_run_at is not None
+        and (row.schedule, row.timezone, row.enabled) == (text, zone, enabled)
+    ):
+        return upcoming_runs(row, count, now)
+    return preview_runs(text, zone, count, now)
 
 
 def run_schedule_soon(row: Schedule) -> str:

@@ -62,6 +62,10 @@ def test_admin_schedule_invalid_cron_fix_preview_and_run_now(site: str, page: Pa
     expect(rows).to_have_count(5)
     expect(rows.first).to_contain_text("JST")
     expect(rows.first).to_contain_text("UTC")
+    page.uncheck("#id_enabled")  # the live preview follows the enabled flag too
+    expect(page.locator("#htask-live-preview")).to_have_text("disabled: no runs")
+    page.check("#id_enabled")
+    expect(rows).to_have_count(5)
 
     page.goto(f"{site}/admin/django_htask/schedule/?q=browser-job")
     page.locator("input.action-select").first.check()

@@ -146,6 +146,74 @@ def test_the_preview_endpoint_answers_runs_or_the_parser_error(
     assert 'id="htask-live-preview"' in admin_client_.get(f"{URL}schedule/add/").content.decode()
 
 
+def preview_times(page: str) -> list[str]:
+    """The UTC column of the change page's preview table."""
+    table = page[page.index('<table class="htask-preview">') :]
+    table = table[: table.index("</table>")]
+    return re.findall(r"<td>[^<]*</td><td>([^<]*)</td>", table)
+
+
+def test_an_every_schedule_is_previewed_from_its_stored_next_run(
+    admin_client_: Client, fake_clock: FakeClock
+) -> None:
+    row = make("pulse", "@every 45s")  # saved at 00:00:00: next_run_at 00:00:45
+    fake_clock.advance(20)  # the page is opened later; the node still fires at 00:00:45
+    page = admin_client_.get(f"{URL}schedule/{row.pk}/change/").content.decode()
+    expected = [f"2030-01-01 {t} UTC" for t in ("00:00:45", "00:01:30", "00:02:15")]
+    assert preview_times(page)[:3] == expected
+    live = {"schedule": "@every 45s", "timezone": "UTC", "enabled": "1", "object": row.pk}
+    data = admin_client_.get(f"{URL}schedule/preview/", live).json()
+    assert [r["utc"] for r in data["runs"]][:3] == expected
+
+
+def test_an_overdue_schedule_is_previewed_as_due_now(
+    admin_client_: Client, fake_clock: FakeClock
+) -> None:
+    row = make("pulse", "@every 45s", timezone="Europe/Paris")
+    fake_clock.advance(100)  # no scheduler ran: 00:00:45 is overdue
+    page = admin_client_.get(f"{URL}schedule/{row.pk}/change/").content.decode()
+    assert (
+        "<td>due now (overdue since 2030-01-01 01:00:45 CET)</td>"
+        "<td>due now (overdue since 2030-01-01 00:00:45 UTC)</td>"
+    ) in page
+    assert preview_times(page)[1] == "2030-01-01 00:02:15 UTC"
+
+
+def test_the_live_preview_of_an_edit_is_what_the_save_stores(
+    admin_client_: Client, fake_clock: FakeClock
+) -> None:
+    row = make("pulse", "@every 45s")
+    fake_clock.advance(20)
+    url = f"{URL}schedule/preview/"
+    edit = {"schedule": "@every 30s", "timezone": "UTC", "enabled": "1", "object": row.pk}
+    data = admin_client_.get(url, edit).json()
+    assert data["runs"][0]["utc"] == "2030-01-01 00:00:50 UTC"  # from now: the save
+    off = admin_client_.get(url, {**edit, "enabled": "0"}).json()
+    assert (off["runs"], off["note"]) == ([], "disabled: no runs")
+    response = admin_client_.post(
+        f"{URL}schedule/{row.pk}/change/",
+        form_data(name="pulse", schedule="@every 30s", timezone="UTC", call_kwargs=""),
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    row.refresh_from_db()
+    assert f"{row.next_run_at:%Y-%m-%d %H:%M:%S} UTC" == data["runs"][0]["utc"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_previewed_runs_are_the_runs_the_node_fires(
+    admin_client_: Client, fake_clock: FakeClock, make_node: Any, calls: Any
+) -> None:
+    row = make("pulse", "@every 45s")
+    fake_clock.advance(20)
+    page = admin_client_.get(f"{URL}schedule/{row.pk}/change/").content.decode()
+    previewed = preview_times(page)
+    assert len(previewed) == 5
+    make_node()
+    fake_clock.advance(5 * 45)  # up to 00:04:05, past the fifth run (00:03:45)
+    fired = Run.objects.filter(schedule=row).order_by("scheduled_for")
+    assert [f"{r.scheduled_for:%Y-%m-%d %H:%M:%S} UTC" for r in fired] == previewed
+
+
 def test_the_preview_endpoint_needs_a_permission() -> None:
     nobody = staff()
     response = nobody.get(f"{URL}schedule/preview/", {"schedule": "@daily"})

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import transaction
@@ -19,9 +20,11 @@ from django_htask import (
     reschedule,
     schedule,
 )
+from django_htask.api import MAX_DELAY
 from django_htask.engine import ArgumentError, FakeClock, FunctionNotRegistered, PayloadError
 from django_htask.models import Task, TaskStatus
 from django_htask.signals import task_scheduled
+from tests.conftest import START
 from tests.integration.testapp import tasks
 
 pytestmark = pytest.mark.django_db
@@ -64,6 +67,65 @@ def test_bad_calls_fail_in_the_caller_and_store_nothing(fake_clock: FakeClock) -
         schedule(tasks.add, 1, delay=-5)
     with pytest.raises(ValueError, match="max_attempts"):
         schedule(tasks.add, 1, max_attempts=0)
+    assert not Task.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("when", "named"),
+    [
+        ({"delay": 1e20}, "delay must be at most 100 years (3155760000 seconds), got 1e+20"),
+        ({"delay": timedelta.max}, "delay must be at most 100 years"),
+        ({"delay": MAX_DELAY + timedelta(seconds=1)}, "delay must be at most 100 years"),
+        ({"at": datetime.max.replace(tzinfo=UTC)}, "at must be at most 100 years from now"),
+        ({"at": START + MAX_DELAY + timedelta(seconds=1)}, "later than 2130-01-02T00:00:00+00:00"),
+    ],
+)
+def test_a_time_too_far_ahead_is_a_value_error_naming_the_argument_and_the_bound(
+    fake_clock: FakeClock, when: dict[str, Any], named: str
+) -> None:
+    task = schedule(tasks.add, 1, delay=60)
+    for call in (
+        lambda: schedule(tasks.add, 1, **when),
+        lambda: reschedule(task.token, **when),
+    ):
+        with pytest.raises(ValueError) as info:
+            call()
+        assert not isinstance(info.value, OverflowError)
+        assert named in str(info.value)
+    assert list(Task.objects.values_list("run_at", flat=True)) == [task.run_at]
+
+
+def test_the_furthest_time_allowed_is_accepted(fake_clock: FakeClock) -> None:
+    now = fake_clock.now()
+    assert schedule(tasks.add, 1, delay=MAX_DELAY).run_at == now + MAX_DELAY
+    assert schedule(tasks.add, 1, at=now + MAX_DELAY).run_at == now + MAX_DELAY
+
+
+def not_a_task() -> None: ...
+
+
+def test_an_unregistered_function_is_named_with_how_to_register_it(
+    fake_clock: FakeClock,
+) -> None:
+    fix = "decorate it with @task, in a module that is imported at start:"
+    with pytest.raises(FunctionNotRegistered) as info:
+        schedule(tasks.record, "x", 1)  # a plain function in an app's tasks module
+    assert str(info.value) == (
+        f"tests.integration.testapp.tasks.record is not registered: {fix} "
+        "tests.integration.testapp.tasks"
+    )
+    with pytest.raises(FunctionNotRegistered) as info:
+        schedule(not_a_task)  # defined outside any installed app
+    assert str(info.value) == (
+        f"tests.integration.test_api.not_a_task is not registered: {fix} "
+        "<app>.tasks, the tasks module of an installed app"
+    )
+    with pytest.raises(FunctionNotRegistered) as info:
+        schedule("tests.integration.testapp.tasks:record")
+    assert str(info.value) == (
+        "no function is registered as 'tests.integration.testapp.tasks:record': "
+        f"{fix} tests.integration.testapp.tasks"
+    )
     assert not Task.objects.exists()
 
 
@@ -148,6 +210,10 @@ def test_async_variants(fake_clock: FakeClock) -> None:
         assert await areschedule(task.token, delay=50)
         assert await acancel(task.token)
         assert not await acancel(task.token)
+        with pytest.raises(ValueError, match="delay must be at most 100 years"):
+            await aschedule(tasks.add, 1, delay=1e20)
+        with pytest.raises(ValueError, match="at must be at most 100 years"):
+            await areschedule(task.token, at=datetime.max.replace(tzinfo=UTC))
 
     # On a thread of its own: the test is independent of any event loop left around.
     errors: list[BaseException] = []

@@ -1,12 +1,19 @@
-"""System checks: django_htask.E001 … W004 (E005 is the backend's, see test_backend)."""
+"""System checks: django_htask.E001 … W007 (E005 is the backend's, see test_backend)."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core import checks
 from django.db import connection
 from django.test import override_settings
 
+from django_htask import checks as htask_checks
 from django_htask.engine import FakeClock
 from django_htask.models import Schedule, Task
 from tests.integration.node_rows import node_row
@@ -82,3 +89,91 @@ def test_several_live_nodes_on_postgresql_are_fine(fake_clock: FakeClock) -> Non
     node_row("a", now)
     node_row("b", now)
     assert "django_htask.W004" not in ids(["default"])
+
+
+# -- no check ever raises ----------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def manage(tmp_path: Path, settings: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m django *args`` on a fresh SQLite file, with the acceptance settings
+    plus the lines ``settings``."""
+    (tmp_path / "check_settings.py").write_text(
+        f"from tests.acceptance.settings import *  # noqa: F403\n{settings}\n"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "check_settings",
+        "HTASK_ACCEPTANCE_DB": str(tmp_path / "db.sqlite3"),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+    }
+    env.pop("HTASK_TEST_DATABASE_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args],
+        check=False,  # the caller asserts on the exit code
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "shown"),
+    [
+        ("USE_TZ = False", ["django_htask.E001"]),
+        (
+            "USE_TZ = False\nHTASK = {'NODE_TIMEOUT': 'a minute'}",
+            ["django_htask.E001", "django_htask.E002", "'NODE_TIMEOUT'"],
+        ),
+    ],
+)
+def test_migrate_with_bad_settings_shows_the_errors_without_a_traceback(
+    tmp_path: Path, settings: str, shown: list[str]
+) -> None:
+    done = manage(tmp_path, settings, "migrate", "--no-input")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "SystemCheckError" in done.stderr
+    for text in shown:
+        assert text in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "django_htask.W007" not in done.stderr  # foreseen, not caught by the safety net
+
+
+def test_check_on_a_database_without_tables_is_quiet(tmp_path: Path) -> None:
+    done = manage(tmp_path, "", "check", "--database", "default")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no issues" in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"USE_TZ": False}, ["django_htask.E001"]),
+        ({"HTASK": {"NODE_TIMEOUT": -1}}, ["django_htask.E002"]),
+        ({"HTASK": "fast"}, ["django_htask.E002"]),
+        ({"USE_TZ": False, "HTASK": [1]}, ["django_htask.E001", "django_htask.E002"]),
+    ],
+)
+def test_the_database_checks_never_raise_whatever_the_settings(
+    fake_clock: FakeClock, overrides: dict[str, Any], expected: list[str]
+) -> None:
+    node_row("a", fake_clock.now())
+    with override_settings(**overrides):
+        assert sorted(ids(["default"])) == expected
+
+
+def test_a_check_that_fails_unforeseen_is_warning_w007_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(databases: object) -> list[str]:
+        raise RuntimeError("router exploded")
+
+    monkeypatch.setattr(htask_checks, "_aliases", broken)
+    found = [m for m in checks.run_checks(databases=["default"]) if m.id == "django_htask.W007"]
+    assert sorted(m.msg for m in found) == [
+        "the check check_database_rows could not run: RuntimeError: router exploded",
+        "the check check_sqlite_nodes could not run: RuntimeError: router exploded",
+    ]

@@ -48,6 +48,19 @@ def test_list_shows_each_schedule_in_words_with_its_next_runs(fake_clock: FakeCl
     assert "off  [disabled]" in out
 
 
+def test_list_counts_from_the_stored_next_run_and_shows_an_overdue_one(
+    fake_clock: FakeClock,
+) -> None:
+    make("pulse", "@every 45s")  # saved at 00:00:00: next_run_at 00:00:45
+    fake_clock.advance(20)
+    out = htask("list", "--runs", "2")
+    assert "next: 2030-01-01 00:00:45 UTC\n    next: 2030-01-01 00:01:30 UTC\n" in out
+    fake_clock.advance(80)  # 00:01:40, and no scheduler ran
+    out = htask("list", "--runs", "2")
+    overdue = "    next: due now (overdue since 2030-01-01 00:00:45 UTC)"
+    assert f"{overdue}\n    next: 2030-01-01 00:02:15 UTC\n" in out
+
+
 def test_list_with_nothing_says_so() -> None:
     assert "no schedules" in htask("list")
 

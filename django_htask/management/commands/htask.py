@@ -1,7 +1,8 @@
 """``manage.py htask``: look at and drive the scheduler from the shell.
 
 ``htask list [--runs N]``
-    every schedule, like ``crontab -l``: name, the schedule in words, the next runs.
+    every schedule, like ``crontab -l``: name, the schedule in words, the next runs
+    (from the stored ``next_run_at``: the ones the scheduler will fire).
 ``htask run NAME``
     run a schedule now, in this process, recorded as a run.
 ``htask sync``
@@ -30,8 +31,9 @@ from django_htask.operations import (
     describe_schedule,
     node_alive,
     node_state,
-    preview_runs,
     run_schedule_inline,
+    upcoming_runs,
+    validate_zone,
 )
 
 #: Exit code of a run that failed.
@@ -87,14 +89,15 @@ class Command(BaseCommand):
             if not row.enabled or not runs:
                 continue
             try:
-                upcoming = preview_runs(row.schedule, zone, runs, now)
+                tz = validate_zone(zone)
+                upcoming = upcoming_runs(row, runs, now)
             except ValueError as exc:
                 self.stdout.write(f"    invalid: {exc}")
                 continue
             if not upcoming:
                 self.stdout.write("    next: none (will not fire again)")
-            for local, _utc in upcoming:
-                self.stdout.write(f"    next: {local:%Y-%m-%d %H:%M:%S %Z}")
+            for run in upcoming:
+                self.stdout.write(f"    next: {run.text(tz)}")
 
     # -- run -------------------------------------------------------------------------
     def do_run(self, name: str, **options: Any) -> None:

@@ -1,5 +1,8 @@
-/* django-htask admin: preview the next runs while the schedule or zone is typed.
-   Reads the preview URL from #htask-live-preview[data-url]; GET only, no state change. */
+/* django-htask admin: preview the next runs while the schedule, zone or enabled flag is
+   edited: the runs the scheduler will fire once the form is saved. Reads the preview
+   URL and the edited schedule from #htask-live-preview's data attributes (they also
+   give the schedule and zone of a code-defined schedule, whose fields are read-only);
+   GET only, no state change. */
 "use strict";
 (function () {
   function render(box, data) {
@@ -12,7 +15,7 @@
       return;
     }
     if (!data.runs.length) {
-      box.textContent = "none: the schedule will not fire again";
+      box.textContent = data.note;
       return;
     }
     var table = document.createElement("table");
@@ -34,19 +37,28 @@
 
   function start() {
     var box = document.getElementById("htask-live-preview");
+    if (!box) {
+      return;
+    }
     var schedule = document.getElementById("id_schedule");
     var zone = document.getElementById("id_timezone");
-    if (!box || !schedule) {
+    var enabled = document.getElementById("id_enabled");
+    if (!schedule && !enabled) {
       return;
     }
     var timer = null;
     var sent = 0;
     function update() {
-      var text = schedule.value.trim();
+      var text = (schedule ? schedule.value : box.dataset.schedule).trim();
       if (!text) {
         return;
       }
-      var query = new URLSearchParams({ schedule: text, timezone: zone ? zone.value : "" });
+      var query = new URLSearchParams({
+        schedule: text,
+        timezone: zone ? zone.value : box.dataset.timezone,
+        enabled: !enabled || enabled.checked ? "1" : "0",
+        object: box.dataset.object
+      });
       var mine = ++sent;
       fetch(box.dataset.url + "?" + query.toString(), { credentials: "same-origin" })
         .then(function (response) { return response.json(); })
@@ -57,9 +69,13 @@
       clearTimeout(timer);
       timer = setTimeout(update, 300);
     }
-    schedule.addEventListener("input", later);
-    if (zone) {
-      zone.addEventListener("input", later);
+    [schedule, zone].forEach(function (input) {
+      if (input) {
+        input.addEventListener("input", later);
+      }
+    });
+    if (enabled) {
+      enabled.addEventListener("change", later);
     }
   }
 

@@ -891,11 +891,10 @@ class Node:
             schedule_id=schedule_id,
         )
         version = row.version if row is not None else None
-        if row is not None and not self.store.mark_broken(self.node_id, schedule_id, version, run):
+        marked = self.store.mark_broken(self.node_id, schedule_id, version, problem, run)
+        if row is not None and not marked:
             self._reload(schedule_id)  # changed meanwhile: look at it again
             return
-        if row is None:
-            self.store.mark_broken(self.node_id, schedule_id, None, run)
         logger.error(
             "schedule %s is broken and will not fire until it is saved again: %s",
             name,

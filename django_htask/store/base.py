@@ -225,9 +225,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def mark_broken(
-        self, node_id: str, schedule_id: int, version: int | None, run: RunOutcome
+        self, node_id: str, schedule_id: int, version: int | None, reason: str, run: RunOutcome
     ) -> bool:
-        """Stop the schedule for good (no next run) with ``run.error`` as the reason,
+        """Stop the schedule for good (no next run), ``reason`` in its ``broken`` field,
         and record ``run`` (failed); with a ``version``, only if it is still that one.
         Return whether it was marked. Saving the schedule clears the mark."""
 

@@ -389,7 +389,7 @@ class DatabaseStore(Store):
         return [r.pk for r in created]
 
     def mark_broken(
-        self, node_id: str, schedule_id: int, version: int | None, run: RunOutcome
+        self, node_id: str, schedule_id: int, version: int | None, reason: str, run: RunOutcome
     ) -> bool:
         with self._atomic():
             self._fence(node_id)
@@ -398,7 +398,7 @@ class DatabaseStore(Store):
                 rows = rows.filter(version=version)
             marked = rows.update(
                 next_run_at=None,
-                broken=run.error[:_BROKEN_MAX],
+                broken=reason[:_BROKEN_MAX],
                 last_status=run.status,
                 last_run_at=run.finished_at,
             )

@@ -52,3 +52,30 @@ def renamed() -> None:
 @periodic("@every 1m", name="testapp-minutely")
 def minutely() -> None:
     record("minutely", None)
+
+
+@task
+def exits(kind: str) -> None:
+    """Raise what ends a process: ``SystemExit(1)``, ``exit(1)`` or KeyboardInterrupt."""
+    record("exits", kind)
+    if kind == "keyboard":
+        raise KeyboardInterrupt
+    if kind == "exit":
+        exit(1)  # noqa: PLR1722 - what a careless task calls
+    raise SystemExit(1)
+
+
+#: How many ``exclusive`` calls run at once, and the most seen.
+running = {"now": 0, "most": 0}
+
+
+@task
+def exclusive(label: str = "") -> None:
+    """Record the most calls running together (overlap tests); waits for ``gate``."""
+    with lock:
+        running["now"] += 1
+        running["most"] = max(running["most"], running["now"])
+    record("exclusive", label)
+    gate.wait(30)
+    with lock:
+        running["now"] -= 1

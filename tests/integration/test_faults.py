@@ -1,0 +1,257 @@
+"""Faults met in one process, on the fake clock: tasks that raise what ends a process,
+caught-up occurrences and the overlap policy, rows written behind the model's back.
+
+The same faults with real processes (``kill -9``, SIGSTOP) are in
+``tests/acceptance/test_faults.py`` and ``tests/cluster/test_faults.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_htask import schedule
+from django_htask.engine import FakeClock
+from django_htask.models import Run, RunStatus, Schedule, Task, TaskStatus
+from django_htask.signals import run_finished
+from tests.integration.testapp import tasks
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ADD = "tests.integration.testapp.tasks:add"
+EXITS = "tests.integration.testapp.tasks:exits"
+EXCLUSIVE = "tests.integration.testapp.tasks:exclusive"
+MakeNode = Callable[..., Any]
+
+
+def make_schedule(
+    name: str, function: str = ADD, args: tuple[Any, ...] = (1,), **kw: Any
+) -> Schedule:
+    row = Schedule(name=name, function=function, schedule=kw.pop("text", "@every 1m"), **kw)
+    row.set_call(args)
+    row.save()
+    return row
+
+
+# -- 2. a task that raises SystemExit or KeyboardInterrupt ------------------------------
+@pytest.mark.parametrize(
+    ("kind", "error"),
+    [("system", "SystemExit: 1"), ("exit", "SystemExit: 1"), ("keyboard", "KeyboardInterrupt: ")],
+)
+def test_a_task_raising_what_ends_a_process_fails_only_its_run(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any, kind: str, error: str
+) -> None:
+    finished: list[tuple[str, str]] = []
+
+    def on_finished(sender: object, status: str, error: str, **kwargs: object) -> None:
+        finished.append((status, error))
+
+    run_finished.connect(on_finished)
+    try:
+        node = make_node()
+        poison = schedule(tasks.exits, kind, max_attempts=1)
+        fake_clock.advance(0)
+        after = schedule(tasks.add, 2, 3)  # the node goes on serving
+        fake_clock.advance(0)
+    finally:
+        run_finished.disconnect(on_finished)
+    poison.refresh_from_db()
+    assert (poison.status, poison.attempts, poison.last_error) == (TaskStatus.FAILED, 1, error)
+    assert type_name(error) in poison.traceback
+    run = Run.objects.get(task=poison)
+    assert (run.status, run.error) == (RunStatus.FAILED, error)
+    assert finished[0] == (RunStatus.FAILED, error)
+    assert Task.objects.get(pk=after.pk).status == TaskStatus.SUCCEEDED
+    assert calls["add"] == [5]
+    assert not node.stop_requested
+
+
+def type_name(error: str) -> str:
+    return error.split(":", maxsplit=1)[0]
+
+
+def test_a_schedule_run_raising_system_exit_fails_and_the_schedule_goes_on(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any
+) -> None:
+    row = make_schedule("exits", function=EXITS, args=("system",))
+    make_node()
+    fake_clock.advance(60)
+    fake_clock.advance(60)
+    runs = list(Run.objects.filter(schedule=row).values_list("status", "error"))
+    assert runs == [(RunStatus.FAILED, "SystemExit: 1")] * 2
+    assert calls["exits"] == ["system", "system"]
+
+
+# -- 10. caught-up occurrences and the overlap policy ------------------------------------
+def _behind(row: Schedule, fake_clock: FakeClock) -> None:
+    """The node was down: the schedule is 5 m 45 s behind (6 occurrences due)."""
+    behind = fake_clock.now() - timedelta(minutes=5, seconds=45)
+    Schedule.objects.filter(pk=row.pk).update(next_run_at=behind)
+
+
+@pytest.fixture
+def exclusive() -> Any:
+    tasks.running.update(now=0, most=0)
+    yield tasks.running
+    tasks.gate.set()
+
+
+def test_catch_up_all_with_overlap_skip_runs_one_and_skips_the_rest(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any, exclusive: Any
+) -> None:
+    row = make_schedule("caught", function=EXCLUSIVE, args=("x",), catch_up="all", overlap="skip")
+    _behind(row, fake_clock)
+    tasks.gate.set()
+    make_node(workers=4)
+    fake_clock.advance(0)
+    assert calls["exclusive"] == ["x"]
+    statuses = list(Run.objects.order_by("id").values_list("status", flat=True))
+    assert statuses == [RunStatus.SKIPPED, RunStatus.SUCCEEDED]
+    skipped = Run.objects.get(status=RunStatus.SKIPPED)
+    assert skipped.error.startswith("5 occurrences from ")
+    assert "(overlap=skip)" in skipped.error
+
+
+def test_catch_up_all_with_overlap_delay_runs_them_one_after_another(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any, exclusive: Any
+) -> None:
+    row = make_schedule("caught", function=EXCLUSIVE, args=("y",), catch_up="all", overlap="delay")
+    _behind(row, fake_clock)
+    node = make_node(workers=4, start=False)
+    node.start(sync_code=False)  # not make_node's advance(0): it would wait for the job
+    fake_clock.advance(0, wait=False)
+    wait_for(lambda: len(calls["exclusive"]) == 1)
+    for _ in range(3):  # polls while the first run is blocked: nothing else starts
+        fake_clock.advance(node.poll_interval, wait=False)
+    assert len(calls["exclusive"]) == 1
+    tasks.gate.set()
+    wait_for(lambda: len(calls["exclusive"]) == 6)
+    fake_clock.advance(0)
+    assert exclusive["most"] == 1
+    runs = Run.objects.filter(schedule=row).order_by("scheduled_for")
+    assert [r.status for r in runs] == [RunStatus.SUCCEEDED] * 6
+    times = [r.scheduled_for for r in runs]
+    assert times == sorted(set(times))  # each occurrence once, in order
+
+
+def test_catch_up_all_with_overlap_allow_runs_them_together(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any, exclusive: Any
+) -> None:
+    row = make_schedule("caught", function=EXCLUSIVE, args=("z",), catch_up="all", overlap="allow")
+    _behind(row, fake_clock)
+    make_node(workers=6, start=False).start(sync_code=False)
+    fake_clock.advance(0, wait=False)
+    wait_for(lambda: len(calls["exclusive"]) == 6)
+    assert exclusive["most"] == 6
+    tasks.gate.set()
+
+
+# -- 4. rows the node cannot use ---------------------------------------------------------
+BAD_ROWS = [
+    ("spec", "schedule = 'every now and then'", "InvalidSchedule"),
+    ("zone", "timezone = 'Mars/Olympus_Mons'", "Mars/Olympus_Mons"),
+    ("catch_up", "catch_up = 'bogus'", "catch_up 'bogus' is not one of"),
+    ("overlap", "overlap = 'maybe'", "overlap 'maybe' is not one of"),
+    ("max_attempts", "max_attempts = 0", "max_attempts 0 is not >= 1"),
+    ("backoff", "retry_backoff = -100", "retry_backoff -100.0 is not a finite number >= 0"),
+    ("grace", "grace = -5", "grace -5.0 is not empty or a finite number >= 0"),
+    ("function", "function = 'gone.module:renamed'", "FunctionNotRegistered"),
+    ("payload", "payload = X'c1'", "PayloadError"),
+]
+
+
+@pytest.mark.parametrize(("label", "change", "reason"), BAD_ROWS, ids=[r[0] for r in BAD_ROWS])
+def test_a_row_the_node_cannot_use_is_marked_broken_and_costs_nothing_more(
+    make_node: MakeNode,
+    fake_clock: FakeClock,
+    calls: Any,
+    caplog: pytest.LogCaptureFixture,
+    label: str,
+    change: str,
+    reason: str,
+) -> None:
+    good = make_schedule("good", args=(1,))
+    bad = make_schedule("bad", args=(2,))
+    node = make_node()
+    # What a producer in another language might write, on a database migrated before
+    # the CHECK constraints that refuse most of these values existed.
+    with without_check_constraints("django_htask_schedule"), connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE django_htask_schedule SET {change}, next_run_at = %s WHERE id = %s",
+            [connection.ops.adapt_datetimefield_value(fake_clock.now()), bad.pk],
+        )
+    with caplog.at_level(logging.ERROR, logger="django_htask"):
+        fake_clock.advance(1)  # the poll sees the change; the row fires and breaks
+        for _ in range(3):
+            fake_clock.advance(60)
+    bad.refresh_from_db()
+    assert reason in bad.broken
+    assert bad.next_run_at is None
+    assert bad.last_status == RunStatus.FAILED
+    [run] = Run.objects.filter(schedule=bad)
+    assert (run.status, run.error) == (RunStatus.FAILED, f"broken: {bad.broken}")
+    broken_logs = [r for r in caplog.records if getattr(r, "action", "") == "schedule_broken"]
+    assert len(broken_logs) == 1  # one error, not one per occurrence
+    assert bad.pk not in node.held_schedules()  # no timer: no CPU
+    assert calls["add"] == [1, 1, 1]  # the good one kept firing
+    assert Run.objects.filter(schedule=good, status=RunStatus.SUCCEEDED).count() == 3
+    # Saved again (in the admin, say) with its values put right, it fires again.
+    fixed = Schedule.objects.get(pk=bad.pk)
+    fixed.schedule, fixed.timezone, fixed.catch_up, fixed.overlap = (
+        "@every 1m",
+        "UTC",
+        "latest",
+        "skip",
+    )
+    fixed.max_attempts, fixed.retry_backoff, fixed.grace, fixed.function = 1, 1.0, None, ADD
+    fixed.set_call((2,))
+    fixed.save()
+    assert fixed.broken == ""
+    fake_clock.advance(60)
+    assert sorted(calls["add"][-2:]) == [1, 2]
+
+
+@contextlib.contextmanager
+def without_check_constraints(table: str) -> Iterator[None]:
+    """The table's CHECK constraints off while the block runs, as on a database
+    migrated before they existed (SQLite: a pragma of this connection; PostgreSQL: the
+    constraints dropped, then added back unchecked)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("PRAGMA ignore_check_constraints = ON")
+            try:
+                yield
+            finally:
+                cursor.execute("PRAGMA ignore_check_constraints = OFF")
+            return
+        cursor.execute(
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conrelid = %s::regclass AND contype = 'c'",
+            [table],
+        )
+        checks = cursor.fetchall()
+        for name, _definition in checks:
+            cursor.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
+        try:
+            yield
+        finally:
+            for name, definition in checks:
+                cursor.execute(
+                    f'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition} NOT VALID'
+                )
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 10.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)

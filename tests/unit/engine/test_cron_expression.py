@@ -60,3 +60,55 @@ def test_never_and_far_future() -> None:
         compile_cron(None)  # type: ignore[arg-type]
     with pytest.raises(InvalidSchedule, match="day-of-week field"):
         compile_cron("0 0 * * 9#2")
+
+
+# -- field semantics (robfig/cron and Vixie cron) ----------------------------------------
+@pytest.mark.parametrize(
+    ("text", "after", "expected"),
+    [
+        # A range whose two ends are equal is that one value, with or without a step.
+        ("5-5 * * * *", datetime(2026, 1, 1, 10, 17), datetime(2026, 1, 1, 11, 5)),
+        ("0-0/1 * * * *", datetime(2026, 1, 1, 10, 17), datetime(2026, 1, 1, 11, 0)),
+        ("1-1/1 * * * *", datetime(2026, 1, 1, 10, 17), datetime(2026, 1, 1, 11, 1)),
+        ("59-59/15 * * * *", datetime(2026, 1, 1, 10, 17), datetime(2026, 1, 1, 10, 59)),
+        ("0 0 * * Sun-Sun", datetime(2026, 1, 1), datetime(2026, 1, 4)),  # 1 Jan is a Thursday
+        ("0 0 * * 7-7", datetime(2026, 1, 1), datetime(2026, 1, 4)),
+        ("0 0 1 JAN-JAN *", datetime(2026, 1, 1), datetime(2027, 1, 1)),
+        ("0 0 1 1-1/3 *", datetime(2026, 1, 1), datetime(2027, 1, 1)),
+        ("0 5-5 * * * *", datetime(2026, 1, 1, 10, 17), datetime(2026, 1, 1, 11, 5)),
+        # A list holding * selects every value of the field.
+        ("*,5 * * * *", datetime(2026, 1, 1, 10, 17), datetime(2026, 1, 1, 10, 18)),
+        ("* * * * *,0", datetime(2019, 1, 14, 11, 0, 59), datetime(2019, 1, 14, 11, 1)),
+        ("0 0 * 3,* *", datetime(2026, 1, 1), datetime(2026, 1, 2)),
+        # ... and leaves the other day field to decide alone (1 Jan 2026 is a Thursday).
+        ("0 0 *,9 * MON", datetime(2026, 1, 6), datetime(2026, 1, 12)),
+        ("0 0 9 * *,MON", datetime(2026, 1, 10), datetime(2026, 2, 9)),
+    ],
+)
+def test_equal_ranges_and_star_in_a_list(text: str, after: datetime, expected: datetime) -> None:
+    expr = compile_cron(text)
+    assert expr.next_after(after) == expected
+    assert expr.matches(expected)
+
+
+def test_star_in_a_list_of_hours_is_an_hour_star() -> None:
+    assert compile_cron("0 *,5 * * *").hour_is_star
+    assert compile_cron("0 */1 * * *").hour_is_star
+    assert not compile_cron("0 0-23 * * *").hour_is_star
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\u0665 * * * *",  # ARABIC-INDIC DIGIT FIVE
+        "\uff10 \uff10 * * *",  # FULLWIDTH DIGIT ZERO
+        "*/\u0661\u0665 * * * *",
+        "1-\u0661\u0660 * * * *",
+        "0\u00a00 * * *",  # NO-BREAK SPACE between two fields
+        "0\u30000 * * *",  # IDEOGRAPHIC SPACE
+        "0 0 * * *\u00a0",
+    ],
+)
+def test_only_ascii_digits_and_spaces(text: str) -> None:
+    with pytest.raises(InvalidSchedule):
+        compile_cron(text)

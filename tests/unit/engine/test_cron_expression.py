@@ -112,3 +112,46 @@ def test_star_in_a_list_of_hours_is_an_hour_star() -> None:
 def test_only_ascii_digits_and_spaces(text: str) -> None:
     with pytest.raises(InvalidSchedule):
         compile_cron(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "values"),
+    [
+        ("*/20 * * * * *", "second", (0, 20, 40)),
+        ("0 0 * * *", "second", (0,)),  # 5 fields: second 0
+        ("50-10/7 * * * *", "minute", (4, 50, 57)),  # the step counts on across the wrap
+        ("0 22-2 * * *", "hour", (0, 1, 2, 22, 23)),
+        ("0 0 1 NOV-FEB/2 *", "month", (1, 11)),
+        ("0 0 1 APR-MAR/2 *", "month", (2, 4, 6, 8, 10, 12)),
+        ("0 0 * * THU-TUE/2", "day-of-week", (1, 4, 6)),
+        ("0 0 * * 5-7", "day-of-week", (0, 5, 6)),  # 7 is Sunday
+        ("0 0 * * 1-7/2", "day-of-week", (0, 1, 3, 5)),
+        ("0 0 * * 7/2", "day-of-week", (0, 2, 4, 6)),
+        ("0 0 * * SAT/2", "day-of-week", (6,)),  # N/S is N-max/S
+        ("0 0 * * *", "day-of-week", (0, 1, 2, 3, 4, 5, 6)),
+        ("0 0 L,5-5 * *", "day-of-month", (5,)),  # L is not a value
+    ],
+)
+def test_values(text: str, field: str, values: tuple[int, ...]) -> None:
+    assert compile_cron(text).values(field) == values
+
+
+def test_values_of_an_unknown_field() -> None:
+    with pytest.raises(ValueError, match="unknown cron field 'year'"):
+        compile_cron("* * * * *").values("year")
+
+
+def test_day_forms_with_our_reading_of_the_other_items() -> None:
+    # croniter evaluates L, but the 5-5 beside it is read by us: the 5th and the last day.
+    expr = compile_cron("0 0 L,5-5 * *")
+    wall, found = datetime(2026, 1, 1), []
+    for _ in range(4):
+        wall = expr.next_after(wall)
+        found.append(wall)
+    assert found == [
+        datetime(2026, 1, 5),
+        datetime(2026, 1, 31),
+        datetime(2026, 2, 5),
+        datetime(2026, 2, 28),
+    ]
+    assert compile_cron("0 9 * JUL WED").special is False  # names holding L or W are names

@@ -142,7 +142,11 @@ class CronExpression:
         self._day_cache: dict[int, tuple[int, ...]] = {}
         self._day_text = ""
         if self.special:
-            self._day_text = " ".join(("0", "0", _croniter_field(dom), "*", _croniter_field(dow)))
+            months = parsed["month"]
+            month_text = "*" if len(months.values) == 12 else ",".join(map(str, months.values))
+            self._day_text = " ".join(
+                ("0", "0", _croniter_field(dom), month_text, _croniter_field(dow))
+            )
             self._check_special(text, fields, names)
             if self._search(2000, 1, 1, 0, 0, 0) is None:
                 raise InvalidSchedule(f"cron expression {text!r} can never fire")
@@ -288,18 +292,22 @@ class CronExpression:
 
     def _special_days(self, y: int, mo: int) -> tuple[int, ...]:
         # croniter on naive datetimes is pure wall-time arithmetic: ask it for the days
-        # of this month its day fields select (the other fields are ours).
-        days: list[int] = []
+        # its day fields select (the other fields are ours). One walk costs about the
+        # same per match as a walk per month, so it fills the twelve months from here.
+        months = [(y + (mo - 1 + i) // 12, (mo - 1 + i) % 12 + 1) for i in range(12)]
+        found: dict[tuple[int, int], list[int]] = {month: [] for month in months}
         try:
             it = croniter(self._day_text, datetime(y, mo, 1) - timedelta(seconds=1))
             while True:
-                found: datetime = it.get_next(datetime)
-                if (found.year, found.month) != (y, mo):
+                day: datetime = it.get_next(datetime)
+                if (day.year, day.month) not in found:
                     break
-                days.append(found.day)
+                found[day.year, day.month].append(day.day)
         except (CroniterBadDateError, OverflowError, ValueError):
             pass  # no further match at all, or past the end of time
-        return tuple(days)
+        for year, month in months[1:]:
+            self._day_cache[year * 16 + month] = tuple(found[year, month])
+        return tuple(found[y, mo])
 
     def __repr__(self) -> str:
         return f"CronExpression({self.text!r})"

@@ -30,7 +30,20 @@ def test_compiled_once_per_canonical_text() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["*/7 3-5 * * *", "0 0 29 2 *", "15,45 */4 1,15 * MON", "30 2 * 3,10 SUN", "0 0 L * *"],
+    [
+        "*/7 3-5 * * *",
+        "0 0 29 2 *",
+        "15,45 */4 1,15 * MON",
+        "30 2 * 3,10 SUN",
+        # croniter's day forms, whose days croniter still selects:
+        "0 0 L * *",
+        "0 0 L 2 *",
+        "0 0 * * 5#2",
+        "0 0 * * L5",
+        "0 9 15W * *",
+        "30 23 1-7 JAN MON-FRI#1",
+        "0 0 * * 1#4,L1",
+    ],
 )
 def test_wall_time_search_agrees_with_croniter(text: str) -> None:
     expr = CronExpression(text)

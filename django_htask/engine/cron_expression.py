@@ -1,16 +1,27 @@
 """Cron expressions: parsed and validated once, then evaluated fast in wall time.
 
 :func:`compile_cron` turns the body of a cron schedule (5 fields, 6 fields with seconds
-first, or a descriptor such as ``@daily``) into a :class:`CronExpression`. The text is
-checked field by field so an error names the bad part, expanded by croniter (names,
-ranges, steps, ``?``), and checked for an expression that can never fire.
+first, or a descriptor such as ``@daily``) into a :class:`CronExpression`. Each field is
+read here, item by item, so an error names the bad part, and the text means what
+robfig/cron and Vixie cron say it means:
+
+* ``N-N`` is the one value N, with or without a step (``5-5``, ``59-59/15``,
+  ``SUN-SUN``); croniter reads it as the whole field.
+* ``*`` (or ``*/1``, or ``?`` in the day fields) anywhere in a list selects every value,
+  and such a day field leaves the other day field to decide alone; two restricted day
+  fields match when either does (cron's OR).
+* ``N/S`` is ``N-max/S``; ``A-B`` with ``A > B`` wraps around the end of the field
+  (``SAT-SUN``, ``22-2``, ``NOV-FEB/2``), counting the step across the wrap.
+* Day-of-week 7 is Sunday, as 0 is. Only ASCII digits, letters and spaces are read.
+
+The expression is then checked for one that can never fire (30 February).
 
 A :class:`CronExpression` knows nothing about time zones: it answers "which is the
 first matching *wall* time after this one?" on naive datetimes. The time-zone and DST
-rules live in :mod:`django_htask.engine.schedules`. Evaluation uses croniter's
-expansion with a small table walk (a few ``bisect`` calls per answer) instead of
-croniter's own search, which is an order of magnitude slower; expressions that use
-croniter's special forms (``L``, ``W``, ``#``) are evaluated by croniter itself.
+rules live in :mod:`django_htask.engine.schedules`. Evaluation is a small table walk (a
+few ``bisect`` calls per answer). croniter's day forms (``L``, ``W``, ``#`` in the day
+fields) are accepted too: croniter is asked once per month which days they select, and
+everything else is evaluated here.
 
 Compiled expressions are cached per text (an LRU of 4,096), so 100k schedules that
 share 100 expressions hold 100 compiled tables.
@@ -21,16 +32,15 @@ from __future__ import annotations
 import calendar
 import functools
 import re
-import threading
 from bisect import bisect_left
-from collections.abc import Sequence
 from datetime import date, datetime, timedelta
+from typing import NamedTuple
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
 from .errors import InvalidSchedule
 
-__all__ = ["DESCRIPTORS", "CronExpression", "compile_cron"]
+__all__ = ["DESCRIPTORS", "FIELDS", "CronExpression", "compile_cron", "split_fields"]
 
 #: The ``@`` descriptors and the expressions they stand for.
 DESCRIPTORS: dict[str, str] = {
@@ -43,23 +53,32 @@ DESCRIPTORS: dict[str, str] = {
     "@hourly": "0 * * * *",
 }
 
-_FIELDS_5 = ("minute", "hour", "day-of-month", "month", "day-of-week")
-_FIELDS_6 = ("second", *_FIELDS_5)
-_RANGES = {
-    "second": (0, 59),
-    "minute": (0, 59),
-    "hour": (0, 23),
-    "day-of-month": (1, 31),
-    "month": (1, 12),
-    "day-of-week": (0, 7),
-}
+#: The field names, in the order of a 6-field expression.
+FIELDS = ("second", "minute", "hour", "day-of-month", "month", "day-of-week")
+_FIELDS_5 = FIELDS[1:]
 _MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
 _WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
-_NAMES = {"month": frozenset(_MONTHS), "day-of-week": frozenset(_WEEKDAYS)}
+
+
+class _Bounds(NamedTuple):
+    lo: int
+    hi: int  # the highest value written (day-of-week: 7, read as Sunday)
+    names: dict[str, int]
+
+
+_BOUNDS = {
+    "second": _Bounds(0, 59, {}),
+    "minute": _Bounds(0, 59, {}),
+    "hour": _Bounds(0, 23, {}),
+    "day-of-month": _Bounds(1, 31, {}),
+    "month": _Bounds(1, 12, {name: i + 1 for i, name in enumerate(_MONTHS)}),
+    "day-of-week": _Bounds(0, 7, {name: i for i, name in enumerate(_WEEKDAYS)}),
+}
 # Longest month lengths, February counted with its leap day.
 _MAX_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _ALL_DAYS = tuple(tuple(range(1, n + 1)) for n in range(32))
-_SPECIAL = re.compile(r"[LW#]")
+_ITEM = re.compile(r"([0-9A-Z]+)(?:-([0-9A-Z]+))?(?:/([0-9]+))?", re.ASCII)
+_SPACE = re.compile(r"[ \t\n\r\f\v]+", re.ASCII)
 _MAX_TEXT = 1000
 # How far ahead a search goes before it says "never": every expression that passed
 # the feasibility check fires at least once in 8 years (29 February).
@@ -67,20 +86,27 @@ _SEARCH_YEARS = 100
 _MAX_YEAR = 9999
 
 
+class _Field(NamedTuple):
+    values: tuple[int, ...]  # sorted; day-of-week 0-6
+    star: bool  # an item is *, */1 or ?: the field does not restrict
+    special: tuple[str, ...]  # croniter's day forms (L, W, #), as written
+
+
 class CronExpression:
     """A validated cron expression, evaluated in naive wall time. Immutable, thread-safe.
 
     ``text`` is the canonical body (upper-case names, single spaces, descriptors in
     lower case); ``fields`` are the 5 or 6 fields it stands for; ``hour_is_star`` says
-    whether the hour field is literally ``*`` (which selects the DST rule).
+    whether the hour field selects every hour through ``*`` (alone, as ``*/1`` or in a
+    list), which selects the DST rule.
     """
 
     __slots__ = (
-        "_croniter",
-        "_croniter_lock",
         "_day_cache",
+        "_day_text",
         "_dom",
         "_dow",
+        "_fields",
         "_hours",
         "_minutes",
         "_months",
@@ -97,36 +123,45 @@ class CronExpression:
         self.text = text
         self.fields = fields
         self.has_seconds = len(fields) == 6
-        names = _FIELDS_6 if self.has_seconds else _FIELDS_5
-        for name, field in zip(names, fields, strict=True):
-            _check_field(name, field)
-        cron_text = " ".join(fields)
-        try:
-            expanded, _nth = croniter.expand(cron_text, second_at_beginning=self.has_seconds)
-        except CroniterError as exc:
-            raise InvalidSchedule(_locate_error(text, fields, names, exc)) from None
-        # croniter's order: minute, hour, day of month, month, day of week[, second]
-        minute, hour, dom, month, dow = expanded[:5]
-        second = expanded[5] if self.has_seconds else [0]
-        self._seconds = _full(second, 0, 59)
-        self._minutes = _full(minute, 0, 59)
-        self._hours = _full(hour, 0, 23)
-        self._months = _full(month, 1, 12)
-        self._dom: frozenset[int] | None = None if dom == ["*"] else frozenset(_ints(dom))
-        self._dow: frozenset[int] | None = None if dow == ["*"] else frozenset(_ints(dow))
-        self.hour_is_star = fields[2 if self.has_seconds else 1] == "*"
-        self.special = bool(_SPECIAL.search(cron_text))
+        names = FIELDS if self.has_seconds else _FIELDS_5
+        parsed = {
+            name: _parse_field(name, field) for name, field in zip(names, fields, strict=True)
+        }
+        parsed.setdefault("second", _Field((0,), False, ()))
+        self._fields = parsed
+        self._seconds = parsed["second"].values
+        self._minutes = parsed["minute"].values
+        self._hours = parsed["hour"].values
+        self._months = parsed["month"].values
+        dom, dow = parsed["day-of-month"], parsed["day-of-week"]
+        # None: the field does not restrict the day (cron's OR applies when both do).
+        self._dom: frozenset[int] | None = None if dom.star else frozenset(dom.values)
+        self._dow: frozenset[int] | None = None if dow.star else frozenset(dow.values)
+        self.hour_is_star = parsed["hour"].star
+        self.special = bool(dom.special or dow.special)
         self._day_cache: dict[int, tuple[int, ...]] = {}
-        self._croniter: croniter | None = None
-        self._croniter_lock = threading.Lock()
+        self._day_text = ""
         if self.special:
-            self._croniter = croniter(
-                cron_text, datetime(2000, 1, 1), second_at_beginning=self.has_seconds
+            months = parsed["month"]
+            month_text = "*" if len(months.values) == 12 else ",".join(map(str, months.values))
+            self._day_text = " ".join(
+                ("0", "0", _croniter_field(dom), month_text, _croniter_field(dow))
             )
-            if self._special_next(datetime(2000, 1, 1)) is None:
+            self._check_special(text, fields, names)
+            if self._search(2000, 1, 1, 0, 0, 0) is None:
                 raise InvalidSchedule(f"cron expression {text!r} can never fire")
         else:
             self._check_feasible()
+
+    def values(self, field: str) -> tuple[int, ...]:
+        """The values a field selects, sorted (``"second"`` ... ``"day-of-week"``).
+
+        Day-of-week is 0-6 with Sunday 0 (a written 7 is 0); croniter's ``L``, ``W``
+        and ``#`` items are not values and are not listed.
+        """
+        if field not in FIELDS:
+            raise ValueError(f"unknown cron field {field!r}; expected one of {FIELDS}")
+        return self._fields[field].values
 
     # -- validation ------------------------------------------------------------------
     def _check_feasible(self) -> None:
@@ -141,11 +176,26 @@ class CronExpression:
             f"cron expression {self.text!r} can never fire: day {days} does not exist in {months}"
         )
 
+    def _check_special(self, text: str, fields: tuple[str, ...], names: tuple[str, ...]) -> None:
+        # croniter checks its own day forms; find the field its message is about.
+        try:
+            croniter.expand(self._day_text)
+        except CroniterError as exc:
+            for name, field in zip(names, fields, strict=True):
+                if name in ("day-of-month", "day-of-week") and self._fields[name].special:
+                    probe = ["0", "0", "*", "*", "*"]
+                    probe[2 if name == "day-of-month" else 4] = _croniter_field(self._fields[name])
+                    try:
+                        croniter.expand(" ".join(probe))
+                    except CroniterError as field_exc:
+                        raise InvalidSchedule(
+                            f"{name} field {field!r} is not valid in {text!r}: {field_exc}"
+                        ) from None
+            raise InvalidSchedule(f"cron expression {text!r} is not valid: {exc}") from None
+
     # -- evaluation ------------------------------------------------------------------
     def next_after(self, wall: datetime) -> datetime | None:
         """The first matching wall time strictly after ``wall`` (naive), or None."""
-        if self.special:
-            return self._special_next(wall)
         found = self._search(
             wall.year, wall.month, wall.day, wall.hour, wall.minute, wall.second + 1
         )
@@ -153,8 +203,6 @@ class CronExpression:
 
     def next_at_or_after(self, wall: datetime) -> datetime | None:
         """The first matching wall time at or after ``wall`` (naive, whole seconds)."""
-        if self.special:
-            return self._special_next(wall - timedelta(seconds=1))
         found = self._search(wall.year, wall.month, wall.day, wall.hour, wall.minute, wall.second)
         return None if found is None else datetime(*found)
 
@@ -218,7 +266,9 @@ class CronExpression:
             return days
         n_days = calendar.monthrange(y, mo)[1]
         dom, dow = self._dom, self._dow
-        if dom is None and dow is None:
+        if self.special:
+            days = self._special_days(y, mo)
+        elif dom is None and dow is None:
             days = _ALL_DAYS[n_days]
         else:
             # cron counts weekdays from Sunday = 0; Python from Monday = 0.
@@ -240,16 +290,24 @@ class CronExpression:
         self._day_cache[key] = days
         return days
 
-    def _special_next(self, wall: datetime) -> datetime | None:
-        # croniter on naive datetimes is pure wall-time arithmetic.
-        it = self._croniter
-        assert it is not None
-        with self._croniter_lock:
-            try:
-                found: datetime = it.get_next(datetime, start_time=wall)
-            except (CroniterBadDateError, OverflowError, ValueError):
-                return None
-        return found if found.year <= _MAX_YEAR else None
+    def _special_days(self, y: int, mo: int) -> tuple[int, ...]:
+        # croniter on naive datetimes is pure wall-time arithmetic: ask it for the days
+        # its day fields select (the other fields are ours). One walk costs about the
+        # same per match as a walk per month, so it fills the twelve months from here.
+        months = [(y + (mo - 1 + i) // 12, (mo - 1 + i) % 12 + 1) for i in range(12)]
+        found: dict[tuple[int, int], list[int]] = {month: [] for month in months}
+        try:
+            it = croniter(self._day_text, datetime(y, mo, 1) - timedelta(seconds=1))
+            while True:
+                day: datetime = it.get_next(datetime)
+                if (day.year, day.month) not in found:
+                    break
+                found[day.year, day.month].append(day.day)
+        except (CroniterBadDateError, OverflowError, ValueError):
+            pass  # no further match at all, or past the end of time
+        for year, month in months[1:]:
+            self._day_cache[year * 16 + month] = tuple(found[year, month])
+        return tuple(found[y, mo])
 
     def __repr__(self) -> str:
         return f"CronExpression({self.text!r})"
@@ -276,14 +334,26 @@ def _compile(text: str) -> CronExpression:
 
 
 # -- helpers ---------------------------------------------------------------------------
+def split_fields(text: str) -> list[str]:
+    """``text`` split on ASCII whitespace (cron does not separate fields with a no-break
+    space or an ideographic space; those stay in the field and make it invalid)."""
+    return [part for part in _SPACE.split(text) if part]
+
+
 def _normalise(text: str) -> tuple[str, tuple[str, ...]]:
     if not isinstance(text, str):
         raise InvalidSchedule(f"a cron expression must be a string, got {text!r}")
     if len(text) > _MAX_TEXT:
         raise InvalidSchedule(f"cron expression is too long ({len(text)} characters)")
-    parts = text.split()
+    parts = split_fields(text)
     if not parts:
         raise InvalidSchedule("empty cron expression")
+    if not text.isascii():
+        bad = next(ch for ch in text if not ch.isascii())
+        raise InvalidSchedule(
+            f"cron expression {text!r}: {bad!r} is not allowed "
+            "(only ASCII letters, digits, spaces and * , - / ? #)"
+        )
     if parts[0].startswith("@"):
         name = parts[0].lower()
         if len(parts) != 1:
@@ -301,62 +371,95 @@ def _normalise(text: str) -> tuple[str, tuple[str, ...]]:
     return " ".join(fields), fields
 
 
-def _check_field(name: str, field: str) -> None:
-    lo, hi = _RANGES[name]
-    names = _NAMES.get(name, frozenset())
+def _parse_field(name: str, field: str) -> _Field:
+    """Read one field into the values it selects (see the module docstring)."""
+    lo, hi, _names = _BOUNDS[name]
+    top = 6 if name == "day-of-week" else hi  # where * and N/S stop
+    day_field = name in ("day-of-month", "day-of-week")
+    if field == "?":
+        if not day_field:
+            raise InvalidSchedule(
+                f"'?' is only allowed in day-of-month and day-of-week, not in {name}"
+            )
+        return _Field(tuple(range(lo, top + 1)), True, ())
+    values: set[int] = set()
+    star = False
+    special: list[str] = []
     for item in field.split(","):
         if not item:
             raise InvalidSchedule(f"{name} field {field!r} has an empty list item")
-        base, slash, step = item.partition("/")
+        if day_field and _is_day_form(name, item):
+            special.append(item)  # L, W, #: croniter checks and evaluates these
+            continue
+        if "?" in item:
+            raise InvalidSchedule(f"{name} field {field!r}: '?' must be the whole field")
+        base, slash, step_text = item.partition("/")
+        step = 1
         if slash:
-            if not step.isdigit():
-                raise InvalidSchedule(f"{name} field {field!r}: step {step!r} is not a number")
-            if int(step) == 0:
+            if not (step_text.isascii() and step_text.isdigit()):
+                raise InvalidSchedule(f"{name} field {field!r}: step {step_text!r} is not a number")
+            step = int(step_text)
+            if step == 0:
                 raise InvalidSchedule(f"{name} field {field!r}: step 0")
         if base == "*":
+            star = star or step == 1
+            values.update(range(lo, top + 1, step))
             continue
-        if base == "?":
-            if name not in ("day-of-month", "day-of-week"):
-                raise InvalidSchedule(
-                    f"'?' is only allowed in day-of-month and day-of-week, not in {name}"
-                )
-            continue
-        if _SPECIAL.search(base) and name in ("day-of-month", "day-of-week"):
-            continue  # L, W, #: croniter checks these; _locate_error names the field
-        ends = base.split("-")
-        if len(ends) > 2 or not all(ends):
+        match = _ITEM.fullmatch(item)
+        if match is None:
             raise InvalidSchedule(f"{name} field {field!r}: {base!r} is not a value or a range")
-        for end in ends:
-            if end.isdigit():
-                value = int(end)
-                if not lo <= value <= hi:
-                    raise InvalidSchedule(
-                        f"{name} field {field!r}: {value} is out of range {lo}-{hi}"
-                    )
-            elif end not in names:
-                what = "a number or a name" if names else "a number"
-                raise InvalidSchedule(f"{name} field {field!r}: {end!r} is not {what}")
+        first = _value(name, field, match.group(1))
+        if match.group(2) is None:
+            # N/S is N-max/S; day-of-week 7 is 0 before it steps.
+            start = 0 if first == 7 else first
+            values.update(range(start, top + 1, step) if slash else (first,))
+        else:
+            values.update(_range(name, first, _value(name, field, match.group(2)), step))
+    if name == "day-of-week":
+        values = {v % 7 for v in values}
+    return _Field(tuple(sorted(values)), star, tuple(special))
 
 
-def _locate_error(
-    text: str, fields: tuple[str, ...], names: tuple[str, ...], exc: Exception
-) -> str:
-    # croniter's message names the whole expression; find the field it is about.
-    for i, (name, field) in enumerate(zip(names, fields, strict=True)):
-        probe = ["*"] * len(fields)
-        probe[i] = field
-        try:
-            croniter.expand(" ".join(probe), second_at_beginning=len(fields) == 6)
-        except CroniterError as field_exc:
-            return f"{name} field {field!r} is not valid in {text!r}: {field_exc}"
-    return f"cron expression {text!r} is not valid: {exc}"
+def _range(name: str, first: int, last: int, step: int) -> range | list[int]:
+    if first == last:
+        return [first]  # N-N is N, whatever the step (robfig/cron, Vixie cron)
+    lo, hi, _names = _BOUNDS[name]
+    if name == "day-of-week":
+        if first == 7:
+            first = 0
+        hi = 6  # a wrapping range cycles through the seven days
+    if first <= last:
+        return range(first, last + 1, step)
+    # Wraps past the end of the field: count the step across the end (NOV-FEB/2 is
+    # November, January).
+    size = hi - lo + 1
+    span = (last - first) % size
+    return [lo + (first - lo + k) % size for k in range(0, span + 1, step)]
 
 
-def _ints(values: Sequence[int | str]) -> list[int]:
-    return [v for v in values if isinstance(v, int)]
+def _value(name: str, field: str, text: str) -> int:
+    lo, hi, names = _BOUNDS[name]
+    if text.isdigit():
+        value = int(text)
+        if not lo <= value <= hi:
+            raise InvalidSchedule(f"{name} field {field!r}: {value} is out of range {lo}-{hi}")
+        return value
+    if text in names:
+        return names[text]
+    what = "a number or a name" if names else "a number"
+    raise InvalidSchedule(f"{name} field {field!r}: {text!r} is not {what}")
 
 
-def _full(values: Sequence[int | str], lo: int, hi: int) -> tuple[int, ...]:
-    if list(values) == ["*"]:
-        return tuple(range(lo, hi + 1))
-    return tuple(sorted(set(_ints(values))))
+def _is_day_form(name: str, item: str) -> bool:
+    """Whether ``item`` is one of croniter's day forms (``L``, ``15W``, ``5#2``, ``L5``)."""
+    if name == "day-of-month":
+        return "L" in item or "W" in item
+    return "#" in item or item.startswith("L")
+
+
+def _croniter_field(field: _Field) -> str:
+    """A day field for croniter: its plain items as explicit values, its day forms as
+    written (so croniter reads only the forms that are its own)."""
+    if field.star:
+        return "*"
+    return ",".join((*map(str, field.values), *field.special))

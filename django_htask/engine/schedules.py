@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TypeAlias
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .cron_expression import CronExpression, compile_cron
+from .cron_expression import CronExpression, compile_cron, split_fields
 from .errors import InvalidSchedule
 
 __all__ = [
@@ -107,7 +107,7 @@ def _parse_instant(text: str, zone: ZoneInfo, what: str) -> datetime:
 
 # -- durations ------------------------------------------------------------------------
 _UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|d|h|m|s)")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|d|h|m|s)", re.ASCII)
 
 
 def parse_duration(text: str) -> float:
@@ -587,7 +587,7 @@ def _parse_cached(text: str, tz: str | None) -> Schedule:
 def _parse(text: str, default_zone: ZoneInfo) -> Schedule:
     if len(text) > _MAX_TEXT:
         raise InvalidSchedule(f"schedule text is too long ({len(text)} characters)")
-    words = text.split()
+    words = split_fields(text)
     if not words:
         raise InvalidSchedule("empty schedule")
     zone = default_zone

@@ -129,6 +129,16 @@ class TestNewYork:
             "2026-11-01T02:30-05:00",
         ]
 
+    @pytest.mark.parametrize("hours", ["*/1", "*,1", "1,*"])
+    def test_star_by_another_spelling_runs_by_the_clock(self, hours: str) -> None:
+        # ``*/1`` and a list holding ``*`` select every hour, as ``*`` does.
+        assert runs(f"30 {hours} * * *", self.zone, utc(2026, 11, 1, 4), utc(2026, 11, 1, 8)) == [
+            "2026-11-01T00:30-04:00",
+            "2026-11-01T01:30-04:00",
+            "2026-11-01T01:30-05:00",
+            "2026-11-01T02:30-05:00",
+        ]
+
     def test_hour_range_is_not_star(self) -> None:
         # 0-23 names every hour, but it is not ``*``: the special rule applies.
         assert runs("30 0-23 * * *", self.zone, utc(2026, 11, 1, 4), utc(2026, 11, 1, 8)) == [

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from croniter import croniter
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from django_htask.engine import (
@@ -273,12 +273,16 @@ ZONES = [
 
 
 def _field(lo: int, hi: int) -> st.SearchStrategy[str]:
+    # Leaves out the forms croniter reads differently on purpose (tests/conformance):
+    # an equal range N-N and */1, which does not restrict a day field.
     value = st.integers(lo, hi).map(str)
-    step = st.tuples(st.integers(lo, hi), st.integers(1, hi - lo + 1)).map(
+    step = st.tuples(st.integers(lo, hi - 1), st.integers(1, hi - lo + 1)).map(
         lambda p: f"{p[0]}-{hi}/{p[1]}"
     )
-    rng = st.tuples(st.integers(lo, hi), st.integers(lo, hi)).map(lambda p: f"{min(p)}-{max(p)}")
-    star_step = st.integers(1, hi - lo + 1).map(lambda s: f"*/{s}")
+    rng = st.lists(st.integers(lo, hi), min_size=2, max_size=2, unique=True).map(
+        lambda p: f"{min(p)}-{max(p)}"
+    )
+    star_step = st.integers(2, hi - lo + 1).map(lambda s: f"*/{s}")
     item = st.one_of(value, step, rng, star_step)
     listed = st.lists(item, min_size=1, max_size=3).map(",".join)
     return st.one_of(st.just("*"), listed)
@@ -319,6 +323,9 @@ def test_cron_next_after_is_strictly_increasing_and_matches(
 def test_cron_in_utc_agrees_with_croniter(text: str, start: datetime) -> None:
     schedule = CronSchedule(text)
     fields = schedule.cron.fields
+    # croniter folds a day-of-week that lists all seven days into *, when the
+    # day-of-month holds a *; cron (and we) keep it a restriction (docs/schedules.md).
+    assume(fields[-1] == "*" or len(schedule.cron.values("day-of-week")) < 7)
     it = croniter(" ".join(fields), start, second_at_beginning=len(fields) == 6)
     assert schedule.next_after(start) == it.get_next(datetime)
 

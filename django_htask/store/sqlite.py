@@ -58,6 +58,7 @@ class SQLiteStore(DatabaseStore):
     claim (select candidates, then a conditional update) is already exclusive."""
 
     vendor = "sqlite"
+    single_host = True  # a SQLite file is shared by the processes of one host
 
     def install(self) -> None:
         install(self.connection)

@@ -1,8 +1,10 @@
-"""Settings for ``runscheduler`` nodes run by the multi-node acceptance test.
+"""Settings for ``runscheduler`` nodes run by the multi-node acceptance tests.
 
 The database comes from ``HTASK_CLUSTER_DB_URL``. Heartbeats, leases and the node
 timeout are short so a killed node is noticed within seconds; the poll is slow, so
-edits seen quickly are seen through LISTEN/NOTIFY.
+edits seen quickly are seen through LISTEN/NOTIFY. ``HTASK_CLUSTER_DEFAULTS=1`` keeps
+django-htask's own defaults instead (what a user gets); ``HTASK_CLUSTER_SHUTDOWN`` sets
+``SHUTDOWN_TIMEOUT``.
 """
 
 import os
@@ -35,6 +37,10 @@ HTASK = {
     "DB_RETRY": 0.2,
     "DB_RETRY_MAX": 1.0,
 }
+if os.environ.get("HTASK_CLUSTER_DEFAULTS"):
+    HTASK = {}
+if os.environ.get("HTASK_CLUSTER_SHUTDOWN"):
+    HTASK["SHUTDOWN_TIMEOUT"] = float(os.environ["HTASK_CLUSTER_SHUTDOWN"])
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

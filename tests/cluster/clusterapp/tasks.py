@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from django_htask import task
 
@@ -30,3 +31,20 @@ def job(n: int) -> None:
 @task
 def noop(n: int) -> None:
     """A trivial one-off job for the throughput bench."""
+
+
+@task
+def hold(seconds: float) -> None:
+    """A periodic job that takes a while: logs ``start``/``end`` with its process and
+    the time, so a test can tell whether two runs overlapped."""
+    _log(f"start {os.getpid()} {time.time():.6f}\n")
+    time.sleep(seconds)
+    _log(f"end {os.getpid()} {time.time():.6f}\n")
+
+
+@task
+def slow(n: int, seconds: float) -> None:
+    """A one-off job that takes a while: logs ``start n``/``end n`` with its process."""
+    _log(f"start {n} {os.getpid()} {time.time():.6f}\n")
+    time.sleep(seconds)
+    _log(f"end {n} {os.getpid()} {time.time():.6f}\n")

@@ -1,0 +1,303 @@
+"""Faults with real ``runscheduler`` processes on PostgreSQL: ``kill -9`` mid-batch, the
+node holding a schedule killed, a SIGTERM past ``SHUTDOWN_TIMEOUT``, a node paused
+(SIGSTOP) past ``NODE_TIMEOUT``, caught-up occurrences under the overlap policy.
+
+The nodes share the suite's PostgreSQL server (a database of their own, emptied
+between tests). Jobs append ``start``/``end`` lines with their process id and the time
+to a log file, so a test sees which functions ran where and when; the ``Run`` table
+says what the scheduler recorded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tests.acceptance.conftest import Scheduler, wait_until
+from tests.cluster.site import ClusterSite
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+SETTINGS = "tests.cluster.settings"
+TABLES = "django_htask_run, django_htask_task, django_htask_schedule, django_htask_node"
+
+
+class Site(ClusterSite):
+    def __init__(self, url: str, log: Path) -> None:
+        super().__init__(SimpleNamespace(url=url), log, SETTINGS)  # type: ignore[arg-type]
+        self.started: list[Scheduler] = []
+
+    def node(self, *args: str, **env: str) -> Scheduler:
+        """A ``runscheduler`` process, once it printed its banner."""
+        scheduler = Scheduler(Path("unused"), list(args), {**self.env, **env})
+        self.started.append(scheduler)
+        scheduler.wait_ready(60)
+        return scheduler
+
+    def lines(self) -> list[list[str]]:
+        if not self.log.exists():
+            return []
+        return [line.split() for line in self.log.read_text().splitlines()]
+
+    def schedule(self, name: str, spec: str, function: str, *args: Any, **fields: Any) -> int:
+        out = self.django(
+            "from django_htask.models import Schedule\n"
+            f"s = Schedule(name={name!r}, function={function!r}, schedule={spec!r}, **{fields!r})\n"
+            f"s.set_call({args!r})\n"
+            "s.save()\n"
+            "print(s.pk)\n"
+        )
+        return int(out)
+
+
+@pytest.fixture(scope="module")
+def database() -> Iterator[str]:
+    """A database of this module's own on the suite's server, migrated once."""
+    import psycopg
+
+    server = os.environ["HTASK_TEST_DATABASE_URL"]
+    parts = urllib.parse.urlsplit(server)
+    url = urllib.parse.urlunsplit(parts._replace(path="/htask_faults"))
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS htask_faults WITH (FORCE)")
+        conn.execute("CREATE DATABASE htask_faults")
+    site = ClusterSite(SimpleNamespace(url=url), Path("unused"), SETTINGS)  # type: ignore[arg-type]
+    site.django(
+        "from django.core.management import call_command\ncall_command('migrate', verbosity=0)"
+    )
+    yield url
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS htask_faults WITH (FORCE)")
+
+
+@pytest.fixture
+def site(database: str, tmp_path: Path) -> Iterator[Site]:
+    site = Site(database, tmp_path / "jobs.log")
+    site.sql(f"TRUNCATE {TABLES}")
+    yield site
+    for node in site.started:
+        if node.process.poll() is None:
+            node.process.send_signal(signal.SIGCONT)
+        node.kill()
+
+
+def now(site: Site) -> datetime:
+    value: datetime = site.one("SELECT now()")
+    return value
+
+
+# -- 1. only a task whose function started is charged ------------------------------------
+def test_kill_9_charges_only_the_tasks_whose_function_had_started(site: Site) -> None:
+    ids = site.django(
+        "from django_htask import schedule\n"
+        "from tests.cluster.clusterapp.tasks import slow\n"
+        "for n in range(24):\n"
+        "    print(schedule(slow, n, 2.0, max_attempts=1 if n % 2 else 3).pk)\n"
+    ).split()
+    number = {int(task_id): str(n) for n, task_id in enumerate(ids)}
+
+    def count(word: str) -> Counter[str]:
+        return Counter(parts[1] for parts in site.lines() if parts[0] == word)
+
+    first = site.node("--workers", "4")
+    wait_until(
+        lambda: sum(count("end").values()) >= 8 and sum(count("start").values()) >= 12,
+        60,
+        "8 jobs done and the next 4 started",
+    )
+    first.process.send_signal(signal.SIGKILL)
+    first.wait_exit()
+    running_at_kill = set(count("start")) - set(count("end"))
+    assert 1 <= len(running_at_kill) <= 4
+    site.node("--workers", "4")  # declares the killed node dead after NODE_TIMEOUT (6 s)
+    wait_until(
+        lambda: (
+            not site.sql("SELECT 1 FROM django_htask_task WHERE status IN ('pending', 'running')")
+        ),
+        90,
+        "every task finished",
+    )
+    starts = count("start")
+    crashed = Counter(
+        task_id
+        for (task_id,) in site.sql(
+            "SELECT task_id FROM django_htask_run WHERE error LIKE '%%stopped answering%%'"
+        )
+    )
+    for task_id, status, attempts, max_attempts, error in site.sql(
+        "SELECT id, status, attempts, max_attempts, last_error FROM django_htask_task"
+    ):
+        n = number[task_id]
+        assert attempts == starts[n], (n, attempts, starts[n])
+        if n in running_at_kill:
+            assert crashed[task_id] == 1
+            if max_attempts == 1:
+                assert status == "failed"
+                assert "stopped answering during attempt 1 of 1" in error
+            else:
+                assert (status, attempts) == ("succeeded", 2)
+        else:
+            assert (status, attempts, crashed[task_id]) == ("succeeded", 1, 0), n
+
+
+# -- 9. the node holding a schedule is killed: the schedule goes on within seconds ---------
+def test_a_schedule_keeps_firing_within_seconds_when_its_node_is_killed(site: Site) -> None:
+    """Three nodes with django-htask's default settings (NODE_TIMEOUT 60 s); the one
+    that fires an ``@every 1s`` schedule is killed: its standby fires it within
+    STANDBY_DELAY (2 s), long before the dead node could be declared dead."""
+    sid = site.schedule("every-second", "@every 1s", "tests.cluster.clusterapp.tasks:tick")
+    nodes = [site.node(HTASK_CLUSTER_DEFAULTS="1") for _ in range(3)]
+    runs = "SELECT node, scheduled_for, status FROM django_htask_run WHERE schedule_id = %s"
+    wait_until(lambda: len(site.sql(runs, sid)) >= 5, 30, "the schedule running")
+    # The owner may change while the members settle: take the one firing now.
+    time.sleep(1.5)
+    holder_id = site.sql(runs + " ORDER BY scheduled_for DESC LIMIT 1", sid)[0][0]
+    [holder] = [n for n in nodes if f"node:      {holder_id}" in n.stdout]
+    killed_at = now(site)
+    holder.process.send_signal(signal.SIGKILL)
+    holder.wait_exit()
+    wait_until(lambda: now(site) > killed_at + timedelta(seconds=12), 20, "12 s")
+    rows = site.sql(runs + " ORDER BY scheduled_for", sid)
+    fired = [when for _node, when, status in rows if status in ("succeeded", "running")]
+    assert len(fired) == len(set(fired)), "an occurrence fired twice"
+    around = [w for w in fired if killed_at - timedelta(seconds=5) <= w]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(around)]
+    assert max(gaps) <= 5.0, gaps
+    after = {node for node, when, _ in rows if when > killed_at + timedelta(seconds=5)}
+    assert after and holder_id not in after
+
+
+# -- 10. the overlap policy on every path ----------------------------------------------------
+def intervals(site: Site) -> list[tuple[str, float, float | None]]:
+    """(pid, start, end or None) of each ``hold`` run, from the log, by start."""
+    open_: dict[str, float] = {}
+    spans: list[tuple[str, float, float | None]] = []
+    for word, pid, at in site.lines():
+        if word == "start":
+            open_[pid] = float(at)
+        else:
+            spans.append((pid, open_.pop(pid), float(at)))
+    spans += [(pid, start, None) for pid, start in open_.items()]
+    return sorted(spans, key=lambda s: s[1])
+
+
+def assert_one_at_a_time(spans: list[tuple[str, float, float | None]], cut: float) -> None:
+    """No run started before the previous one ended (a run never ended when its process
+    died: it ends at ``cut``)."""
+    for (_p, _s, end), (_q, start, _e) in itertools.pairwise(spans):
+        assert start >= (end if end is not None else cut), spans
+
+
+HOLD = "tests.cluster.clusterapp.tasks:hold"
+
+
+@pytest.mark.parametrize("overlap", ["skip", "delay"])
+def test_caught_up_occurrences_follow_the_overlap_policy(site: Site, overlap: str) -> None:
+    sid = site.schedule(
+        "caught", "@every 1s", HOLD, 0.4, catch_up="all", overlap=overlap, grace=None
+    )
+    site.sql(
+        "UPDATE django_htask_schedule SET next_run_at = now() - interval '5 seconds' WHERE id = %s",
+        sid,
+    )
+    node = site.node("--workers", "8")
+    wait_until(lambda: len(intervals(site)) >= (2 if overlap == "skip" else 7), 30, "the runs")
+    node.send(signal.SIGTERM)
+    assert node.wait_exit() == 0, node.stderr
+    assert_one_at_a_time(intervals(site), cut=time.time())
+    statuses = Counter(
+        s for (s,) in site.sql("SELECT status FROM django_htask_run WHERE schedule_id = %s", sid)
+    )
+    if overlap == "skip":
+        skipped = site.one(
+            "SELECT error FROM django_htask_run WHERE schedule_id = %s AND status = 'skipped' "
+            "ORDER BY id LIMIT 1",
+            sid,
+        )
+        assert skipped.startswith("5 occurrences from "), skipped
+    else:  # the six caught up ran, one after another, then the schedule went on
+        assert statuses["succeeded"] >= 7 and not statuses["skipped"], statuses
+
+
+def test_a_node_stopping_past_its_timeout_is_gone_before_another_starts_its_schedule(
+    site: Site,
+) -> None:
+    sid = site.schedule("held", "@every 1s", HOLD, 30.0, overlap="skip")
+    a = site.node(HTASK_CLUSTER_SHUTDOWN="0.5")
+    wait_until(lambda: intervals(site), 30, "a first run")
+    b = site.node(HTASK_CLUSTER_SHUTDOWN="0.5")
+    [(pid, _start, _end)] = intervals(site)
+    first, other = (a, b) if int(pid) == a.process.pid else (b, a)
+    first.send(signal.SIGTERM)
+    assert first.wait_exit(timeout=10) == 0, first.stderr
+    gone = time.time()
+    assert "leaving 1 runs unfinished" in first.stdout
+    wait_until(lambda: len(intervals(site)) >= 2, 30, "the other node's run")
+    spans = intervals(site)
+    assert spans[0][0] == pid and spans[0][2] is None  # killed with its process
+    assert spans[1][0] == str(other.process.pid)
+    assert spans[1][1] >= gone, (spans, gone)
+    run = site.sql(
+        "SELECT status, error FROM django_htask_run WHERE schedule_id = %s ORDER BY id LIMIT 1",
+        sid,
+    )
+    wait_until(
+        lambda: (
+            site.sql(
+                "SELECT status FROM django_htask_run WHERE schedule_id = %s ORDER BY id LIMIT 1",
+                sid,
+            )
+            == [("failed",)]
+        ),
+        30,
+        "the interrupted run failed",
+    )
+    error = site.one(
+        "SELECT error FROM django_htask_run WHERE schedule_id = %s ORDER BY id LIMIT 1", sid
+    )
+    assert error.startswith("interrupted: the node stopped (SHUTDOWN_TIMEOUT 0.5s)"), run
+
+
+def test_a_node_paused_past_the_node_timeout_stays_dead(site: Site) -> None:
+    """SIGSTOP for 10 s with NODE_TIMEOUT 6 s (a VM frozen, a swap storm): the other
+    node declares it dead, fails its run and runs the schedule; when it resumes it
+    starts nothing more, its late result is refused, it says so and exits (status 3)."""
+    sid = site.schedule("paused", "@every 1s", HOLD, 4.0, overlap="skip")
+    a = site.node()
+    wait_until(lambda: intervals(site), 30, "a first run")
+    b = site.node()
+    [(pid, _start, _end)] = intervals(site)
+    paused, other = (a, b) if int(pid) == a.process.pid else (b, a)
+    paused.process.send_signal(signal.SIGSTOP)
+    stopped_at = time.time()
+    wait_until(lambda: time.time() > stopped_at + 10, 15, "10 s")
+    resumed = time.time()
+    paused.process.send_signal(signal.SIGCONT)
+    assert paused.wait_exit(timeout=30) == 3, paused.stderr
+    assert "was declared dead by the other nodes" in paused.stderr
+    first = site.sql(
+        "SELECT node, status, error FROM django_htask_run WHERE schedule_id = %s "
+        "ORDER BY id LIMIT 1",
+        sid,
+    )
+    [(node, status, error)] = first
+    assert (status, "stopped answering" in error) == ("failed", True), first
+    later_starts = [s for s in intervals(site) if s[0] == pid and s[1] > resumed]
+    assert later_starts == []  # it started nothing after it came back
+    others = [s for s in intervals(site) if s[0] == str(other.process.pid)]
+    assert others and others[0][1] < resumed  # the survivor ran it meanwhile
+    succeeded_on_paused = site.sql(
+        "SELECT count(*) FROM django_htask_run WHERE node = %s AND status = 'succeeded'", node
+    )
+    assert succeeded_on_paused == [(0,)]  # its late result did not overwrite the failure

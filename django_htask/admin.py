@@ -202,6 +202,21 @@ def _argument_field(message: str, kwargs: dict[str, Any]) -> str:
     return "call_args"
 
 
+class _BrokenFilter(admin.SimpleListFilter):
+    title = "broken"
+    parameter_name = "broken"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "broken"), ("no", "not broken")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "yes":
+            return queryset.exclude(broken="")
+        if self.value() == "no":
+            return queryset.filter(broken="")
+        return queryset
+
+
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = ScheduleForm
@@ -214,8 +229,9 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "last_run_at",
         "last_status",
         "enabled",
+        "problem",
     )
-    list_filter = ("enabled", "last_status", "origin", "orphaned", "timezone")
+    list_filter = ("enabled", _BrokenFilter, "last_status", "origin", "orphaned", "timezone")
     search_fields = ("name", "function", "schedule")
     actions = ("run_now", "enable", "disable")
     ordering = ("name",)
@@ -224,6 +240,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         js = ("django_htask/schedule_preview.js",)
 
     _info_fields = (
+        "broken",
         "origin",
         "orphaned",
         "next_run_at",
@@ -270,6 +287,11 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return fields
 
     # -- columns and read-only values --------------------------------------------------
+    @admin.display(description="broken", ordering="broken")
+    def problem(self, obj: Schedule) -> str:
+        """Why the scheduler stopped firing it (a value it cannot use), or nothing."""
+        return obj.broken.splitlines()[0][:120] if obj.broken else ""
+
     @admin.display(description="schedule", ordering="schedule")
     def in_words(self, obj: Schedule) -> str:
         return describe_schedule(obj.schedule, obj.timezone)
@@ -602,7 +624,6 @@ class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "hostname",
         "pid",
         "last_heartbeat",
-        "held_tasks",
         "running_tasks",
         "running_runs",
         "started_at",
@@ -619,7 +640,6 @@ class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "last_heartbeat",
         "stopped_at",
         "version",
-        "held_tasks",
         "running_tasks",
         "running_runs",
     )
@@ -638,10 +658,6 @@ class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def state(self, obj: Node) -> str:
         return node_state(obj)
 
-    @admin.display(description="held tasks")
-    def held_tasks(self, obj: Node) -> int:
-        return int(getattr(obj, "n_held", 0) or 0)
-
     @admin.display(description="running tasks")
     def running_tasks(self, obj: Node) -> int:
         return int(getattr(obj, "n_running_tasks", 0) or 0)
@@ -658,11 +674,11 @@ def _count(queryset: QuerySet[Any], by: str) -> Subquery:
 
 
 def _with_work(nodes: QuerySet[Node]) -> QuerySet[Node]:
-    """Annotate each node with the pending tasks it holds and what it is running."""
+    """Annotate each node with what it is running (a node holds no task it has not
+    started)."""
     mine = Task.objects.filter(locked_by=OuterRef("id"))
     runs = Run.objects.filter(node=OuterRef("id"), status=RunStatus.RUNNING, task=None)
     return nodes.annotate(
-        n_held=_count(mine.filter(status=TaskStatus.PENDING), "locked_by"),
         n_running_tasks=_count(mine.filter(status=TaskStatus.RUNNING), "locked_by"),
         n_running_runs=_count(runs, "node"),
     )

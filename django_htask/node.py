@@ -228,7 +228,6 @@ class Node:
         self._cluster: Cluster | None = None  # several nodes on PostgreSQL
         self._waker = _Once(self, self._on_wake)
         self._dispatcher = _Once(self, self._dispatch)
-        self._flusher = _Once(self, self._flush_soon)
         #: Set by :meth:`request_stop` (from a signal handler: a plain flag, no lock),
         #: and when the node finds it was declared dead.
         self.stop_requested = False
@@ -1000,7 +999,6 @@ class Node:
             self._control_later(policy.delay(started.attempt), self._retry_schedule, row, started)
         if delayed:
             self._control_later(0, self._fire, row.id)
-        self._dispatcher.request()  # a worker is free
 
     def _retry_schedule(self, row: ScheduleRow, previous: RunOutcome) -> None:
         if self._stopping:
@@ -1056,22 +1054,24 @@ class Node:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """Claim and start as many due tasks as there are free workers (never more:
-        a task is claimed only when a worker takes it at once)."""
+        """Write the results waiting, then claim and start as many due tasks as there
+        are free workers (never more: a task is claimed only when a worker takes it at
+        once), in one transaction."""
         if self._stopping or self._fenced is not None:
-            return
-        while self._tasks_due:
-            free = self._free_workers()
-            if free <= 0:
+            return  # stop() writes what is left
+        while True:
+            free = self._free_workers() if self._tasks_due else 0
+            with self._lock:
+                outcomes, self._outcomes = self._outcomes, []
+            if free <= 0 and not outcomes:
                 return
             started: list[StartedTask] = []
-            if not self._guarded(
-                functools.partial(self._start_tasks, free, started),
-                "task claim",
-                retry=self._dispatcher,
-            ):
+            step = functools.partial(self._start_tasks, max(free, 0), outcomes, started)
+            if not self._guarded(step, "task claim", retry=self._dispatcher):
                 return
-            if len(started) < free:
+            if any(o.retry_at is not None for o in outcomes):
+                self._guarded(self._watch_tasks, "look for tasks")
+            if free > 0 and len(started) < free:
                 self._tasks_due = False  # none left: until a poll, a wake-up or a timer
             if not started:
                 return
@@ -1086,10 +1086,15 @@ class Node:
                 except SchedulerClosed:
                     return
 
-    def _start_tasks(self, free: int, into: list[StartedTask]) -> None:
+    def _start_tasks(self, free: int, finished: list[RunOutcome], into: list[StartedTask]) -> None:
         now = self.clock.now()
         lease_until = now + timedelta(seconds=self.settings.lease)
-        into.extend(self.store.start_tasks(self.node_id, now, free, lease_until))
+        try:
+            into += self.store.start_tasks(self.node_id, now, free, lease_until, finished=finished)
+        except DatabaseError:
+            with self._lock:
+                self._outcomes[:0] = finished
+            raise
 
     def _task_job(self, task: StartedTask) -> None:
         key = ("task", task.id)
@@ -1116,7 +1121,6 @@ class Node:
             self._calling.discard(key)
             self._running_tasks.pop(task.id, None)
         self._push(result)
-        self._dispatcher.request()  # a worker is free
 
     # -- running a function ----------------------------------------------------------
     def _execute(
@@ -1195,12 +1199,11 @@ class Node:
 
     # -- writing results -------------------------------------------------------------
     def _push(self, outcome: RunOutcome) -> None:
+        """Keep a finished run for the next dispatch, which writes it with its claim (a
+        worker is free now)."""
         with self._lock:
             self._outcomes.append(outcome)
-        self._flusher.request()
-
-    def _flush_soon(self) -> None:
-        self._guarded(self._flush, "writing of runs", retry=self._flusher)
+        self._dispatcher.request()
 
     def _flush(self) -> None:
         with self._lock:

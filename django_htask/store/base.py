@@ -243,12 +243,19 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def start_tasks(
-        self, node_id: str, now: datetime, limit: int, lease_until: datetime
+        self,
+        node_id: str,
+        now: datetime,
+        limit: int,
+        lease_until: datetime,
+        *,
+        finished: list[RunOutcome] | None = None,
     ) -> list[StartedTask]:
         """Claim up to ``limit`` due tasks nobody holds, highest priority first, then
         oldest, and mark them running (one attempt each) under a lease until
         ``lease_until``. Only ask for what workers take at once: a started task that
-        never finishes has used its attempt."""
+        never finishes has used its attempt. ``finished`` runs are written first, in
+        the same transaction (what :meth:`record` does)."""
 
     @abc.abstractmethod
     def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:

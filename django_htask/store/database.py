@@ -63,10 +63,9 @@ _BROKEN_MAX = 2000
 
 
 def _as_datetime(value: datetime | str) -> datetime:
-    """A timestamp read by raw SQL (SQLite gives text in UTC), as an aware datetime."""
-    if isinstance(value, datetime):
-        return value
-    parsed = datetime.fromisoformat(value)
+    """A timestamp read by raw SQL (SQLite gives UTC, as text or a naive datetime), as
+    an aware datetime."""
+    parsed = value if isinstance(value, datetime) else datetime.fromisoformat(value)
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
@@ -83,11 +82,23 @@ class DatabaseStore(Store):
         return connections[self.using]
 
     def check_migrated(self) -> None:
-        from django.db.migrations.executor import MigrationExecutor  # noqa: PLC0415
+        """Compare django_htask's migration files with those recorded as applied (a
+        listing and one query: loading the whole migration graph would cost more than
+        the rest of the start)."""
+        import pkgutil  # noqa: PLC0415
 
-        executor = MigrationExecutor(self.connection)
-        targets = executor.loader.graph.leaf_nodes("django_htask")
-        missing = [m.name for m, _backwards in executor.migration_plan(targets)]
+        from django.db.migrations.recorder import MigrationRecorder  # noqa: PLC0415
+
+        from django_htask import migrations  # noqa: PLC0415
+
+        wanted = {m.name for m in pkgutil.iter_modules(migrations.__path__) if m.name[0].isdigit()}
+        recorder = MigrationRecorder(self.connection)
+        applied = set()
+        if recorder.has_table():
+            applied = set(
+                recorder.migration_qs.filter(app="django_htask").values_list("name", flat=True)
+            )
+        missing = sorted(wanted - applied)
         if missing:
             raise NotMigrated(
                 f"the database {self.describe()!r} lacks django_htask's tables or some of "
@@ -456,46 +467,71 @@ class DatabaseStore(Store):
         )
 
     def start_tasks(
-        self, node_id: str, now: datetime, limit: int, lease_until: datetime
+        self,
+        node_id: str,
+        now: datetime,
+        limit: int,
+        lease_until: datetime,
+        *,
+        finished: list[RunOutcome] | None = None,
     ) -> list[StartedTask]:
-        if limit <= 0:
+        if limit <= 0 and not finished:
             return []
-        tasks = Task.objects.using(self.using)
-        claimable = self._claimable(now)
         with self._atomic():
             self._fence(node_id)
-            ids = list(
-                tasks.filter(claimable)
-                .order_by("-priority", "run_at", "id")
-                .values_list("id", flat=True)[:limit]
-            )
-            if not ids:
-                return []
-            tasks.filter(claimable, id__in=ids).update(
-                status=TaskStatus.RUNNING,
-                attempts=F("attempts") + 1,
-                started_at=now,
-                locked_by=node_id,
-                lease_expires_at=lease_until,
-            )
-            rows = tasks.filter(
-                id__in=ids, locked_by=node_id, status=TaskStatus.RUNNING
-            ).values_list(*_STARTED_FIELDS)
-            started = [
-                StartedTask(i, t, f, bytes(p), r, a, m, pr) for i, t, f, p, r, a, m, pr in rows
-            ]
+            late = self._record_in(node_id, finished or [])
+            started = self._start_in(node_id, now, limit, lease_until) if limit > 0 else []
+        self._record_late(late)
         return sorted(started, key=lambda t: (-t.priority, t.run_at, t.id))
+
+    def _start_in(
+        self, node_id: str, now: datetime, limit: int, lease_until: datetime
+    ) -> list[StartedTask]:
+        """Claim and start due tasks, in the caller's transaction."""
+        tasks = Task.objects.using(self.using)
+        claimable = self._claimable(now)
+        ids = list(
+            tasks.filter(claimable)
+            .order_by("-priority", "run_at", "id")
+            .values_list("id", flat=True)[:limit]
+        )
+        if not ids:
+            return []
+        tasks.filter(claimable, id__in=ids).update(
+            status=TaskStatus.RUNNING,
+            attempts=F("attempts") + 1,
+            started_at=now,
+            locked_by=node_id,
+            lease_expires_at=lease_until,
+        )
+        rows = tasks.filter(id__in=ids, locked_by=node_id, status=TaskStatus.RUNNING).values_list(
+            *_STARTED_FIELDS
+        )
+        return [StartedTask(i, t, f, bytes(p), r, a, m, pr) for i, t, f, p, r, a, m, pr in rows]
 
     def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:
         if not outcomes:
             return
         with self._atomic():
             self._fence(node_id)
-            self._record_runs(node_id, outcomes)
-            for schedule_id, (status, when) in self._last_statuses(outcomes).items():
-                Schedule.objects.using(self.using).filter(id=schedule_id).update(
-                    last_status=status, last_run_at=when
-                )
+            late = self._record_in(node_id, outcomes)
+        self._record_late(late)
+
+    def _record_in(
+        self, node_id: str, outcomes: list[RunOutcome]
+    ) -> dict[int, tuple[str, datetime]]:
+        """Write ``outcomes`` in the caller's transaction; return the last statuses of
+        schedules left to write afterwards, each in a transaction of its own
+        (:meth:`_record_late`)."""
+        self._record_runs(node_id, outcomes)
+        for schedule_id, (status, when) in self._last_statuses(outcomes).items():
+            Schedule.objects.using(self.using).filter(id=schedule_id).update(
+                last_status=status, last_run_at=when
+            )
+        return {}
+
+    def _record_late(self, statuses: dict[int, tuple[str, datetime]]) -> None:
+        """Write what :meth:`_record_in` left (nothing here)."""
 
     @staticmethod
     def _last_statuses(outcomes: list[RunOutcome]) -> dict[int, tuple[str, datetime]]:

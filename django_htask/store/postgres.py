@@ -55,7 +55,7 @@ from django_htask.models import Node, Run, Schedule, Task, TaskStatus
 from django_htask.retry import RetryPolicy
 
 from .base import RunOutcome, ScheduleRef, StartedTask
-from .database import DatabaseStore
+from .database import _STARTED_FIELDS, DatabaseStore
 
 __all__ = ["CHANNEL", "PostgresStore", "install"]
 
@@ -277,23 +277,19 @@ class PostgresStore(DatabaseStore):
         return count
 
     # -- one-off tasks ---------------------------------------------------------------
-    def start_tasks(
+    def _start_in(
         self, node_id: str, now: datetime, limit: int, lease_until: datetime
     ) -> list[StartedTask]:
         """As the generic one, in one statement; rows another node is claiming are
         skipped (``FOR UPDATE SKIP LOCKED``), so nodes starting at once never wait."""
-        if limit <= 0:
-            return []
-        with self._atomic(), self._cursor() as cursor:
-            self._fence(node_id)
+        with self._cursor() as cursor:
             cursor.execute(
                 f"UPDATE {TASK} SET status = %s, attempts = attempts + 1, started_at = %s,"
                 " locked_by = %s, lease_expires_at = %s WHERE id IN ("
                 f" SELECT id FROM {TASK} WHERE status = %s AND run_at <= %s"
                 "  AND (locked_by IS NULL OR lease_expires_at < %s)"
                 "  ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
-                ") RETURNING id, token, function, payload, run_at, attempts, max_attempts,"
-                " priority",
+                f") RETURNING {', '.join(_STARTED_FIELDS)}",
                 [
                     TaskStatus.RUNNING,
                     now,
@@ -306,29 +302,33 @@ class PostgresStore(DatabaseStore):
                 ],
             )
             rows = cursor.fetchall()
-        started = [StartedTask(i, t, f, bytes(p), r, a, m, pr) for i, t, f, p, r, a, m, pr in rows]
-        return sorted(started, key=lambda t: (-t.priority, t.run_at, t.id))
+        return [StartedTask(i, t, f, bytes(p), r, a, m, pr) for i, t, f, p, r, a, m, pr in rows]
 
-    def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:
-        """As the generic store, with finished tasks written in one statement."""
-        if not outcomes:
-            return
+    def _record_in(
+        self, node_id: str, outcomes: list[RunOutcome]
+    ) -> dict[int, tuple[str, datetime]]:
+        """As the generic one, with finished tasks written in one statement, and the
+        schedules' last statuses written only where no other transaction holds the row
+        (the others are returned, for :meth:`_record_late`)."""
         finished = [o for o in outcomes if o.task_id is not None and o.retry_at is None]
         others = [o for o in outcomes if o.task_id is None or o.retry_at is not None]
+        if finished:
+            done = self._finish_tasks(node_id, finished)
+            Run.objects.using(self.using).bulk_create(
+                [self._run(o) for o in finished if o.task_id in done], batch_size=1000
+            )
+        self._record_runs(node_id, others)
         statuses = self._last_statuses(outcomes)
-        with self._atomic():
-            self._fence(node_id)
-            if finished:
-                done = self._finish_tasks(node_id, finished)
-                Run.objects.using(self.using).bulk_create(
-                    [self._run(o) for o in finished if o.task_id in done], batch_size=1000
-                )
-            self._record_runs(node_id, others)
-            busy = self._set_statuses(statuses, wait=False)
-        for schedule_id in busy:
+        busy = self._set_statuses(statuses, wait=False)
+        return {schedule_id: statuses[schedule_id] for schedule_id in busy}
+
+    def _record_late(self, statuses: dict[int, tuple[str, datetime]]) -> None:
+        """The last statuses the batch skipped, one schedule per transaction (see
+        :meth:`_set_statuses`)."""
+        for schedule_id, status in statuses.items():
             try:
                 with self._atomic():
-                    self._set_statuses({schedule_id: statuses[schedule_id]}, wait=True)
+                    self._set_statuses({schedule_id: status}, wait=True)
             except DatabaseError as exc:  # the runs are written: only the summary is late
                 logger.warning(
                     "could not write the last status of schedule %s: %s",

@@ -20,13 +20,16 @@ from django.conf import settings
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .base import ScheduleRef
-from .database import DatabaseStore
+from django_htask.models import Task, TaskStatus
+
+from .base import ScheduleRef, StartedTask
+from .database import _STARTED_FIELDS, DatabaseStore, _as_datetime
 
 __all__ = ["SQLiteStore", "install"]
 
 COUNTER = "django_htask_counter"
 SCHEDULE = "django_htask_schedule"
+TASK = Task._meta.db_table
 
 _BUMP = f"""
     UPDATE {COUNTER} SET value = value + 1 WHERE name = 'schedule';
@@ -80,6 +83,39 @@ class SQLiteStore(DatabaseStore):
                 ScheduleRef(i, parse(n).replace(tzinfo=UTC), v) for i, n, v in cursor.fetchall()
             ]
         return refs, top
+
+    def _start_in(
+        self, node_id: str, now: datetime, limit: int, lease_until: datetime
+    ) -> list[StartedTask]:
+        """As the generic one, in one statement where SQLite has ``RETURNING`` (3.35)."""
+        conn = self.connection
+        if not conn.features.can_return_columns_from_insert:
+            return super()._start_in(node_id, now, limit, lease_until)
+        adapt = conn.ops.adapt_datetimefield_value
+        with conn.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {TASK} SET status = %s, attempts = attempts + 1, started_at = %s,"
+                " locked_by = %s, lease_expires_at = %s WHERE id IN ("
+                f" SELECT id FROM {TASK} WHERE status = %s AND run_at <= %s"
+                "  AND (locked_by IS NULL OR lease_expires_at < %s)"
+                "  ORDER BY priority DESC, run_at, id LIMIT %s"
+                f") RETURNING {', '.join(_STARTED_FIELDS)}",
+                [
+                    TaskStatus.RUNNING,
+                    adapt(now),
+                    node_id,
+                    adapt(lease_until),
+                    TaskStatus.PENDING,
+                    adapt(now),
+                    adapt(now),
+                    limit,
+                ],
+            )
+            rows = cursor.fetchall()
+        return [
+            StartedTask(i, t, f, bytes(p), _as_datetime(r), a, m, pr)
+            for i, t, f, p, r, a, m, pr in rows
+        ]
 
     @contextlib.contextmanager
     def _atomic(self) -> Iterator[None]:

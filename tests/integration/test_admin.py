@@ -368,15 +368,15 @@ def test_nodes_show_live_or_dead_and_the_work_they_hold(
 ) -> None:
     node_row("alive-1", fake_clock.now())
     node_row("gone-2", fake_clock.now(), silent_for=3600)
-    held = schedule(tasks.add, 1, delay=5)
-    Task.objects.filter(pk=held.pk).update(locked_by="alive-1")
+    running = schedule(tasks.add, 1, delay=5)
+    Task.objects.filter(pk=running.pk).update(locked_by="alive-1", status=TaskStatus.RUNNING)
     page = admin_client_.get(f"{URL}node/").content.decode()
     rows = {
         m.group(1): m.group(0)
         for m in re.finditer(r"<tr[^>]*>.*?(alive-1|gone-2).*?</tr>", page, re.S)
     }
     assert ">live<" in rows["alive-1"] and ">dead<" in rows["gone-2"]
-    assert re.search(r'field-held_tasks">1<', rows["alive-1"])
-    assert re.search(r'field-held_tasks">0<', rows["gone-2"])
+    assert re.search(r'field-running_tasks">1<', rows["alive-1"])
+    assert re.search(r'field-running_tasks">0<', rows["gone-2"])
     live_only = admin_client_.get(f"{URL}node/?alive=yes").content.decode()
     assert "alive-1" in live_only and "gone-2" not in live_only

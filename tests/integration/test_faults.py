@@ -255,3 +255,32 @@ def wait_for(condition: Callable[[], object], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.02)
+
+
+def test_a_broken_schedule_shows_in_htask_status_htask_list_and_the_admin(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any
+) -> None:
+    from io import StringIO
+
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.test import Client
+
+    row = make_schedule("poisoned", args=(1,))
+    make_node()
+    Schedule.objects.filter(pk=row.pk).update(function="gone.module:renamed")
+    fake_clock.advance(60)
+    status = StringIO()
+    call_command("htask", "status", stdout=status)
+    assert "schedules: 0 enabled, 1 broken" in status.getvalue()
+    assert "poisoned: broken: FunctionNotRegistered" in status.getvalue()
+    listing = StringIO()
+    call_command("htask", "list", stdout=listing)
+    assert "poisoned  [broken]" in listing.getvalue()
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    page = client.get("/admin/django_htask/schedule/?broken=yes").content.decode()
+    assert "poisoned" in page and "FunctionNotRegistered" in page
+    assert "poisoned" not in client.get("/admin/django_htask/schedule/?broken=no").content.decode()
+    change = client.get(f"/admin/django_htask/schedule/{row.pk}/change/").content.decode()
+    assert "gone.module:renamed" in change and "FunctionNotRegistered" in change

@@ -8,7 +8,7 @@
 ``htask sync``
     create or update the schedules declared with ``@periodic`` (orphan the ones gone).
 ``htask status``
-    the nodes (live or dead), pending tasks and recent failures.
+    the nodes (live or dead), pending tasks, broken schedules and recent failures.
 ``htask prune [--days N]``
     delete finished runs older than ``RUN_RETENTION_DAYS`` (or N) days.
 
@@ -40,6 +40,8 @@ from django_htask.operations import (
 RUN_FAILED = 1
 #: Exit code of bad usage (an unknown name, a bad option value).
 USAGE = 2
+#: Rows listed in one section of ``htask status``, at most.
+SHOWN = 10
 
 
 class Command(BaseCommand):
@@ -82,10 +84,15 @@ class Command(BaseCommand):
             flags = [] if row.enabled else ["disabled"]
             if row.orphaned:
                 flags.append("orphaned")
+            if row.broken:
+                flags.append("broken")
             flag = f"  [{', '.join(flags)}]" if flags else ""
             self.stdout.write(f"{row.name}{flag}")
             self.stdout.write(f"    {row.schedule}  ({describe_schedule(row.schedule, zone)})")
             self.stdout.write(f"    runs {row.function}, {row.origin}-defined")
+            if row.broken:
+                self.stdout.write(f"    broken: {row.broken} (save it again to clear)")
+                continue
             if not row.enabled or not runs:
                 continue
             try:
@@ -148,10 +155,18 @@ class Command(BaseCommand):
             f"tasks: {counts.get(TaskStatus.PENDING, 0)} pending ({overdue} overdue), "
             f"{counts.get(TaskStatus.RUNNING, 0)} running"
         )
+        broken = list(Schedule.objects.exclude(broken="").order_by("name")[: SHOWN + 1])
+        enabled = Schedule.objects.filter(enabled=True, broken="").count()
+        self.stdout.write(f"schedules: {enabled} enabled, {len(broken)} broken")
+        for row in broken[:SHOWN]:
+            self.stdout.write(f"  {row.name}: broken: {row.broken}")
+        if len(broken) > SHOWN:
+            more = Schedule.objects.exclude(broken="").count() - SHOWN
+            self.stdout.write(f"  … and {more} more (the admin's schedule list filters them)")
         since = now - timedelta(hours=hours)
         failed = Run.objects.filter(status=RunStatus.FAILED, finished_at__gte=since)
         self.stdout.write(f"failures in the last {hours:g}h: {failed.count()}")
-        for run in failed.order_by("-finished_at")[:10]:
+        for run in failed.order_by("-finished_at")[:SHOWN]:
             when = f"{run.finished_at:%Y-%m-%d %H:%M:%S}" if run.finished_at else "?"
             first = run.error.splitlines()[0] if run.error else ""
             self.stdout.write(f"  {when}  {run.name}: {first}")

@@ -74,7 +74,7 @@ logger = logging.getLogger("django_htask.backends")
 RUNNER = "django_htask.backends:run_django_task"
 
 #: Django tasks defined in this process, by module path (filled by ``validate_task``
-#: and by :func:`django_task_function`).
+#: and by ``_task_function`` when it imports a task's module).
 _known: dict[str, Callable[..., Any]] = {}
 
 _STATUS = {

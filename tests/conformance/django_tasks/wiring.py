@@ -103,10 +103,10 @@ class HtaskTestCase(TransactionTestCase):
 
     def _setup_and_call(self, result: Any, debug: bool = False) -> None:
         if self._testMethodName not in self.sync_in_async:
-            super()._setup_and_call(result, debug)  # type: ignore[misc]
+            super()._setup_and_call(result, debug)
             return
         with mock.patch.dict(os.environ, {"DJANGO_ALLOW_ASYNC_UNSAFE": "true"}):
-            super()._setup_and_call(result, debug)  # type: ignore[misc]
+            super()._setup_and_call(result, debug)
 
     def _post_teardown(self) -> None:
         stop_nodes()

@@ -15,10 +15,12 @@
 
 An enqueued call is stored as a one-off :class:`~django_htask.models.Task` of the
 registered runner :func:`run_django_task`, whose payload names the Django task by its
-module path. A worker finds the function among the Django tasks defined in this
-process (decorating a function with ``@task`` registers it here), never by importing
-a stored string: define them in an installed app's ``tasks`` module, which
-``runscheduler`` imports at start.
+module path. A worker finds the function among the Django tasks defined in its
+process, or imports the task's module when that module belongs to an installed app's
+package (or to ``HTASK["DJANGO_TASK_MODULES"]``) and checks that the name there is
+that Django task: a stored path alone never makes a node import any other code.
+``django_htask``'s app imports this module at start in every process whose ``TASKS``
+uses the backend, so the runner is registered in ``runscheduler`` too.
 
 The result's id is the task's unguessable token. Statuses map ``pending`` → READY,
 ``running`` → RUNNING, ``succeeded`` → SUCCESSFUL, ``failed`` and ``cancelled`` →
@@ -31,6 +33,8 @@ has no ``TASKS`` setting and never loads it).
 
 from __future__ import annotations
 
+import builtins
+import importlib
 import logging
 import traceback
 from collections.abc import Callable, Iterable
@@ -48,19 +52,29 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils.json import normalize_json
 
 from django_htask.engine import HtaskError, registry
+from django_htask.engine import errors as engine_errors
 
 from . import clock
+from .conf import get_settings, is_dotted_name
 from .decorators import task as htask_task
 from .models import Run, RunStatus, Task, TaskStatus, new_token
 
-__all__ = ["RUNNER", "HtaskBackend", "TaskCancelled", "UnknownDjangoTask", "run_django_task"]
+__all__ = [
+    "RUNNER",
+    "HtaskBackend",
+    "RunInterrupted",
+    "TaskCancelled",
+    "UnknownDjangoTask",
+    "run_django_task",
+]
 
 logger = logging.getLogger("django_htask.backends")
 
 #: The registered name of the runner every Django task's call goes through.
 RUNNER = "django_htask.backends:run_django_task"
 
-#: Django tasks defined in this process, by module path (filled by ``validate_task``).
+#: Django tasks defined in this process, by module path (filled by ``validate_task``
+#: and by ``_task_function`` when it imports a task's module).
 _known: dict[str, Callable[..., Any]] = {}
 
 _STATUS = {
@@ -73,11 +87,16 @@ _STATUS = {
 
 
 class UnknownDjangoTask(HtaskError, LookupError):
-    """A stored call names a Django task this process does not define."""
+    """A stored call names a Django task this process does not define and may not import."""
 
 
 class TaskCancelled(HtaskError, RuntimeError):
     """The task was cancelled before it ran (the error of a cancelled task's result)."""
+
+
+class RunInterrupted(HtaskError, RuntimeError):
+    """An attempt ended without the task raising: the node running it stopped or died
+    (the error of that attempt in a result; its traceback is the node's reason)."""
 
 
 def _path(exc_type: type[BaseException]) -> str:
@@ -101,7 +120,8 @@ def run_django_task(
     ``priority``, ``queue_name``, ``takes_context`` and ``deferred`` describe the
     enqueued task; the result read back from the database carries them.
 
-    Sends ``task_started`` and ``task_finished``; an exception is re-raised after
+    Sends ``task_started`` and ``task_finished``; an exception (any
+    ``BaseException``: ``SystemExit`` and ``KeyboardInterrupt`` too) is re-raised after
     ``task_finished`` so the run is recorded as failed."""
     htask_backend = task_backends[backend]
     if not isinstance(htask_backend, HtaskBackend):
@@ -120,7 +140,7 @@ def run_django_task(
         else:
             value = result.task.call(*args, **kwargs)
         value = normalize_json(value)
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt fail the task too
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
         object.__setattr__(result, "finished_at", clock.now())
         result.errors.append(
@@ -221,12 +241,7 @@ class HtaskBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id)
         _name, call_args, call_kwargs = _decode(row)
         module_path, args, kwargs = call_args
-        func = _known.get(module_path)
-        if func is None:
-            raise UnknownDjangoTask(
-                f"the Django task {module_path!r} is not defined in this process: define it "
-                "with @task in an installed app's tasks module"
-            )
+        func = _task_function(module_path)
         task: DjangoTask[Any, Any] = DjangoTask(
             priority=call_kwargs.get("priority", 0),
             func=func,
@@ -289,6 +304,53 @@ class HtaskBackend(BaseTaskBackend):
         return found
 
 
+def _task_function(module_path: str) -> Callable[..., Any]:
+    """The function of the Django task ``module_path`` (``module.name``).
+
+    A task defined in this process is found at once. Otherwise its module is imported
+    only if it belongs to an installed app's package or to ``HTASK["DJANGO_TASK_MODULES"]``,
+    and the name there must be that Django task. Raises :class:`UnknownDjangoTask`
+    saying what to change."""
+    func = _known.get(module_path)
+    if func is not None:
+        return func
+    module_name, _, name = module_path.rpartition(".")
+    if not _importable(module_name):
+        raise UnknownDjangoTask(
+            f"the Django task {module_path!r} is not defined in this process, and its "
+            f"module {module_name!r} is in no installed app: move the task into an "
+            f"installed app, or add {module_name!r} to HTASK['DJANGO_TASK_MODULES']"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UnknownDjangoTask(
+            f"cannot import {module_name!r} for the Django task {module_path!r}: {exc}"
+        ) from exc
+    found = getattr(module, name, None)
+    if not isinstance(found, DjangoTask) or found.module_path != module_path:
+        raise UnknownDjangoTask(
+            f"{module_path!r} is not a Django task: {module_name}.{name} is {found!r}; "
+            "decorate the function with django.tasks.task"
+        )
+    _known[module_path] = found.func
+    return found.func
+
+
+def _importable(module_name: str) -> bool:
+    """Whether a node may import ``module_name`` to find a Django task: a module of an
+    installed app's package, or one listed (or inside a package listed) in
+    ``HTASK["DJANGO_TASK_MODULES"]``."""
+    if not is_dotted_name(module_name):
+        return False
+    if apps.get_containing_app_config(module_name) is not None:
+        return True
+    return any(
+        module_name == allowed or module_name.startswith(f"{allowed}.")
+        for allowed in get_settings().django_task_modules
+    )
+
+
 def _decode(row: Task) -> tuple[str, list[Any], dict[str, Any]]:
     from django_htask.engine import decode_call  # noqa: PLC0415
 
@@ -297,14 +359,51 @@ def _decode(row: Task) -> tuple[str, list[Any], dict[str, Any]]:
 
 
 def _error(run: Run) -> TaskError:
-    """The run's error as Django's TaskError (the class path from the traceback)."""
+    """The run's error as Django's TaskError: the exception's class path read from the
+    traceback the node stored (its last exception), or :class:`RunInterrupted` when
+    the run ended without the task raising (the node stopped or died)."""
     text = run.traceback or f"{run.error}\n"
-    last = text.rstrip().splitlines()[-1] if text.strip() else run.error
-    name = last.split(":", 1)[0].strip()
-    if "." not in name:
-        engine_errors = "django_htask.engine.errors"
-        import django_htask.engine.errors as errors_module  # noqa: PLC0415
+    name = _exception_line(text).split(":", 1)[0].strip()
+    return TaskError(exception_class_path=_class_path(name, bool(run.traceback)), traceback=text)
 
-        module = engine_errors if hasattr(errors_module, name) else "builtins"
-        name = f"{module}.{name}"
-    return TaskError(exception_class_path=name, traceback=text)
+
+#: The lines that start a top-level traceback in ``traceback.format_exc()``'s text.
+_TRACEBACK_STARTS = (
+    "Traceback (most recent call last):",
+    "  + Exception Group Traceback (most recent call last):",
+)
+
+
+def _exception_line(text: str) -> str:
+    """The line naming the exception in a traceback's text: the first line under the
+    frames of the last top-level traceback (a message's further lines and the
+    exception's notes come after it). A text without a traceback is its first line."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line in _TRACEBACK_STARTS]
+    if not starts:
+        return lines[0] if lines else ""
+    group = lines[starts[-1]] == _TRACEBACK_STARTS[1]
+    for raw in lines[starts[-1] + 1 :]:
+        line = raw
+        if group:  # an exception group's own lines are prefixed with "  | "
+            if not raw.startswith("  | "):
+                break
+            line = raw[4:]
+        if line and not line.startswith(" "):
+            return line
+    return ""
+
+
+def _class_path(name: str, raised: bool) -> str:
+    """The class path of the exception named ``name`` in a traceback (which omits the
+    module of builtins and of ``__main__``) or in a node's error text (``raised``
+    False: the node's own errors name their class by its name)."""
+    if "." in name and is_dotted_name(name):
+        return name
+    for module in (builtins, engine_errors):
+        found = getattr(module, name, None)
+        if isinstance(found, type) and issubclass(found, BaseException):
+            return _path(found)
+    if raised and name.isidentifier():
+        return f"__main__.{name}"
+    return _path(RunInterrupted)

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-__all__ = ["HtaskSettings", "get_settings"]
+__all__ = ["HtaskSettings", "get_settings", "is_dotted_name"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,10 @@ class HtaskSettings:
     #: ``db_retry_max``).
     db_retry: float = 0.5
     db_retry_max: float = 30.0
+    #: Modules (or packages) outside the installed apps whose Django ``@task``
+    #: functions a node may import to run them (see docs/django-tasks.md). A module of
+    #: an installed app needs no entry.
+    django_task_modules: tuple[str, ...] = ()
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(HtaskSettings)}
@@ -85,7 +89,18 @@ def _check(key: str, value: Any, default: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
             raise ImproperlyConfigured(f"HTASK[{key!r}] must be a number >= 0, got {value!r}")
         return float(value)
+    if isinstance(default, tuple):
+        if not isinstance(value, list | tuple) or not all(is_dotted_name(v) for v in value):
+            raise ImproperlyConfigured(
+                f"HTASK[{key!r}] must be a list of dotted module names, got {value!r}"
+            )
+        return tuple(value)
     return value  # pragma: no cover - every field is typed above
+
+
+def is_dotted_name(name: object) -> bool:
+    """Whether ``name`` is a dotted module name (``"myapp.jobs"``)."""
+    return isinstance(name, str) and all(part.isidentifier() for part in name.split("."))
 
 
 def load(raw: object) -> HtaskSettings:

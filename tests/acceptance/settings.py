@@ -1,7 +1,8 @@
 """Settings for ``runscheduler`` run as a subprocess by the acceptance tests.
 
 The database file comes from ``HTASK_ACCEPTANCE_DB``; ``HTASK_ACCEPTANCE_TIMEOUT``
-sets SQLite's busy timeout (short, so a locked database shows as errors quickly).
+sets SQLite's busy timeout (short, so a locked database shows as errors quickly);
+``HTASK_ACCEPTANCE_TASK_MODULES`` (comma-separated) is ``HTASK["DJANGO_TASK_MODULES"]``.
 """
 
 import os
@@ -29,9 +30,14 @@ HTASK = {
     "DB_RETRY": 0.2,
     "DB_RETRY_MAX": 1.0,
 }
+if os.environ.get("HTASK_ACCEPTANCE_TASK_MODULES"):
+    HTASK["DJANGO_TASK_MODULES"] = os.environ["HTASK_ACCEPTANCE_TASK_MODULES"].split(",")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"stderr": {"class": "logging.StreamHandler"}},
     "loggers": {"django_htask": {"handlers": ["stderr"], "level": "INFO"}},
 }
+
+# django.tasks (Django >= 6.0; Django 5.2 ignores the setting).
+TASKS = {"default": {"BACKEND": "django_htask.backends.HtaskBackend"}}

@@ -5,7 +5,8 @@ On Django 5.2 this module is skipped: there is no ``django.tasks`` to test again
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -22,10 +23,11 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.test import override_settings
 
-from django_htask import cancel
-from django_htask.backends import RUNNER, HtaskBackend
-from django_htask.engine import FakeClock
-from django_htask.models import Task, TaskStatus
+from django_htask import backends, cancel, node
+from django_htask.apps import uses_htask_backend
+from django_htask.backends import RUNNER, HtaskBackend, RunInterrupted, UnknownDjangoTask
+from django_htask.engine import FakeClock, registry
+from django_htask.models import Run, RunStatus, Task, TaskStatus, new_token
 from tests.integration.testapp import django_tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -139,13 +141,18 @@ def test_higher_priority_tasks_due_together_start_first(
     assert calls["double"] == [2, 3, 1]
 
 
+def run_on_a_node(make_node: MakeNode, fake_clock: FakeClock, task: Any, *args: Any) -> Any:
+    """Enqueue ``task(*args)``, let a node run it, and read its result back."""
+    make_node()
+    result = task.enqueue(*args)
+    fake_clock.advance(0)
+    return task.get_result(result.id)
+
+
 def test_a_failing_task_maps_to_failed_with_the_error(
     make_node: MakeNode, fake_clock: FakeClock, calls: Any
 ) -> None:
-    make_node()
-    result = django_tasks.fails.enqueue("nope")
-    fake_clock.advance(0)
-    got = django_tasks.fails.get_result(result.id)
+    got = run_on_a_node(make_node, fake_clock, django_tasks.fails, "nope")
     assert got.status == TaskResultStatus.FAILED
     [error] = got.errors
     assert error.exception_class is ValueError
@@ -177,3 +184,198 @@ def test_a_bad_option_is_a_check_error() -> None:
     assert [m.id for m in backend.check()] == ["django_htask.E006"]
     found = checks.run_checks()
     assert not [m for m in found if m.id and m.id.startswith("django_htask.")]
+
+
+@pytest.mark.parametrize(
+    ("kind", "exception"), [("system", SystemExit), ("keyboard", KeyboardInterrupt)]
+)
+def test_a_task_raising_system_exit_or_keyboard_interrupt_ends_failed(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any, kind: str, exception: type
+) -> None:
+    finished: list[Any] = []
+
+    def on_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        finished.append(task_result)
+
+    task_finished.connect(on_finished)
+    try:
+        node = make_node()
+        result = django_tasks.exits.enqueue(kind)
+        fake_clock.advance(0)
+    finally:
+        task_finished.disconnect(on_finished)
+    assert calls["exits"] == [kind]
+    [sent] = finished
+    assert (sent.id, sent.status) == (result.id, TaskResultStatus.FAILED)
+    assert sent.errors[0].exception_class is exception
+    got = django_tasks.exits.get_result(result.id)
+    assert got.status == TaskResultStatus.FAILED
+    [error] = got.errors
+    assert error.exception_class is exception
+    message = "2" if kind == "system" else "stop"
+    assert error.traceback.rstrip().endswith(f"{exception.__name__}: {message}")
+    assert not node.stop_requested
+
+
+def test_the_error_class_is_read_from_the_last_exception_whatever_its_message(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any
+) -> None:
+    message = "first line\nsecond line"
+    [error] = run_on_a_node(make_node, fake_clock, django_tasks.fails_verbosely, message).errors
+    assert error.exception_class is django_tasks.ReportError
+    assert "KeyError: 'the cause'" in error.traceback
+    assert error.traceback.rstrip().endswith("ValueError: a note that reads like an error")
+
+
+def test_an_attempt_the_node_ended_reads_as_run_interrupted() -> None:
+    row = Task.objects.create(
+        function=RUNNER,
+        payload=registry.check_call(
+            RUNNER, ["tests.integration.testapp.django_tasks.double", [1], {}], {"result_id": "x"}
+        ),
+        run_at="2030-01-01T00:00Z",
+        token="interrupted-task",
+        status=TaskStatus.FAILED,
+    )
+    reason = "interrupted: the node stopped (SHUTDOWN_TIMEOUT 1s) before the run finished"
+    Run.objects.create(
+        task=row,
+        name="x",
+        function=RUNNER,
+        started_at="2030-01-01T00:00Z",
+        status=RunStatus.FAILED,
+        error=reason,
+    )
+    [error] = default_task_backend.get_result("interrupted-task").errors
+    assert error.exception_class is RunInterrupted
+    assert error.traceback == f"{reason}\n"
+
+
+@pytest.fixture
+def forget() -> Iterator[Callable[[str], None]]:
+    """Make this process forget a module and the Django tasks it defines (before the
+    test and after it), as if it had never imported it."""
+    names: list[str] = []
+
+    def drop(name: str) -> None:
+        sys.modules.pop(name, None)
+        for path in [p for p in backends._known if p.startswith(f"{name}.")]:
+            del backends._known[path]
+
+    def forget_module(name: str) -> None:
+        names.append(name)
+        drop(name)
+
+    yield forget_module
+    for name in names:
+        drop(name)
+
+
+def stored_call(module_path: str, *args: Any) -> str:
+    """Store a call of the runner naming ``module_path`` as a web process would (no
+    Django task object needed: what a node finds in the table); its token."""
+    token = new_token()
+    payload = registry.check_call(RUNNER, [module_path, list(args), {}], {"result_id": token})
+    Task.objects.create(token=token, function=RUNNER, payload=payload, run_at=backends.clock.now())
+    node.notify_local_change()
+    return token
+
+
+def run_error(token: str) -> str:
+    [run] = Run.objects.filter(task__token=token)
+    assert run.status == RunStatus.FAILED
+    return run.error
+
+
+def test_a_task_in_a_module_of_an_installed_app_is_imported_to_run(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any, forget: Callable[[str], None]
+) -> None:
+    module = "tests.integration.testapp.django_late"
+    forget(module)
+    make_node()
+    token = stored_call(f"{module}.late", 41)
+    fake_clock.advance(0)
+    assert calls["late"] == [41]
+    assert module in sys.modules
+    result = default_task_backend.get_result(token)
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
+    assert result.task.module_path == f"{module}.late"
+
+
+@pytest.mark.parametrize(
+    ("module_path", "message"),
+    [
+        (
+            "os.system",
+            "its module 'os' is in no installed app: move the task into an installed app, "
+            "or add 'os' to HTASK['DJANGO_TASK_MODULES']",
+        ),
+        (
+            "tests.integration.testapp.tasks.add",
+            "'tests.integration.testapp.tasks.add' is not a Django task: "
+            "tests.integration.testapp.tasks.add is <function add",
+        ),
+        (
+            "tests.integration.testapp.no_such_module.job",
+            "cannot import 'tests.integration.testapp.no_such_module'",
+        ),
+        (
+            "tests.integration.testapp.django_tasks.ReportError",
+            "is not a Django task: tests.integration.testapp.django_tasks.ReportError is <class",
+        ),
+    ],
+)
+def test_a_stored_path_that_is_no_allowed_django_task_fails_saying_why(
+    make_node: MakeNode, fake_clock: FakeClock, module_path: str, message: str
+) -> None:
+    make_node()
+    token = stored_call(module_path, "echo owned")
+    fake_clock.advance(0)
+    error = run_error(token)
+    assert error.startswith("UnknownDjangoTask: "), error
+    assert message in error
+    assert Task.objects.get(token=token).status == TaskStatus.FAILED
+    with pytest.raises(UnknownDjangoTask) as read:  # the web process cannot read it either
+        default_task_backend.get_result(token)
+    assert message in str(read.value)
+
+
+def test_django_task_modules_lets_a_node_import_a_module_outside_the_apps(
+    make_node: MakeNode, fake_clock: FakeClock, forget: Callable[[str], None]
+) -> None:
+    module = "tests.acceptance.extra_jobs"
+    forget(module)
+    make_node()
+    refused = stored_call(f"{module}.shout", "hi")
+    fake_clock.advance(0)
+    assert f"add {module!r} to HTASK['DJANGO_TASK_MODULES']" in run_error(refused)
+    assert module not in sys.modules
+    with override_settings(HTASK={"DJANGO_TASK_MODULES": ["tests.acceptance"]}):  # a package
+        listed = stored_call(f"{module}.shout", "hi")
+        fake_clock.advance(0)
+        result = default_task_backend.get_result(listed)
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "HI")
+
+
+class SubclassedBackend(HtaskBackend):
+    """A site's own subclass of the backend (for uses_htask_backend)."""
+
+
+IMMEDIATE = {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}
+
+
+@pytest.mark.parametrize(
+    ("tasks", "uses"),
+    [
+        ({"default": {"BACKEND": "django_htask.backends.HtaskBackend"}}, True),
+        ({"default": IMMEDIATE, "mine": {"BACKEND": f"{__name__}.SubclassedBackend"}}, True),
+        ({"default": IMMEDIATE}, False),
+        ({"default": IMMEDIATE, "broken": {"BACKEND": "does.not.exist"}}, False),
+    ],
+)
+def test_the_app_registers_the_runner_when_tasks_uses_the_backend(
+    tasks: dict[str, Any], uses: bool
+) -> None:
+    with override_settings(TASKS=tasks):
+        assert uses_htask_backend() is uses
+    assert RUNNER in registry  # tests.settings uses the backend: imported by ready()

@@ -46,6 +46,8 @@ def test_use_tz_false_is_an_error() -> None:
         ({"WORKERS": "4"}, "'WORKERS'"),
         ({"POLL_INTERVAL": -1}, "'POLL_INTERVAL'"),
         ({"NO_SUCH_KEY": 1}, "'NO_SUCH_KEY'"),
+        ({"DJANGO_TASK_MODULES": "myapp.jobs"}, "'DJANGO_TASK_MODULES'"),
+        ({"DJANGO_TASK_MODULES": ["myapp/jobs"]}, "['myapp/jobs']"),
         ([1, 2], "[1, 2]"),
     ],
 )

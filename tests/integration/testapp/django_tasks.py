@@ -29,3 +29,28 @@ def fails(message: str) -> None:
 async def async_double(x: int) -> int:
     record("async_double", x)
     return x * 2
+
+
+@task
+def exits(kind: str) -> None:
+    """Raise what ends a process: ``SystemExit(2)`` or ``KeyboardInterrupt``."""
+    record("exits", kind)
+    if kind == "keyboard":
+        raise KeyboardInterrupt("stop")
+    raise SystemExit(2)
+
+
+class ReportError(Exception):
+    """An error of this module (its class path is not a builtin's)."""
+
+
+@task
+def fails_verbosely(message: str) -> None:
+    """Raise a ReportError with a message of several lines and a note, from a KeyError."""
+    record("fails_verbosely", message)
+    try:
+        raise KeyError("the cause")
+    except KeyError as cause:
+        error = ReportError(message)
+        error.add_note("ValueError: a note that reads like an error")
+        raise error from cause

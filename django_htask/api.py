@@ -39,6 +39,7 @@ __all__ = [
     "areschedule",
     "aschedule",
     "cancel",
+    "due_time",
     "get_task",
     "reschedule",
     "schedule",
@@ -50,7 +51,7 @@ __all__ = [
 MAX_DELAY = timedelta(days=36525)
 
 
-def _run_at(at: datetime | None, delay: float | timedelta | None) -> datetime:
+def due_time(at: datetime | None, delay: float | timedelta | None) -> datetime:
     """When a task given ``at`` or ``delay`` runs; ValueError naming the bad argument
     (a missing zone, a negative delay, or more than :data:`MAX_DELAY` ahead)."""
     if at is not None and delay is not None:
@@ -111,7 +112,7 @@ def schedule(
     name = function_name(fn_or_name)
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
-    run_at = _run_at(at, delay)
+    run_at = due_time(at, delay)
     payload = registry.check_call(name, args, kwargs)
     task = Task(function=name, payload=payload, run_at=run_at, max_attempts=max_attempts)
     using = router.db_for_write(Task)
@@ -149,7 +150,7 @@ def reschedule(
 
     False if the token is unknown, or the task is running or finished.
     """
-    run_at = _run_at(at, delay)
+    run_at = due_time(at, delay)
     using = router.db_for_write(Task)
     count = (
         Task.objects.using(using)

@@ -55,6 +55,7 @@ from django_htask.engine import HtaskError, registry
 from django_htask.engine import errors as engine_errors
 
 from . import clock
+from .api import due_time
 from .conf import get_settings, is_dotted_name
 from .decorators import task as htask_task
 from .models import Run, RunStatus, Task, TaskStatus, new_token
@@ -199,11 +200,15 @@ class HtaskBackend(BaseTaskBackend):
             RUNNER, [task.module_path, call_args, call_kwargs], runner_kwargs
         )
         now = clock.now()
+        try:  # a past run_after runs at once; one more than 100 years ahead is refused
+            run_at = now if task.run_after is None else due_time(task.run_after, None)
+        except ValueError as exc:
+            raise InvalidTask(f"run_after: {exc}") from exc
         row = Task(
             token=token,
             function=RUNNER,
             payload=payload,
-            run_at=task.run_after or now,
+            run_at=run_at,
             max_attempts=self.max_attempts,
             priority=task.priority,
         )

@@ -111,6 +111,13 @@ def test_run_after_defers_the_task(make_node: MakeNode, fake_clock: FakeClock, c
     assert got.return_value == 2
 
 
+def test_a_run_after_more_than_100_years_ahead_is_refused(fake_clock: FakeClock) -> None:
+    too_late = fake_clock.now() + timedelta(days=36526)
+    with pytest.raises(InvalidTask, match="run_after: at must be at most 100 years"):
+        django_tasks.double.using(run_after=too_late).enqueue(1)
+    assert not Task.objects.exists()
+
+
 def test_priority_context_and_async_tasks(
     make_node: MakeNode, fake_clock: FakeClock, calls: Any
 ) -> None:

@@ -12,6 +12,7 @@ import uuid
 from collections import OrderedDict
 from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
@@ -678,6 +679,11 @@ def _nest(depth: int, kind: str) -> Any:
         else:  # lists and maps in turn, with a tuple every 10 levels (ext types count too)
             value = (value,) if level % 10 == 9 else [value] if level % 2 else {"a": value}
     return value
+
+
+def test_the_nesting_limit_is_documented() -> None:
+    assert MAX_NESTING == 100
+    assert "100 levels" in (Path(__file__).parents[3] / "docs" / "wire-format.md").read_text()
 
 
 @pytest.mark.parametrize("kind", ["list", "dict", "dataclass", "mixed"])

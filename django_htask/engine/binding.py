@@ -19,6 +19,13 @@ Rules (``docs/wire-format.md`` has the full table):
   are built from a map (a sequence for ``NamedTuple``) with their fields converted;
 * an unannotated parameter, ``Any``, ``object``, a type variable and any hint that
   cannot be resolved take the value as decoded; any other class takes its instances.
+
+Binding costs time in proportion to the size of the value, whatever it holds and
+wherever it is wrong: a converter that fails names the path as the failure unwinds
+(it never walks the value again), and a union whose members could both walk the
+value remembers, for the length of one call, what each converter made of each
+container. A value nested deeper than :data:`~django_htask.engine.codec.MAX_NESTING`
+containers is refused.
 """
 
 from __future__ import annotations
@@ -28,36 +35,35 @@ import contextlib
 import dataclasses
 import inspect
 import logging
-import reprlib
 import types
 import typing
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from enum import Enum
 from typing import Any, Final, Literal, Union
 
-from .errors import ArgumentError
+from .codec import MAX_NESTING
+from .errors import ArgumentError, short_path, short_repr, shown
 
 __all__ = ["Binder", "Converter", "compile_converter"]
 
 logger = logging.getLogger("django_htask.engine.binding")
 
-#: Turns a decoded value into the declared type, or raises (a private) mismatch.
+#: Turns a decoded value into the declared type, or raises :class:`ArgumentError`.
 Converter = Callable[[Any], Any]
 
+#: What one binding remembers, when a union may try several members on one container:
+#: ``(converter, id(value)) -> (value, mismatch or None, result, path length)``. The
+#: value is kept so that its id cannot be reused while the table lives.
+_Seen = dict[tuple[Any, int], tuple[Any, "_Mismatch | None", Any, int]]
+#: A compiled converter: ``(value, depth, seen)``, where ``depth`` counts the
+#: containers around ``value`` and ``seen`` is None except under such a union.
+_Conv = Callable[[Any, int, _Seen | None], Any]
+
 _NoneType: Final = type(None)
-_repr = reprlib.Repr()
-_repr.maxstring = 60
-_repr.maxother = 60
-_repr.maxlist = _repr.maxtuple = _repr.maxset = _repr.maxdict = 4
-
-
-def _show(value: object) -> str:
-    if value is None:
-        return "None"
-    return f"{type(value).__name__} {_repr.repr(value)}"
 
 
 def describe(tp: Any) -> str:
@@ -97,6 +103,16 @@ class _Mismatch(Exception):
     def where(self) -> str:
         return "".join(reversed(self.path))
 
+    def again(self, depth: int) -> _Mismatch:
+        """A copy, as it was when its path had ``depth`` parts (paths only grow)."""
+        twin = type(self)(self.expected, self.value, self.detail)
+        twin.path = self.path[:depth]
+        return twin
+
+
+class _TooDeep(_Mismatch):
+    """A container nested deeper than ``MAX_NESTING``: a limit, not a type to try around."""
+
 
 # -- scalar converters ----------------------------------------------------------------
 
@@ -106,13 +122,13 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _to_int(value: Any) -> Any:
+def _to_int(value: Any, _depth: int, _seen: _Seen | None) -> Any:
     if _is_int(value):
         return value
     raise _Mismatch("int", value)
 
 
-def _to_float(value: Any) -> Any:
+def _to_float(value: Any, _depth: int, _seen: _Seen | None) -> Any:
     if isinstance(value, float):
         return value
     if _is_int(value):
@@ -123,19 +139,19 @@ def _to_float(value: Any) -> Any:
     raise _Mismatch("float", value)
 
 
-def _to_bool(value: Any) -> Any:
+def _to_bool(value: Any, _depth: int, _seen: _Seen | None) -> Any:
     if value is True or value is False:
         return value
     raise _Mismatch("bool", value)
 
 
-def _to_none(value: Any) -> Any:
+def _to_none(value: Any, _depth: int, _seen: _Seen | None) -> Any:
     if value is None:
         return value
     raise _Mismatch("None", value)
 
 
-def _to_bytes(value: Any) -> Any:
+def _to_bytes(value: Any, _depth: int, _seen: _Seen | None) -> Any:
     if isinstance(value, bytes):
         return value
     if isinstance(value, bytearray):
@@ -143,13 +159,13 @@ def _to_bytes(value: Any) -> Any:
     raise _Mismatch("bytes", value)
 
 
-def _to_date(value: Any) -> Any:
+def _to_date(value: Any, _depth: int, _seen: _Seen | None) -> Any:
     if isinstance(value, date) and not isinstance(value, datetime):
         return value
     raise _Mismatch("date", value)
 
 
-def _to_decimal(value: Any) -> Any:
+def _to_decimal(value: Any, _depth: int, _seen: _Seen | None) -> Any:
     if isinstance(value, Decimal):
         return value
     if _is_int(value):
@@ -157,10 +173,10 @@ def _to_decimal(value: Any) -> Any:
     raise _Mismatch("Decimal", value)
 
 
-def _instance_of(cls: type[Any]) -> Converter:
+def _instance_of(cls: type[Any]) -> _Conv:
     name = describe(cls)
 
-    def convert(value: Any) -> Any:
+    def convert(value: Any, _depth: int, _seen: _Seen | None) -> Any:
         if isinstance(value, cls):
             return value
         raise _Mismatch(name, value)
@@ -168,7 +184,7 @@ def _instance_of(cls: type[Any]) -> Converter:
     return convert
 
 
-_SCALARS: Final[dict[Any, Converter]] = {
+_SCALARS: Final[dict[Any, _Conv]] = {
     int: _to_int,
     float: _to_float,
     bool: _to_bool,
@@ -190,99 +206,139 @@ _PASS_THROUGH: Final = frozenset(_SCALARS) - {bytes}
 
 # -- containers ---------------------------------------------------------------------
 
+# Converters that call other converters (of containers, dataclasses, NamedTuples, and
+# unions holding one): a union with two of them may walk one value twice.
+_NESTED: Final[weakref.WeakSet[_Conv]] = weakref.WeakSet()
 
-def _locate(convert: Converter | None, items: Any) -> _Mismatch | None:
-    """After a failure, convert again one by one to name the item that failed."""
-    if convert is None:
-        return None
-    for index, item in enumerate(items):
+
+def _nesting(body: _Conv) -> _Conv:
+    """``body``, a converter that calls others, made to use ``seen`` when it is given.
+
+    Under a union that may try several members on one value, each converter then
+    converts each container once per binding: a second attempt finds the result (or
+    the mismatch) of the first, so the work stays proportional to the value's size.
+    """
+
+    def convert(value: Any, depth: int, seen: _Seen | None) -> Any:
+        if seen is None:
+            return body(value, depth, None)
+        key = (body, id(value))
+        known = seen.get(key)
+        if known is not None:
+            _value, err, result, size = known
+            if err is not None:
+                raise err.again(size)
+            return result
         try:
-            convert(item)
+            result = body(value, depth, seen)
         except _Mismatch as err:
-            err.path.append(f"[{index}]" if isinstance(items, (list, tuple)) else "{*}")
-            return err
-    return None
+            seen[key] = (value, err, None, len(err.path))
+            raise
+        seen[key] = (value, None, result, 0)
+        return result
+
+    _NESTED.add(convert)
+    return convert
 
 
-def _sequence(tp: Any, item: Converter | None, build: type[Any]) -> Converter:
+def _sequence(tp: Any, item: _Conv | None, build: type[Any]) -> _Conv:
     name = describe(tp)
     accepted: tuple[type[Any], ...] = (list, tuple)
     if build is not list and build is not tuple:
         accepted = (list, tuple, set, frozenset)
 
-    def convert(value: Any) -> Any:
+    def convert(value: Any, depth: int, seen: _Seen | None) -> Any:
         if not isinstance(value, accepted):
             raise _Mismatch(name, value)
+        if depth >= MAX_NESTING:
+            raise _TooDeep(name, value)
+        out: Any = value
+        if item is not None:
+            out = []
+            append = out.append
+            inner = depth + 1
+            try:
+                for x in value:
+                    append(item(x, inner, seen))
+            except _Mismatch as err:
+                ordered = isinstance(value, (list, tuple))
+                err.path.append(f"[{len(out)}]" if ordered else "{*}")
+                raise
+        if type(out) is build:
+            return out
         try:
-            if item is None:
-                return value if type(value) is build else build(value)
-            return build([item(x) for x in value])
-        except _Mismatch as err:
-            raise _locate(item, value) or err from None
-        except TypeError as exc:  # unhashable items for a set
+            return build(out)
+        except Exception as exc:  # items a set cannot hold (unhashable, signalling NaN)
             raise _Mismatch(name, value, str(exc)) from None
 
-    return convert
+    return convert if item is None else _nesting(convert)
 
 
-def _fixed_tuple(tp: Any, items: list[Converter | None]) -> Converter:
+def _fixed_tuple(tp: Any, items: list[_Conv | None]) -> _Conv:
     name = describe(tp)
     size = len(items)
 
-    def convert(value: Any) -> Any:
+    def convert(value: Any, depth: int, seen: _Seen | None) -> Any:
         if not isinstance(value, (list, tuple)):
             raise _Mismatch(name, value)
         if len(value) != size:
             raise _Mismatch(name, value, f"{size} items expected, got {len(value)}")
+        if depth >= MAX_NESTING:
+            raise _TooDeep(name, value)
+        inner = depth + 1
         out = []
         for index, (conv, item) in enumerate(zip(items, value, strict=True)):
             if conv is None:
                 out.append(item)
                 continue
             try:
-                out.append(conv(item))
+                out.append(conv(item, inner, seen))
             except _Mismatch as err:
                 err.path.append(f"[{index}]")
                 raise
         return tuple(out)
 
-    return convert
+    return convert if all(conv is None for conv in items) else _nesting(convert)
 
 
-def _mapping(tp: Any, key: Converter | None, val: Converter | None) -> Converter:
+def _mapping(tp: Any, key: _Conv | None, val: _Conv | None) -> _Conv:
     name = describe(tp)
 
-    def convert(value: Any) -> Any:
+    def convert(value: Any, depth: int, seen: _Seen | None) -> Any:
         if not isinstance(value, Mapping):
             raise _Mismatch(name, value)
+        if depth >= MAX_NESTING:
+            raise _TooDeep(name, value)
         if key is None and val is None:
             return value if type(value) is dict else dict(value)
+        inner = depth + 1
         out = {}
         for k, v in value.items():
             if key is not None:
                 try:
-                    k = key(k)  # noqa: PLW2901
+                    k = key(k, inner, seen)  # noqa: PLW2901
                 except _Mismatch as err:
-                    err.path.append(f" key {_repr.repr(k)}")
+                    err.path.append(f" key {short_repr(k)}")
                     raise
             if val is not None:
                 try:
-                    v = val(v)  # noqa: PLW2901
+                    v = val(v, inner, seen)  # noqa: PLW2901
                 except _Mismatch as err:
-                    err.path.append(f"[{_repr.repr(k)}]")
+                    err.path.append(f"[{short_repr(k)}]")
                     raise
-            out[k] = v
+            try:
+                out[k] = v
+            except TypeError as exc:  # a key converted to something unhashable
+                raise _Mismatch(name, value, f"key {short_repr(k)}: {exc}") from None
         return out
 
-    return convert
+    return convert if key is None and val is None else _nesting(convert)
 
 
-def _union(
-    tp: Any, members: tuple[Any, ...], memo: dict[Any, Converter | None]
-) -> Converter | None:
+def _union(tp: Any, members: tuple[Any, ...], memo: dict[Any, _Conv | None]) -> _Conv | None:
     name = describe(tp)
-    convs: list[Converter] = []
-    exact: dict[type[Any], Converter] = {}
+    convs: list[_Conv] = []
+    exact: dict[type[Any], _Conv] = {}
     for member in members:
         conv = _compile(member, memo)
         if conv is None:
@@ -290,56 +346,78 @@ def _union(
         convs.append(conv)
         if isinstance(member, type) and typing.get_origin(member) is None:
             exact.setdefault(member, conv)
+    # With two members that walk into a value, a mismatch deep down would make each
+    # level try both, and the work double per level: remember results instead.
+    remember = sum(conv in _NESTED for conv in convs) >= 2
 
-    def convert(value: Any) -> Any:
+    def convert(value: Any, depth: int, seen: _Seen | None) -> Any:
         conv = exact.get(type(value))
         if conv is not None:
-            return conv(value)
+            return conv(value, depth, seen)
+        if seen is None and remember:
+            seen = {}
+        inside: list[_Mismatch] = []  # from members that took the value's shape
         for conv in convs:
             try:
-                return conv(value)
-            except _Mismatch:
-                pass
+                return conv(value, depth, seen)
+            except _TooDeep:
+                raise
+            except _Mismatch as err:
+                if err.path:
+                    inside.append(err)
+        if len(inside) == 1:  # only one member got into the value: its path says more
+            raise inside[0]
         raise _Mismatch(name, value)
 
+    if any(conv in _NESTED for conv in convs):
+        _NESTED.add(convert)
     return convert
 
 
-def _literal(tp: Any, allowed: tuple[Any, ...]) -> Converter:
+def _literal(tp: Any, allowed: tuple[Any, ...]) -> _Conv:
     name = describe(tp)
 
-    def convert(value: Any) -> Any:
-        for choice in allowed:
-            if isinstance(choice, Enum):
-                if isinstance(value, type(choice)) and value is choice:
-                    return value
-                try:
-                    if not isinstance(value, bool) and type(choice)(value) is choice:
-                        return choice
-                except (ValueError, TypeError):
-                    pass
-            elif type(value) is type(choice) and value == choice:
+    def matches(value: Any, choice: Any) -> Any:
+        if isinstance(choice, Enum):
+            if isinstance(value, type(choice)) and value is choice:
                 return value
+            if not isinstance(value, bool) and type(choice)(value) is choice:
+                return choice
+        elif type(value) is type(choice) and value == choice:
+            return value
+        return _NO_MATCH
+
+    def convert(value: Any, _depth: int, _seen: _Seen | None) -> Any:
+        for choice in allowed:
+            try:
+                found = matches(value, choice)
+            except Exception:  # not a value of that Enum; a comparison that refuses
+                continue
+            if found is not _NO_MATCH:
+                return found
         raise _Mismatch(name, value)
 
     return convert
 
 
-def _enum(cls: type[Enum]) -> Converter:
+_NO_MATCH: Final = object()
+
+
+def _enum(cls: type[Enum]) -> _Conv:
     name = cls.__name__
     bool_values = any(isinstance(member.value, bool) for member in cls)
-    choices = ", ".join(_repr.repr(member.value) for member in list(cls)[:6])
+    choices = ", ".join(short_repr(member.value) for member in list(cls)[:6])
     if len(cls) > 6:
         choices += ", ..."
 
-    def convert(value: Any) -> Any:
+    def convert(value: Any, _depth: int, _seen: _Seen | None) -> Any:
         if isinstance(value, cls):
             return value
         if not (isinstance(value, bool) and not bool_values):
-            try:
+            # ValueError or TypeError usually; a value that cannot be compared with
+            # the members' (a signalling NaN) or a class's own _missing_ may raise more.
+            with contextlib.suppress(Exception):
                 return cls(value)
-            except (ValueError, TypeError):
-                pass
         raise _Mismatch(name, value, f"not one of its values: {choices}")
 
     return convert
@@ -358,26 +436,29 @@ def _field_hints(cls: type[Any]) -> dict[str, Any]:
         return {}
 
 
-def _dataclass(cls: type[Any], memo: dict[Any, Converter | None]) -> Converter:
+def _dataclass(cls: type[Any], memo: dict[Any, _Conv | None]) -> _Conv:
     name = cls.__name__
-    fields: list[tuple[str, Converter | None, bool]] = []
+    fields: list[tuple[str, _Conv | None, bool]] = []
     known: set[str] = set()
 
-    def convert(value: Any) -> Any:
+    def convert(value: Any, depth: int, seen: _Seen | None) -> Any:
         if isinstance(value, cls):
             return value
         if not isinstance(value, Mapping):
             raise _Mismatch(name, value, "a dataclass is sent as a map of its fields")
+        if depth >= MAX_NESTING:
+            raise _TooDeep(name, value)
         for key in value:
             if key not in known:
-                raise _Mismatch(name, value, f"unexpected field {_repr.repr(key)}")
+                raise _Mismatch(name, value, f"unexpected field {short_repr(key)}")
+        inner = depth + 1
         kwargs = {}
         for field, conv, required in fields:
             if field in value:
                 item = value[field]
                 if conv is not None:
                     try:
-                        item = conv(item)
+                        item = conv(item, inner, seen)
                     except _Mismatch as err:
                         err.path.append(f".{field}")
                         raise
@@ -389,7 +470,7 @@ def _dataclass(cls: type[Any], memo: dict[Any, Converter | None]) -> Converter:
         except Exception as exc:
             raise _Mismatch(name, value, f"{type(exc).__name__}: {exc}") from None
 
-    memo[cls] = convert  # before the fields, so a recursive dataclass finds itself
+    nested = memo[cls] = _nesting(convert)  # before the fields: a recursive one finds itself
     hints = _field_hints(cls)
     for field in dataclasses.fields(cls):
         if not field.init:
@@ -399,38 +480,44 @@ def _dataclass(cls: type[Any], memo: dict[Any, Converter | None]) -> Converter:
         )
         fields.append((field.name, _compile(hints.get(field.name, Any), memo), required))
         known.add(field.name)
-    return convert
+    return nested
 
 
-def _named_tuple(cls: type[Any], memo: dict[Any, Converter | None]) -> Converter:
+def _named_tuple(cls: type[Any], memo: dict[Any, _Conv | None]) -> _Conv:
     name = cls.__name__
     names: tuple[str, ...] = cls._fields
-    required = len(names) - len(cls._field_defaults)
-    items: list[Converter | None] = []
+    required = len(names) - len(getattr(cls, "_field_defaults", ()))
+    items: list[_Conv | None] = []
 
-    def convert(value: Any) -> Any:
+    def convert(value: Any, depth: int, seen: _Seen | None) -> Any:
         if isinstance(value, cls):
             return value
         if not isinstance(value, (list, tuple)):
             raise _Mismatch(name, value)
         if not required <= len(value) <= len(names):
             raise _Mismatch(name, value, f"{len(names)} items expected, got {len(value)}")
+        if depth >= MAX_NESTING:
+            raise _TooDeep(name, value)
+        inner = depth + 1
         out = []
         for field, conv, item in zip(names, items, value, strict=False):
             if conv is None:
                 out.append(item)
                 continue
             try:
-                out.append(conv(item))
+                out.append(conv(item, inner, seen))
             except _Mismatch as err:
                 err.path.append(f".{field}")
                 raise
-        return cls(*out)
+        try:
+            return cls(*out)
+        except Exception as exc:
+            raise _Mismatch(name, value, f"{type(exc).__name__}: {exc}") from None
 
-    memo[cls] = convert
+    nested = memo[cls] = _nesting(convert)
     hints = _field_hints(cls)
     items.extend(_compile(hints.get(field, Any), memo) for field in names)
-    return convert
+    return nested
 
 
 # -- the compiler -------------------------------------------------------------------
@@ -443,11 +530,25 @@ _MAP_ORIGINS: Final = frozenset({dict, cabc.Mapping, cabc.MutableMapping})
 
 
 def compile_converter(tp: Any) -> Converter | None:
-    """The converter for a type hint, or ``None`` when values pass as decoded."""
-    return _compile(tp, {})
+    """The converter for a type hint, or ``None`` when values pass as decoded.
+
+    The converter raises :class:`ArgumentError` naming where the value is wrong.
+    """
+    conv = _compile(tp, {})
+    if conv is None:
+        return None
+    expects = describe(tp)
+
+    def convert(value: Any) -> Any:
+        try:
+            return conv(value, 0, None)
+        except _Mismatch as err:
+            raise ArgumentError(f"expects {expects}: {_mismatch_text('value', err)}") from None
+
+    return convert
 
 
-def _compile(tp: Any, memo: dict[Any, Converter | None]) -> Converter | None:
+def _compile(tp: Any, memo: dict[Any, _Conv | None]) -> _Conv | None:
     try:
         if tp in memo:
             return memo[tp]
@@ -459,7 +560,7 @@ def _compile(tp: Any, memo: dict[Any, Converter | None]) -> Converter | None:
     return conv
 
 
-def _compile_new(tp: Any, memo: dict[Any, Converter | None]) -> Converter | None:
+def _compile_new(tp: Any, memo: dict[Any, _Conv | None]) -> _Conv | None:
     if tp is Any or tp is object or tp is inspect.Parameter.empty:
         return None
     if tp is None:
@@ -520,7 +621,7 @@ def _pass_through(tp: Any) -> type[Any] | None:
 
 # -- the binder ---------------------------------------------------------------------
 
-_Spec = tuple[type[Any] | None, Converter | None]  # (pass-through type, converter)
+_Spec = tuple[type[Any] | None, _Conv | None]  # (pass-through type, converter)
 _KEYWORD: Final = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 _POSITIONAL: Final = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
@@ -583,20 +684,35 @@ class Binder:
         self.name = name or f"{fn.__module__}:{fn.__qualname__}"
         sig = inspect.signature(fn)
         hints = _resolve_hints(fn, sig, self.name)
-        memo: dict[Any, Converter | None] = {}
+        memo: dict[Any, _Conv | None] = {}
         pos: list[_Spec] = []
         pos_names: list[str] = []
         pos_required: list[tuple[int, str, bool]] = []
-        kw: dict[str, tuple[type[Any] | None, Converter | None, int]] = {}
+        kw: dict[str, tuple[type[Any] | None, _Conv | None, int]] = {}
         kw_required: list[str] = []
         self._expects: dict[str, str] = {}
         self._var_pos: _Spec | None = None
         self._var_kw: _Spec | None = None
         for param in sig.parameters.values():
             hint = hints.get(param.name, Any)
-            conv = _compile(hint, memo)
-            fast = _pass_through(hint) if conv is not None else None
-            self._expects[param.name] = describe(hint)
+            try:
+                conv = _compile(hint, memo)
+                fast = _pass_through(hint) if conv is not None else None
+                self._expects[param.name] = describe(hint)
+            except Exception as exc:  # a hint no converter can be made for
+                logger.warning(
+                    "%s() parameter %r: no converter for type hint %r (%s: %s); "
+                    "the value is passed as decoded",
+                    self.name,
+                    param.name,
+                    hint,
+                    type(exc).__name__,
+                    exc,
+                    extra={"action": "binding.unusable_hint"},
+                )
+                memo.clear()  # it may hold a half-built converter
+                conv = fast = None
+                self._expects[param.name] = "Any"
             required = param.default is inspect.Parameter.empty
             if param.kind in _POSITIONAL:
                 index = len(pos)
@@ -667,7 +783,7 @@ class Binder:
             and type(args) is not tuple
             and not isinstance(args, (list, tuple))
         ):
-            raise ArgumentError(f"{self.name}() args must be a list or tuple, got {_show(args)}")
+            raise ArgumentError(f"{self.name}() args must be a list or tuple, got {shown(args)}")
         count = len(args)
         if not count:
             bound: tuple[Any, ...] = ()
@@ -694,12 +810,12 @@ class Binder:
         append = out.append
         try:
             for (fast, conv), value in zip(self._pos, args):  # noqa: B905 - args may be longer
-                append(value if conv is None or type(value) is fast else conv(value))
+                append(value if conv is None or type(value) is fast else conv(value, 0, None))
             if count > npos:
                 fast, conv = self._var_pos  # type: ignore[misc]
                 for value in args[npos:]:
-                    append(value if conv is None or type(value) is fast else conv(value))
-        except _Mismatch as err:
+                    append(value if conv is None or type(value) is fast else conv(value, 0, None))
+        except (_Mismatch, RecursionError) as err:
             index = len(out)
             pname = self._pos_names[min(index, len(self._pos_names) - 1)]
             where = f"{pname}[{index - npos}]" if index >= npos else pname
@@ -708,7 +824,7 @@ class Binder:
 
     def _bind_keywords(self, kwargs: Mapping[str, Any], count: int) -> dict[str, Any]:
         if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
-            raise ArgumentError(f"{self.name}() kwargs must be a map, got {_show(kwargs)}")
+            raise ArgumentError(f"{self.name}() kwargs must be a map, got {shown(kwargs)}")
         types = self._kw_types
         for key, value in kwargs.items():
             if types.get(key) is not type(value):
@@ -729,29 +845,31 @@ class Binder:
             if conv is None or type(value) is fast:
                 out_kw[key] = value
                 continue
-            try:
-                out_kw[key] = conv(value)
-            except _Mismatch as err:
-                raise self._error(key, key, err) from None
+            out_kw[key] = self._convert(conv, value, key, key)
         return out_kw
+
+    def _convert(self, conv: _Conv, value: Any, param: str, where: str) -> Any:
+        try:
+            return conv(value, 0, None)
+        except (_Mismatch, RecursionError) as err:
+            raise self._error(param, where, err) from None
 
     def _extra_keyword(self, key: Any, value: Any) -> Any:
         if type(key) is not str:
-            raise ArgumentError(f"{self.name}() keywords must be str, got {_show(key)}")
+            raise ArgumentError(f"{self.name}() keywords must be str, got {shown(key)}")
         if self._var_kw is None:
             if key in self._pos_names:
                 raise ArgumentError(
                     f"{self.name}() got positional-only argument {key!r} as a keyword"
                 )
-            raise ArgumentError(f"{self.name}() got an unexpected keyword argument {key!r}")
+            raise ArgumentError(
+                f"{self.name}() got an unexpected keyword argument {short_repr(key)}"
+            )
         fast, conv = self._var_kw
         if conv is None or type(value) is fast:
             return value
-        try:
-            return conv(value)
-        except _Mismatch as err:
-            varkw = self._expects["**"]
-            raise self._error(varkw, f"{varkw}[{key!r}]", err) from None
+        varkw = self._expects["**"]
+        return self._convert(conv, value, varkw, f"{varkw}[{short_repr(key)}]")
 
     def _check_missing(self, count: int, out_kw: dict[str, Any]) -> None:
         missing = [
@@ -765,12 +883,29 @@ class Binder:
             plural = "s" * (len(missing) > 1)
             raise ArgumentError(f"{self.name}() missing required argument{plural}: {names}")
 
-    def _error(self, param: str, where: str, err: _Mismatch) -> ArgumentError:
-        detail = f" ({err.detail})" if err.detail else ""
-        got = f"got {_show(err.value)}{detail}"
-        if not err.path and where == param:
-            return ArgumentError(f"{self.name}() parameter {param!r} expects {err.expected}, {got}")
+    def _error(self, param: str, where: str, err: _Mismatch | RecursionError) -> ArgumentError:
+        head = f"{self.name}() parameter {param!r} expects"
+        if isinstance(err, RecursionError):  # the caller's own stack was nearly full
+            return ArgumentError(
+                f"{head} {self._expects.get(param, '?')}: {where} nests too deeply for the "
+                "stack left to this thread"
+            )
+        if not err.path and where == param and not isinstance(err, _TooDeep):
+            return ArgumentError(f"{head} {err.expected}, got {_got(err)}")
         return ArgumentError(
-            f"{self.name}() parameter {param!r} expects {self._expects.get(param, '?')}: "
-            f"{where}{err.where()} expects {err.expected}, {got}"
+            f"{head} {self._expects.get(param, '?')}: {_mismatch_text(where, err)}"
         )
+
+
+def _got(err: _Mismatch) -> str:
+    """The value a mismatch names, and why it does not fit if that says more."""
+    detail = err.detail if len(err.detail) <= 200 else f"{err.detail[:200]}..."
+    return f"{shown(err.value)} ({detail})" if detail else shown(err.value)
+
+
+def _mismatch_text(where: str, err: _Mismatch) -> str:
+    """``where[2].x expects int, got str 'a'``: what failed, at which path below ``where``."""
+    path = where + err.where()
+    if isinstance(err, _TooDeep):
+        return f"containers nest deeper than {MAX_NESTING} levels at {short_path(path)}"
+    return f"{path} expects {err.expected}, got {_got(err)}"

@@ -21,13 +21,17 @@ code  Python type         payload
   9   frozenset           a msgpack array of the items
 ====  ==================  =============================================================
 
-Encoding never walks the value in Python unless it fails: msgpack packs native values
-and aware datetimes in C and calls a hook only for the others (one quick pass looks
-for map keys a decoder would refuse). When it fails, a second, slow walk finds the
-first bad value and names its path (``kwargs["when"][2]``).
+Values nest at most :data:`MAX_NESTING` containers deep (lists, maps, tuples, sets,
+dataclasses), tuples, sets and frozensets at most :data:`MAX_DEPTH`.
+
+Encoding walks the value in Python only to look for what msgpack would pack but a
+decoder refuses (map keys that are neither str nor bytes, raw ext values, nesting past
+the limit): msgpack packs native values and aware datetimes in C and calls a hook only
+for the others. When it fails, a second, slow walk finds the first bad value and names
+its path (``kwargs["when"][2]``).
 
 Decoding checks the size first, keeps msgpack's limits (``max_*_len``,
-``strict_map_key``), limits ext nesting, and turns every failure into
+``strict_map_key``), limits nesting, and turns every failure into
 :class:`PayloadError`, so garbage can neither crash, hang nor balloon memory.
 """
 
@@ -35,10 +39,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import reprlib
 import struct
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from enum import Enum
@@ -46,7 +49,7 @@ from typing import Any, Final
 
 import msgpack
 
-from .errors import PayloadError
+from .errors import PayloadError, short_path, shown
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
@@ -61,6 +64,7 @@ __all__ = [
     "EXT_TUPLE",
     "EXT_UUID",
     "MAX_DEPTH",
+    "MAX_NESTING",
     "decode_call",
     "encode_call",
 ]
@@ -69,6 +73,9 @@ __all__ = [
 DEFAULT_MAX_SIZE: Final = 1 << 20
 #: How deeply tuples, sets and frozensets (ext types holding values) may nest.
 MAX_DEPTH: Final = 32
+#: How deeply containers of any kind (lists, maps, tuples, sets, dataclasses) may nest
+#: in one argument: ``[[1]]`` is 2 levels. The binder keeps to the same limit.
+MAX_NESTING: Final = 100
 
 #: msgpack's standard timestamp: aware datetimes.
 EXT_TIMESTAMP: Final = -1
@@ -91,21 +98,14 @@ _EPOCH: Final = datetime(1970, 1, 1)
 _EPOCH_UTC: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_ORDINAL: Final = _EPOCH.toordinal()
 _ONE_US: Final = timedelta(microseconds=1)
-# Containers deeper than this are named as the culprit when msgpack gives up (its own
-# limit is 511 or 1024 levels, depending on its version).
-_WALK_NESTING: Final = 500
 
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 
-_repr = reprlib.Repr()
-_repr.maxstring = 60
-_repr.maxother = 60
 
-
-def _show(value: object) -> str:
-    """``type repr`` of a value, shortened: ``str '2020-01-01'``."""
-    return f"{type(value).__name__} {_repr.repr(value)}"
+def _named(name: str) -> str:
+    """A function name as messages start with it, cut if it is absurdly long."""
+    return name if len(name) <= 100 else f"{name[:100]}..."
 
 
 class _Refused(TypeError):
@@ -267,37 +267,38 @@ def encode_call(
     something cannot travel, or if the result is larger than ``max_size`` bytes.
     """
     if type(name) is not str or not name:
-        raise PayloadError(f"the function name must be a non-empty str, got {_show(name)}")
+        raise PayloadError(f"the function name must be a non-empty str, got {shown(name)}")
     if type(args) is not list:
         if not isinstance(args, (list, tuple)):
-            raise PayloadError(f"args must be a list or tuple, got {_show(args)}")
+            raise PayloadError(f"args must be a list or tuple, got {shown(args)}")
         args = list(args)
     if kwargs is None:
         kwargs = {}
     elif type(kwargs) is not dict:
         if not isinstance(kwargs, Mapping):
-            raise PayloadError(f"kwargs must be a mapping, got {_show(kwargs)}")
+            raise PayloadError(f"kwargs must be a mapping, got {shown(kwargs)}")
         kwargs = dict(kwargs)
     for key in kwargs:
         if type(key) is not str:
-            raise PayloadError(f"kwargs keys must be str, got {_show(key)}")
+            raise PayloadError(f"kwargs keys must be str, got {shown(key)}")
     try:
-        packer = _idle_packers.pop()
-    except IndexError:
-        packer = _new_packer(_DEFAULTS[0])
-    try:
-        data = packer.pack([name, args, kwargs])  # empties its buffer even on error
-        # msgpack packs any dict key it can, and its own ext values unchecked; a
-        # decoder (strict_map_key) takes only str and bytes keys: look before sending.
-        if _suspect(args) or (kwargs and _suspect(kwargs.values())):
-            raise _Refused("a map key is neither str nor bytes, or a raw msgpack ext value")
+        # msgpack packs any dict key it can, its own ext values unchecked, and nests as
+        # deep as its C stack allows; a decoder refuses all three: look before packing.
+        if _suspect(args, 0) or (kwargs and _suspect(kwargs.values(), 0)):
+            raise _Refused("a map key, a raw msgpack ext value or nesting past the limit")
+        try:
+            packer = _idle_packers.pop()
+        except IndexError:
+            packer = _new_packer(_DEFAULTS[0])
+        try:
+            data = packer.pack([name, args, kwargs])  # empties its buffer even on error
+        finally:
+            _idle_packers.append(packer)
     except Exception as exc:
-        raise _explain(name, list(args), dict(kwargs), exc) from None
-    finally:
-        _idle_packers.append(packer)
+        raise _explain(name, args, kwargs, exc) from None
     if len(data) > max_size:
         raise PayloadError(
-            f"{name}: the encoded call is {len(data)} bytes, over the limit of {max_size}"
+            f"{_named(name)}: the encoded call is {len(data)} bytes, over the limit of {max_size}"
         )
     return data
 
@@ -307,8 +308,12 @@ _SCALARS: Final = frozenset(
 )
 
 
-def _suspect(values: Iterable[Any]) -> bool:
-    """Whether ``values`` hold a map key that is neither str nor bytes, or a raw ext."""
+def _suspect(values: Iterable[Any], nest: int) -> bool:
+    """Whether ``values`` (inside ``nest`` containers) hold something a decoder refuses.
+
+    That is a map key that is neither str nor bytes, a raw ext value, or a container
+    nested deeper than :data:`MAX_NESTING`. It never goes deeper than that itself.
+    """
     for value in values:
         if type(value) in _SCALARS:
             continue
@@ -316,8 +321,10 @@ def _suspect(values: Iterable[Any]) -> bool:
         if isinstance(value, _RAW_MSGPACK):
             return True
         if isinstance(value, Enum):
-            children = (value.value,)
-        elif isinstance(value, dict):
+            if _suspect((value.value,), nest):
+                return True
+            continue
+        if isinstance(value, dict):
             if not all(isinstance(key, (str, bytes)) for key in value):
                 return True
             children = value.values()
@@ -327,7 +334,7 @@ def _suspect(values: Iterable[Any]) -> bool:
             children = _dataclass_map(value).values()
         else:
             continue
-        if _suspect(children):
+        if nest >= MAX_NESTING or _suspect(children, nest + 1):
             return True
     return False
 
@@ -335,99 +342,136 @@ def _suspect(values: Iterable[Any]) -> bool:
 # -- finding what failed ------------------------------------------------------------
 
 
-def _explain(name: str, args: list[Any], kwargs: dict[str, Any], exc: Exception) -> PayloadError:
+def _explain(
+    name: str, args: Sequence[Any], kwargs: Mapping[str, Any], exc: Exception
+) -> PayloadError:
     """The slow path: walk the values to name the first one that cannot travel."""
     try:
-        _walk(name, "the function name", 0, 0, set())
-        for index, item in enumerate(args):
-            _walk(item, f"args[{index}]", 0, 0, set())
-        for key, item in kwargs.items():
-            _check_key(key, "kwargs")
-            _walk(item, f"kwargs[{_key_repr(key)}]", 0, 0, set())
-    except PayloadError as found:
-        return found
-    except RecursionError:
-        return PayloadError("cannot encode the arguments: they nest too deeply")
+        for where, item in _call_items(name, args, kwargs):
+            try:
+                _walk(item, 0, 0, set())
+            except _Bad as bad:
+                return bad.error(where)
+            except RecursionError:  # the caller's own stack was nearly full
+                return PayloadError(f"cannot encode the value at {where}: it nests too deeply")
+    except _Bad as bad:  # a key of kwargs
+        return bad.error("kwargs")
     return PayloadError(f"cannot encode the arguments: {type(exc).__name__}: {exc}")
 
 
+def _call_items(
+    name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Iterator[tuple[str, Any]]:
+    """``(path, value)`` of the name and each argument, in order; kwargs keys checked."""
+    yield "the function name", name
+    for index, item in enumerate(args):
+        yield f"args[{index}]", item
+    for key, item in kwargs.items():
+        _check_key(key)
+        yield f"kwargs[{_key_repr(key)}]", item
+
+
+class _Bad(Exception):
+    """A value that cannot travel, found by :func:`_walk`; its path grows as it unwinds."""
+
+    def __init__(self, value: object, why: str, *, is_key: bool = False) -> None:
+        super().__init__(why)
+        self.value = value
+        self.why = why
+        self.is_key = is_key
+        self.path: list[str] = []  # innermost first
+
+    def error(self, top: str) -> PayloadError:
+        path = top + "".join(reversed(self.path))
+        return _refuse(self.value, f"a key of {path}" if self.is_key else path, self.why)
+
+
 def _refuse(value: object, path: str, why: str) -> PayloadError:
-    if len(path) > 200:  # thousands of [0] help nobody
-        path = f"{path[:100]}...{path[-60:]}"
-    return PayloadError(f"cannot encode {_show(value)} at {path}: {why}")
+    return PayloadError(f"cannot encode {shown(value)} at {short_path(path)}: {why}")
 
 
-def _check_key(key: Any, path: str) -> None:
+def _check_key(key: Any) -> None:
     if not isinstance(key, (str, bytes)):
-        raise _refuse(key, f"a key of {path}", "map keys must be str or bytes")
+        raise _Bad(key, "map keys must be str or bytes", is_key=True)
     if isinstance(key, str):
         try:
             key.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise _refuse(
-                key, f"a key of {path}", f"it is not valid UTF-8 ({exc.reason})"
-            ) from None
+            raise _Bad(key, f"it is not valid UTF-8 ({exc.reason})", is_key=True) from None
 
 
-def _walk(value: Any, path: str, depth: int, nest: int, active: set[int]) -> None:
-    """Raise PayloadError for the first value under ``value`` that cannot travel.
+def _walk(value: Any, depth: int, nest: int, active: set[int]) -> None:
+    """Raise :class:`_Bad` for the first value under ``value`` that cannot travel.
 
-    ``depth`` counts enclosing tuples, sets and frozensets (ext types), ``nest`` the
-    containers msgpack packs in one go (it starts again inside each ext type).
+    ``depth`` counts enclosing tuples, sets and frozensets (ext types), ``nest`` every
+    enclosing container. Paths are built only for the value found, as the error unwinds.
     """
     if value is None or isinstance(value, (bool, float, bytes, bytearray, memoryview)):
         return
     if isinstance(value, Enum):
-        _walk(value.value, f"{path}.value", depth, nest, active)
+        try:
+            _walk(value.value, depth, nest, active)
+        except _Bad as bad:
+            bad.path.append(".value")
+            raise
         return
     if isinstance(value, str):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise _refuse(value, path, f"it is not valid UTF-8 ({exc.reason})") from None
+            raise _Bad(value, f"it is not valid UTF-8 ({exc.reason})") from None
         return
     if isinstance(value, int):
         if not _INT64_MIN <= value <= _UINT64_MAX:
-            raise _refuse(value, path, "msgpack integers are 64-bit")
+            raise _Bad(value, "msgpack integers are 64-bit")
         return
     for base, handler in _LEAVES:
         if isinstance(value, base):
             try:
                 handler(value)
             except _Refused as exc:
-                raise _refuse(value, path, str(exc)) from None
+                raise _Bad(value, str(exc)) from None
             return
     if isinstance(value, _RAW_MSGPACK):
-        raise _refuse(value, path, "raw msgpack ext values cannot travel; send the Python value")
+        raise _Bad(value, "raw msgpack ext values cannot travel; send the Python value")
     if id(value) in active:
-        raise _refuse(value, path, "it contains itself")
-    if nest >= _WALK_NESTING:
-        raise _refuse(value, path, f"containers nest deeper than {_WALK_NESTING} levels")
+        raise _Bad(value, "it contains itself")
+    if nest >= MAX_NESTING:
+        raise _Bad(value, f"containers nest deeper than {MAX_NESTING} levels")
+    items: Iterable[tuple[str, Any]]
+    if isinstance(value, (tuple, set, frozenset)):
+        if depth >= MAX_DEPTH:
+            raise _Bad(value, f"tuples, sets and frozensets nest deeper than {MAX_DEPTH}")
+        depth += 1
+        if isinstance(value, tuple):
+            items = ((f"[{index}]", item) for index, item in enumerate(value))
+        else:
+            items = (("{*}", item) for item in value)
+    elif isinstance(value, list):
+        items = ((f"[{index}]", item) for index, item in enumerate(value))
+    elif isinstance(value, dict):
+        items = _map_items(value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = ((f".{key}", item) for key, item in _dataclass_map(value).items())
+    else:
+        raise _Bad(value, "its type is not supported")
     active.add(id(value))
     try:
-        if isinstance(value, (tuple, set, frozenset)):
-            if depth >= MAX_DEPTH:
-                raise _refuse(
-                    value, path, f"tuples, sets and frozensets nest deeper than {MAX_DEPTH}"
-                )
-            is_tuple = isinstance(value, tuple)
-            for index, item in enumerate(value):
-                where = f"{path}[{index}]" if is_tuple else f"{path}{{*}}"
-                _walk(item, where, depth + 1, 0, active)
-        elif isinstance(value, list):
-            for index, item in enumerate(value):
-                _walk(item, f"{path}[{index}]", depth, nest + 1, active)
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                _check_key(key, path)
-                _walk(item, f"{path}[{_key_repr(key)}]", depth, nest + 1, active)
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            for key, item in _dataclass_map(value).items():
-                _walk(item, f"{path}.{key}", depth, nest + 1, active)
-        else:
-            raise _refuse(value, path, "its type is not supported")
+        for where, item in items:
+            try:
+                _walk(item, depth, nest + 1, active)
+            except _Bad as bad:
+                bad.path.append(where)
+                raise
     finally:
         active.discard(id(value))
+
+
+def _map_items(value: dict[Any, Any]) -> Iterable[tuple[str, Any]]:
+    """A map's ``([key], value)`` pairs for :func:`_walk`, each key checked first."""
+    for key, item in value.items():
+        _check_key(key)
+        yield f"[{_key_repr(key)}]", item
 
 
 def _key_repr(key: str | bytes) -> str:
@@ -485,7 +529,7 @@ def _make_ext_hook(depth: int) -> Callable[[int, bytes], Any]:
                 raise PayloadError(f"tuples, sets and frozensets nest deeper than {MAX_DEPTH}")
             items = _unpack(data, _EXT_HOOKS[depth + 1])
             if type(items) is not list:
-                raise PayloadError(f"ext type {code} must hold an array, got {_show(items)}")
+                raise PayloadError(f"ext type {code} must hold an array, got {shown(items)}")
             if code == EXT_TUPLE:
                 return tuple(items)
             return set(items) if code == EXT_SET else frozenset(items)
@@ -513,12 +557,13 @@ def decode_call(
 ) -> tuple[str, list[Any], dict[str, Any]]:
     """Decode bytes made by :func:`encode_call` into ``(name, args, kwargs)``.
 
-    Anything that is not a well-formed call no larger than ``max_size`` bytes raises
-    :class:`PayloadError`, never another exception.
+    Anything that is not a well-formed call no larger than ``max_size`` bytes, or whose
+    values nest deeper than :data:`MAX_NESTING`, raises :class:`PayloadError`, never
+    another exception.
     """
     if type(data) is not bytes:
         if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise PayloadError(f"a payload must be bytes, got {_show(data)}")
+            raise PayloadError(f"a payload must be bytes, got {shown(data)}")
         data = bytes(data)
     if len(data) > max_size:
         raise PayloadError(f"the payload is {len(data)} bytes, over the limit of {max_size}")
@@ -526,9 +571,10 @@ def decode_call(
         call = _unpackb(data, timestamp=3, ext_hook=_EXT_HOOK)
     except PayloadError:
         raise
-    except msgpack.StackError:
+    except msgpack.StackError:  # deeper than msgpack's own stack (1,024 levels)
         raise PayloadError(
-            f"cannot decode the payload ({len(data)} bytes): arrays and maps nest too deeply"
+            f"cannot decode the payload ({len(data)} bytes): "
+            f"containers nest deeper than {MAX_NESTING} levels"
         ) from None
     except Exception as exc:
         raise PayloadError(
@@ -539,18 +585,71 @@ def decode_call(
         if type(name) is str and name and type(args) is list and type(kwargs) is dict:
             for key in kwargs:
                 if type(key) is not str:
-                    raise PayloadError(f"{name}: kwargs keys must be str, got {_show(key)}")
+                    raise PayloadError(f"{_named(name)}: kwargs keys must be str, got {shown(key)}")
+            # Nesting past the limit takes more than MAX_NESTING bytes (a byte a level):
+            # small calls, the usual ones, skip the walk.
+            if len(data) > MAX_NESTING:
+                _check_nesting(name, args, kwargs)
             return name, args, kwargs
     raise _malformed(call)
+
+
+# What decoding makes that holds other values.
+_HOLDERS: Final = frozenset({list, dict, tuple, set, frozenset})
+
+
+def _check_nesting(name: str, args: list[Any], kwargs: dict[str, Any]) -> None:
+    """Raise PayloadError if a decoded value nests deeper than :data:`MAX_NESTING`."""
+    for top, holder in (("args", args), ("kwargs", kwargs)):
+        path = _too_deep(holder, -1)  # args itself is not a level: args[0] may be 1
+        if path is not None:
+            where = short_path(top + "".join(reversed(path)))
+            raise PayloadError(
+                f"{_named(name)}: containers nest deeper than {MAX_NESTING} levels at {where}"
+            )
+
+
+def _too_deep(value: Any, nest: int) -> list[str] | None:
+    """The path (innermost first) under ``value``, a container inside ``nest`` others,
+    to a container deeper than :data:`MAX_NESTING`; None if there is none.
+
+    Recursion stops at the limit; a container holding no container costs one C-level
+    pass over its items.
+    """
+    if nest >= MAX_NESTING:
+        return []
+    is_map = type(value) is dict
+    if _HOLDERS.isdisjoint(map(type, value.values() if is_map else value)):
+        return None
+    pairs: Iterable[tuple[Any, Any]]
+    key: Any  # a str or bytes in a map, an index in an array, None in a set
+    if is_map:
+        pairs = value.items()
+    elif type(value) is list or type(value) is tuple:
+        pairs = enumerate(value)
+    else:
+        pairs = ((None, item) for item in value)
+    for key, item in pairs:
+        if type(item) in _HOLDERS:
+            path = _too_deep(item, nest + 1)
+            if path is not None:
+                if key is None:
+                    path.append("{*}")
+                elif is_map:
+                    path.append(f"[{_key_repr(key)}]")
+                else:
+                    path.append(f"[{key}]")
+                return path
+    return None
 
 
 def _malformed(call: Any) -> PayloadError:
     """What is wrong with a decoded value that is not ``[name, args, kwargs]``."""
     if type(call) is not list or len(call) != 3:
-        return PayloadError(f"a call is an array [name, args, kwargs], got {_show(call)}")
+        return PayloadError(f"a call is an array [name, args, kwargs], got {shown(call)}")
     name, args, kwargs = call
     if type(name) is not str or not name:
-        return PayloadError(f"a call's name must be a non-empty str, got {_show(name)}")
+        return PayloadError(f"a call's name must be a non-empty str, got {shown(name)}")
     if type(args) is not list:
-        return PayloadError(f"{name}: args must be an array, got {_show(args)}")
-    return PayloadError(f"{name}: kwargs must be a map, got {_show(kwargs)}")
+        return PayloadError(f"{_named(name)}: args must be an array, got {shown(args)}")
+    return PayloadError(f"{_named(name)}: kwargs must be a map, got {shown(kwargs)}")

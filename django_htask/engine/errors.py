@@ -1,9 +1,14 @@
 """Every error django-htask raises derives from :class:`HtaskError`.
 
 Each one also subclasses the builtin that fits, so callers can catch either.
+:func:`shown`, :func:`short_repr` and :func:`short_path` write the values and places
+those errors name, shortened.
 """
 
 from __future__ import annotations
+
+import reprlib
+from typing import Any
 
 __all__ = [
     "ArgumentError",
@@ -47,3 +52,43 @@ class PayloadError(HtaskError, ValueError):
 
 class ArgumentError(HtaskError, TypeError):
     """Arguments do not match the function's signature or declared types."""
+
+
+class _ShortRepr(reprlib.Repr):
+    """``reprlib`` that never builds a long text first: a message stays short and cheap."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxstring = self.maxother = 60
+        self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = self.maxdict = 4
+
+    def repr_int(self, x: int, level: int) -> str:
+        # str() of a huge int takes quadratic time and is refused past 4,300 digits.
+        if x.bit_length() > 128:
+            return f"<int of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+    def repr_bytes(self, x: bytes, level: int) -> str:
+        return self.repr_instance(x[: self.maxother], level)
+
+    repr_bytearray = repr_bytes
+
+
+_short = _ShortRepr()
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)``, cut to about 60 characters (4 items of a container)."""
+    return _short.repr(value)
+
+
+def shown(value: object) -> str:
+    """A value as error messages name it: ``str 'tomorrow'``, ``int 1``, ``None``."""
+    if value is None:
+        return "None"
+    return f"{type(value).__name__} {_short.repr(value)}"
+
+
+def short_path(path: str) -> str:
+    """A path to a value (``args[0]["a"][2]``) cut in the middle past 200 characters."""
+    return path if len(path) <= 200 else f"{path[:100]}...{path[-60:]}"

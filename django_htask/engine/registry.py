@@ -29,7 +29,7 @@ from typing import Any, TypeVar, overload
 
 from .binding import Binder
 from .codec import DEFAULT_MAX_SIZE, decode_call, encode_call
-from .errors import FunctionNotRegistered
+from .errors import FunctionNotRegistered, short_repr
 
 __all__ = ["Registry", "registry"]
 
@@ -185,7 +185,7 @@ class Registry:
     def _entry(self, name: str) -> _Entry:
         entry = self._entries.get(name) if type(name) is str else None
         if entry is None:
-            raise FunctionNotRegistered(f"no function is registered as {name!r}")
+            raise FunctionNotRegistered(f"no function is registered as {short_repr(name)}")
         return entry
 
     def get(self, name: str) -> Callable[..., Any]:
@@ -241,15 +241,23 @@ class Registry:
         """Decode a payload, bind its arguments and call the function; return its result.
 
         An ``async def`` function is run to completion with :func:`asyncio.run`. Raises
-        ``PayloadError``, ``FunctionNotRegistered`` or ``ArgumentError`` before calling,
-        and whatever the function raises.
+        ``PayloadError``, ``FunctionNotRegistered`` or ``ArgumentError`` before calling
+        (``RuntimeError`` for an async function called from a running event loop), and
+        whatever the function raises.
         """
         name, args, kwargs = decode_call(data, max_size=self.max_payload_size)
         entry = self._entry(name)
         binder = entry.binder or self.binder(name)
         bound_args, bound_kwargs = binder.bind(args, kwargs)
         if entry.is_async:
-            return asyncio.run(entry.fn(*bound_args, **bound_kwargs))
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:  # none: the usual case, in a worker thread
+                return asyncio.run(entry.fn(*bound_args, **bound_kwargs))
+            raise RuntimeError(
+                f"{name} is an async function and this thread runs an event loop: "
+                "asyncio.run cannot run it here; await the function instead"
+            )
         return entry.fn(*bound_args, **bound_kwargs)
 
     def check_call(

@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import inspect
 import logging
+import sys
 import typing
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -563,16 +564,32 @@ def test_the_signature_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(calls) == built
 
 
-def test_unresolvable_hints_take_values_as_decoded(caplog: pytest.LogCaptureFixture) -> None:
-    def fn(a: NoSuchType, b: int) -> None:  # type: ignore[name-defined]  # noqa: F821
-        ...
+class HashRefused:
+    """An annotation object no dict can hold: hashing it raises."""
 
+    def __call__(self) -> None: ...
+
+    def __hash__(self) -> int:
+        raise ValueError("no hash")
+
+
+@pytest.mark.parametrize(
+    ("hint", "action"),
+    [("NoSuchType", "binding.unresolved_hint"), (HashRefused(), "binding.unusable_hint")],
+    ids=["unresolvable", "no converter can be made"],
+)
+def test_unusable_hints_take_values_as_decoded(
+    hint: Any, action: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    def fn(a: Any, b: int) -> None: ...
+
+    fn.__annotations__ = {"a": hint, "b": "int"}
     with caplog.at_level(logging.WARNING, logger="django_htask.engine.binding"):
         binder = Binder(fn, "t:fn")
     assert binder.bind([object, 1])[0] == (object, 1)
     with pytest.raises(ArgumentError, match="parameter 'b' expects int"):
         binder.bind([1, "x"])
-    assert [r.action for r in caplog.records] == ["binding.unresolved_hint"]  # type: ignore[attr-defined]
+    assert [r.action for r in caplog.records] == [action]  # type: ignore[attr-defined]
     assert "t:fn() parameter 'a'" in caplog.records[0].getMessage()
 
 
@@ -661,3 +678,283 @@ def test_values_come_back_with_their_declared_types(data: st.DataObject) -> None
     args, kwargs = through_the_wire(fn, value, k=value)
     assert _same(args[0], value), (hint, value, args[0])
     assert _same(kwargs["k"], value), (hint, value, kwargs["k"])
+
+
+# -- cost: in proportion to the value, wherever it is wrong ----------------------------------
+
+
+@dataclasses.dataclass
+class Node:  # the issue's example
+    children: list[Node]
+    v: int = 0
+
+
+@dataclasses.dataclass
+class IntNode:
+    children: list[IntNode | StrNode]
+    v: int = 0
+
+
+@dataclasses.dataclass
+class StrNode:  # takes the same maps as IntNode, but with a str ``v``
+    children: list[IntNode | StrNode]
+    v: str = ""
+
+
+@dataclasses.dataclass
+class Shapes:
+    by_key: dict[str, Shapes] = dataclasses.field(default_factory=dict)
+    row: tuple[Shapes, ...] = ()
+    pair: tuple[Shapes, int] | None = None
+    v: int = 0
+
+
+class Branch(NamedTuple):
+    kids: frozenset[Branch]
+    v: int = 0
+
+
+class _OverBudget(BaseException):
+    """Raised when a call makes more Python calls than allowed (past ``except Exception``)."""
+
+
+def _python_calls(call: Callable[[], object], budget: int) -> int:
+    """How many Python functions ``call()`` runs; raises _OverBudget past ``budget``.
+
+    Counts work, not time: a binding that walks a value again after a failure (what
+    made each level double the cost) runs far more functions, on any machine.
+    """
+    calls = 0
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal calls
+        if event == "call":
+            calls += 1
+            if calls > budget:
+                raise _OverBudget(f"more than {budget} Python calls")
+
+    sys.setprofile(profile)
+    try:
+        call()
+    except ArgumentError:
+        pass
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def _chain(depth: int, leaf: Any, v: Any = 1) -> dict[str, Any]:
+    """``depth`` nodes, each the only child of the one above, the last with ``v=leaf``."""
+    node: dict[str, Any] = {"children": [], "v": leaf}
+    for _ in range(depth - 1):
+        node = {"children": [node], "v": v}
+    return node
+
+
+def _binder(hint: Any) -> Binder:
+    def fn(tree: Any) -> None: ...
+
+    fn.__annotations__ = {"tree": hint}
+    return Binder(fn, "t:f")
+
+
+@pytest.mark.parametrize("depth", [18, 20, 40])
+def test_a_mismatch_deep_in_a_recursive_dataclass_costs_work_in_proportion(depth: int) -> None:
+    binder = _binder(Node)
+    payload = encode_call("t:f", [], {"tree": _chain(depth, "x")})
+    _, args, kwargs = decode_call(payload)
+    # before: 2.2 s for 18 levels, doubling per level (each list walked again to name
+    # the failing item); now a few calls per node
+    calls = _python_calls(lambda: binder.bind(args, kwargs), budget=10 * depth + 50)
+    assert calls <= 10 * depth + 50
+    with pytest.raises(ArgumentError) as info:
+        binder.bind(args, kwargs)
+    path = "tree" + ".children[0]" * (depth - 1) + ".v"
+    assert str(info.value) == (
+        f"t:f() parameter 'tree' expects Node: {path} expects int, got str 'x'"
+    )
+
+
+def _bad_leaf(depth: int) -> dict[str, Any]:
+    return _chain(depth, 1.5)  # neither an int nor a str: each level tries both members
+
+
+def _late_failure(depth: int) -> dict[str, Any]:
+    # valid, as StrNodes all the way down; IntNode fails each node only after its
+    # children converted (v comes after them), so each level tries both members
+    return _chain(depth, "s", "s")
+
+
+@pytest.mark.parametrize("depth", [18, 40])
+@pytest.mark.parametrize("make", [_bad_leaf, _late_failure])
+def test_unions_of_recursive_types_cost_work_in_proportion(
+    make: Callable[[int], dict[str, Any]], depth: int
+) -> None:
+    binder = _binder(IntNode | StrNode)
+    value = make(depth)
+    calls = _python_calls(lambda: binder.bind([value]), budget=40 * depth + 100)
+    assert calls <= 40 * depth + 100
+    if make is _late_failure:
+        (tree,), _ = binder.bind([value])
+        for _ in range(depth - 1):
+            assert type(tree) is StrNode
+            (tree,) = tree.children
+        assert tree == StrNode([], "s")
+    else:
+        with pytest.raises(ArgumentError, match=r"expects IntNode \| StrNode, got dict"):
+            binder.bind([value])
+
+
+def _shapes(depth: int, kind: str, leaf: Any) -> Any:
+    """``depth`` Shapes, each holding the next in its ``kind`` of field."""
+    value: Any = {"v": leaf}
+    for _ in range(depth - 1):
+        if kind == "dict":
+            value = {"by_key": {"k": value}}
+        elif kind == "tuple":
+            value = {"row": (value,)}
+        else:
+            value = {"pair": [value, 1]}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("hint", "kind", "path"),
+    [
+        (Shapes, "dict", "tree" + ".by_key['k']" * 29 + ".v"),
+        (Shapes, "tuple", "tree" + ".row[0]" * 29 + ".v"),
+        (Shapes | None, "pair", "tree" + ".pair[0]" * 29 + ".v"),
+    ],
+)
+def test_nesting_of_every_kind_costs_work_in_proportion(hint: Any, kind: str, path: str) -> None:
+    binder = _binder(hint)
+    value = _shapes(30, kind, "x")
+    assert _python_calls(lambda: binder.bind([value]), budget=600) <= 600
+    with pytest.raises(ArgumentError) as info:
+        binder.bind([value])
+    assert str(info.value).endswith(f": {path} expects int, got str 'x'")
+    assert binder.bind([_shapes(30, kind, 1)])
+
+
+def test_named_tuples_in_sets_cost_work_in_proportion() -> None:
+    binder = _binder(Branch)
+    value: Any = (frozenset(), "x")
+    for _ in range(29):
+        value = (frozenset({value}), 1)
+    assert _python_calls(lambda: binder.bind([value]), budget=600) <= 600
+    with pytest.raises(ArgumentError, match=r"tree(\.kids\{\*\}){29}\.v expects int, got str 'x'"):
+        binder.bind([value])
+
+
+# -- the nesting limit -------------------------------------------------------------------------
+
+
+def test_a_tree_just_within_the_limit_binds() -> None:
+    # 50 nodes: the last one's map is 99 levels deep, its empty list 100 (MAX_NESTING)
+    (tree,), _ = _binder(Node).bind([_chain(50, 0)])
+    depth = 1
+    while tree.children:
+        (tree,) = tree.children
+        depth += 1
+    assert depth == 50
+
+
+@pytest.mark.parametrize("hint", [Node, Node | None, IntNode | StrNode])
+@pytest.mark.parametrize("nodes", [51, 510])
+def test_a_tree_past_the_limit_raises_argument_error(hint: Any, nodes: int) -> None:
+    with pytest.raises(ArgumentError) as info:
+        _binder(hint).bind([_chain(nodes, 0)])
+    message = str(info.value)
+    assert message.startswith(f"t:f() parameter 'tree' expects {describe(hint)}: ")
+    assert "containers nest deeper than 100 levels at tree.children[0].children[0]" in message
+    assert len(message) < 400
+
+
+def test_a_value_that_contains_itself_raises_argument_error() -> None:
+    loop: dict[str, Any] = {"children": [], "v": 1}
+    loop["children"].append(loop)
+    for hint, value in ((Node, loop), (dict[str, list[Node]], {"a": [loop]})):
+        with pytest.raises(ArgumentError, match="containers nest deeper than 100 levels"):
+            _binder(hint).bind([value])
+
+
+def test_binding_with_little_stack_left_raises_argument_error() -> None:
+    binder = _binder(Node)
+    value = _chain(50, 0)
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(depth + 40)  # room to call bind, not to walk 100 levels
+    try:
+        with pytest.raises(ArgumentError, match="nests too deeply for the stack left"):
+            binder.bind([value])
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+# -- hostile values: only ArgumentError, with a short message --------------------------------
+
+
+class Strict(enum.Enum):
+    ONE = 1
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        raise RuntimeError(f"no {value!r} here")
+
+
+@pytest.mark.parametrize(
+    ("hint", "value", "expected"),
+    [
+        (str, 10**5000, "expects str, got int <int of 16610 bits>"),
+        (Level, Decimal("sNaN"), "expects Level, got Decimal Decimal('sNaN')"),
+        (Strict, 2, "expects Strict, got int 2 (not one of its values: 1)"),
+        (Literal[Level.LOW], Decimal("sNaN"), "expects Literal[<Level.LOW: 1>]"),
+        (Literal[Decimal("1")], Decimal("sNaN"), "expects Literal[Decimal('1')]"),
+        (dict[list[int], int], {(1,): 1}, "got dict {(1,): 1} (key [1]: unhashable type: 'list')"),
+        (set[Decimal], [Decimal("sNaN")], "(Cannot hash a signaling NaN value)"),
+        (float, 10**400, "expects float, got int <int of 1329 bits> (too large for a float)"),
+        (int, b"x" * 10**6, "expects int, got bytes b'xxxxx"),
+        (int, "x" * 10**6, "expects int, got str 'xxxxx"),
+    ],
+    ids=[
+        "huge int",
+        "signalling NaN for an Enum",
+        "Enum whose _missing_ raises",
+        "signalling NaN for an Enum Literal",
+        "signalling NaN for a Decimal Literal",
+        "unhashable key",
+        "signalling NaN in a set",
+        "int too large for a float",
+        "long bytes",
+        "long str",
+    ],
+)
+def test_hostile_values_raise_argument_error(hint: Any, value: Any, expected: str) -> None:
+    with pytest.raises(ArgumentError) as info:
+        _binder(hint).bind([value])
+    assert expected in str(info.value)
+    assert len(str(info.value)) < 300
+
+
+def test_long_keywords_are_named_shortly() -> None:
+    def fixed(a: int) -> None: ...
+
+    def varkw(**extra: int) -> None: ...
+
+    key = "k" * 100_000
+    for fn, kwargs in ((fixed, {key: 1}), (varkw, {key: "x"})):
+        with pytest.raises(ArgumentError) as info:
+            Binder(fn, "t:f").bind([], kwargs)
+        assert len(str(info.value)) < 300
+
+
+def test_compile_converter_raises_argument_error_naming_where() -> None:
+    convert = compile_converter(dict[str, list[int]])
+    assert convert is not None
+    assert convert({"a": (1, 2)}) == {"a": [1, 2]}
+    with pytest.raises(
+        ArgumentError, match=r"^expects dict\[str, list\[int\]\]: value\['a'\]\[1\]"
+    ):
+        convert({"a": [1, "2"]})

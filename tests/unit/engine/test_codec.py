@@ -12,6 +12,7 @@ import uuid
 from collections import OrderedDict
 from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
@@ -34,6 +35,7 @@ from django_htask.engine.codec import (
     EXT_TUPLE,
     EXT_UUID,
     MAX_DEPTH,
+    MAX_NESTING,
 )
 
 TOKYO = timezone(timedelta(hours=9))
@@ -414,7 +416,7 @@ ENCODE_ERRORS: list[tuple[str, list[Any], dict[str, Any], str]] = [
     ),
     ("contains itself", [_self_containing()], {}, "at args[0][1]: it contains itself"),
     ("tuples too deep", [_nested_tuples(MAX_DEPTH + 1)], {}, f"nest deeper than {MAX_DEPTH}"),
-    ("lists too deep", [_nested_lists(2_000)], {}, "containers nest deeper than 500 levels"),
+    ("lists too deep", [_nested_lists(2_000)], {}, "containers nest deeper than 100 levels"),
     ("raw ext", [msgpack.ExtType(42, b"")], {}, "at args[0]: raw msgpack ext values cannot travel"),
     ("raw timestamp", [[msgpack.Timestamp(1, 0)]], {}, "at args[0][0]: raw msgpack ext values"),
 ]
@@ -543,7 +545,7 @@ DECODE_ERRORS: list[tuple[str, bytes, str]] = [
         _call(_ext(EXT_FROZENSET, b"\x91" + _ext(EXT_DECIMAL, b"sNaN"))),
         "cannot decode the payload",
     ),
-    ("arrays too deep", _call(b"\x91" * 5_000 + b"\xc0"), "arrays and maps nest too deeply"),
+    ("arrays too deep", _call(b"\x91" * 5_000 + b"\xc0"), "containers nest deeper than 100 levels"),
     ("huge array header", b"\x93\xa3t:f\xdd\xff\xff\xff\xff", "cannot decode the payload"),
     ("huge string header", b"\x93\xdb\xff\xff\xff\xff", "cannot decode the payload"),
 ]
@@ -654,3 +656,130 @@ def test_every_int64_timedelta_decodes() -> None:
         _, [value], _ = decode_call(_call(_ext(EXT_TIMEDELTA, struct.pack(">q", us))))
         assert value == timedelta(microseconds=us)
         assert encode_call("t:f", [value]) == _call(_ext(EXT_TIMEDELTA, struct.pack(">q", us)))
+
+
+# -- the nesting limit --------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Node:
+    child: Any = None
+
+
+def _nest(depth: int, kind: str) -> Any:
+    """``depth`` containers, one inside the other, around 0: ``[[0]]`` is 2 levels."""
+    value: Any = 0
+    for level in range(depth):
+        if kind == "list":
+            value = [value]
+        elif kind == "dict":
+            value = {"a": value}
+        elif kind == "dataclass":
+            value = Node(value)
+        else:  # lists and maps in turn, with a tuple every 10 levels (ext types count too)
+            value = (value,) if level % 10 == 9 else [value] if level % 2 else {"a": value}
+    return value
+
+
+def test_the_nesting_limit_is_documented() -> None:
+    assert MAX_NESTING == 100
+    assert "100 levels" in (Path(__file__).parents[3] / "docs" / "wire-format.md").read_text()
+
+
+@pytest.mark.parametrize("kind", ["list", "dict", "dataclass", "mixed"])
+def test_values_nested_to_the_limit_travel(kind: str) -> None:
+    _, [value], kwargs = decode_call(encode_call("t:f", [_nest(MAX_NESTING, kind)], {"k": 0}))
+    levels = 0
+    while value != 0:
+        (value,) = value.values() if isinstance(value, dict) else value
+        levels += 1
+    assert levels == MAX_NESTING
+    assert kwargs == {"k": 0}
+
+
+@pytest.mark.parametrize(
+    ("kind", "path"),
+    [
+        ("list", "at args[0][0][0]"),
+        ("dict", 'at args[0]["a"]["a"]'),
+        ("dataclass", "at args[0].child.child"),
+        ("mixed", 'at args[0]["a"][0]'),
+    ],
+)
+def test_encode_refuses_values_past_the_limit(kind: str, path: str) -> None:
+    with pytest.raises(PayloadError) as info:
+        encode_call("t:f", [_nest(MAX_NESTING + 1, kind)])
+    message = str(info.value)
+    assert path in message
+    assert message.endswith(f": containers nest deeper than {MAX_NESTING} levels")
+    assert len(message) < 400
+
+
+def test_encode_counts_the_levels_inside_tuples_too() -> None:
+    # msgpack packs what a tuple holds on its own (an ext type): the limit still holds
+    inside = (_nest(MAX_NESTING - 1, "list"),)
+    assert encode_call("t:f", [inside])
+    with pytest.raises(PayloadError, match=r"at args\[0\]\[0\]\[0\].*nest deeper than 100"):
+        encode_call("t:f", [(_nest(MAX_NESTING, "list"),)])
+
+
+def test_encode_refuses_very_deep_and_cyclic_values_with_a_payload_error() -> None:
+    # past msgpack's own limits (its C packer raised ValueError or recursed for long)
+    cycle = Node()
+    cycle.child = [cycle]
+    for value in (_nest(100_000, "list"), _nest(100_000, "dict"), cycle, (cycle,), [cycle]):
+        with pytest.raises(PayloadError, match=r"nest deeper than 100 levels|contains itself"):
+            encode_call("t:f", [1, value])
+
+
+def _packed_call(value: Any, *, key: str | None = None) -> bytes:
+    """The bytes of a call holding ``value``, packed by plain msgpack (no checks)."""
+    args, kwargs = ([], {key: value}) if key else ([value], {})
+    return msgpack.packb(["t:f", args, kwargs])
+
+
+def test_decode_refuses_values_past_the_limit_naming_where() -> None:
+    assert decode_call(_packed_call(_nest(MAX_NESTING, "list")))
+    with pytest.raises(PayloadError) as info:
+        decode_call(_packed_call(_nest(MAX_NESTING + 1, "list")))
+    message = str(info.value)
+    assert message.startswith(
+        f"t:f: containers nest deeper than {MAX_NESTING} levels at args[0][0]"
+    )
+    assert len(message) < 300
+    with pytest.raises(PayloadError, match=r'at kwargs\["tree"\]\["a"\]\["a"\]'):
+        decode_call(_packed_call(_nest(MAX_NESTING + 1, "dict"), key="tree"))
+    # beside a wide, shallow value, and far from the first item
+    wide = [list(range(50)), {"x": [1, 2]}, _nest(MAX_NESTING + 1, "dict")]
+    with pytest.raises(PayloadError, match=r'at args\[0\]\[2\]\["a"\]'):
+        decode_call(_packed_call(wide))
+
+
+def test_decode_counts_the_levels_inside_ext_types() -> None:
+    # a tuple holding 100 levels of lists: 101 levels, though msgpack sees only 100 at once
+    inner = msgpack.packb(_nest(MAX_NESTING, "list"))
+    data = _call(_ext(EXT_TUPLE, b"\x91" + inner))
+    with pytest.raises(PayloadError, match=r"containers nest deeper than 100 levels at args\[0\]"):
+        decode_call(data)
+    data = _call(_ext(EXT_TUPLE, b"\x91" + msgpack.packb(_nest(MAX_NESTING - 1, "list"))))
+    assert decode_call(data)
+
+
+def test_messages_stay_short_whatever_the_values() -> None:
+    with pytest.raises(PayloadError, match=r"cannot encode int <int of 16610 bits> at args\[0\]"):
+        encode_call("t:f", [10**5000])  # str() of it raises ValueError past 4,300 digits
+    with pytest.raises(PayloadError) as info:
+        encode_call("t:f", [{"k" * 100_000: Opaque()}])
+    assert len(str(info.value)) < 400
+    long_name = "x" * 100_000
+    for data in (
+        msgpack.packb([long_name, [], {b"k": 1}]),
+        msgpack.packb([long_name, {}, {}]),
+        msgpack.packb([long_name, [], []]),
+    ):
+        with pytest.raises(PayloadError) as info:
+            decode_call(data)
+        assert len(str(info.value)) < 300
+    with pytest.raises(PayloadError) as info:
+        encode_call(long_name, ["x" * 100], max_size=100)
+    assert len(str(info.value)) < 300

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
+import enum
 import functools
 import importlib
+import struct
 import sys
 import textwrap
 import threading
+import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
+import msgpack
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from django_htask.engine import (
     ArgumentError,
@@ -26,6 +35,7 @@ from django_htask.engine import (
     registry,
 )
 from django_htask.engine.binding import Binder
+from django_htask.engine.codec import MAX_NESTING
 from django_htask.engine.registry import default_name
 
 # (``django_htask.engine.registry`` is the default Registry; the module is in sys.modules)
@@ -470,3 +480,266 @@ def test_concurrent_first_calls_build_one_binder(built: list[str]) -> None:
         thread.join(timeout=60)
     assert len(results) == 8 and len(set(results)) == 1
     assert built == [NAME]
+
+
+# -- hostile input: only the documented errors escape ------------------------------------------
+
+
+class Mood(enum.Enum):
+    CALM = "calm"
+    ANGRY = 2
+
+
+@dataclasses.dataclass
+class Tree:
+    children: list[Tree]
+    v: int = 0
+
+
+@dataclasses.dataclass
+class Labelled:
+    children: list[Tree | Labelled]
+    v: str = ""
+
+
+class Span(NamedTuple):
+    start: datetime
+    length: timedelta = timedelta()
+
+
+def typed_scalars(
+    i: int,
+    f: float,
+    s: str,
+    b: bytes,
+    d: Decimal,
+    when: datetime,
+    day: date,
+    at: time,
+    u: uuid.UUID,
+    mood: Mood,
+    flag: bool = False,
+) -> None: ...
+
+
+def typed_containers(
+    a: list[int],
+    b: dict[str, set[int]],
+    c: tuple[int, str],
+    d: frozenset[str] = frozenset(),
+    *rest: Decimal,
+    **extra: float,
+) -> None: ...
+
+
+def typed_trees(
+    tree: Tree,
+    either: Tree | Labelled | None = None,
+    span: Span | None = None,
+    pick: Literal["a", 1, Mood.CALM] = "a",
+) -> None: ...
+
+
+def untyped(a, b=None, *args, **kwargs):  # type: ignore[no-untyped-def]
+    return None
+
+
+async def typed_async(n: int, *, when: datetime | None = None) -> int:
+    return n
+
+
+HOSTILE = Registry()
+for _fn in (typed_scalars, typed_containers, typed_trees, untyped, typed_async):
+    HOSTILE.register(_fn)
+NAMES = HOSTILE.names()
+PARAMS = sorted(
+    {"i", "f", "s", "b", "d", "when", "day", "at", "u", "mood", "flag", "a", "c", "tree"}
+    | {"either", "span", "pick", "n", "rest", "extra", "args", "kwargs"}
+)
+DOCUMENTED = (PayloadError, FunctionNotRegistered, ArgumentError)
+
+# What msgpack can carry, valid or not for us: any ext type with any data, odd map
+# keys, NaN, the ends of the int range.
+# (msgpack.ExtType takes codes 0 to 127 only: test_codec covers a broken timestamp, -1.)
+_EXT_CODES = st.sampled_from([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 42, 127])
+_WIRE_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.sampled_from([-(2**63), 2**64 - 1, 2**63, 0]),
+    st.floats(),
+    st.text(max_size=12),
+    st.binary(max_size=12),
+    st.builds(msgpack.ExtType, _EXT_CODES, st.binary(max_size=17)),
+    st.builds(
+        msgpack.ExtType,
+        st.sampled_from([1, 2, 3, 4]),
+        st.sampled_from([0, 1, -1, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63)]).map(
+            lambda n: struct.pack(">q", n)
+        ),
+    ),
+    st.builds(
+        msgpack.ExtType, st.just(5), st.sampled_from([b"1.5", b"sNaN", b"-Inf", b"1e999999"])
+    ),
+)
+
+
+def _wire_containers(kids: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    keys = st.one_of(st.sampled_from([*PARAMS, "children", "v", "start"]), st.text(max_size=4))
+    odd_keys = st.one_of(keys, st.binary(max_size=3), st.integers(-3, 3), st.none())
+    return st.one_of(
+        st.lists(kids, max_size=4),
+        st.dictionaries(keys, kids, max_size=4),
+        st.dictionaries(odd_keys, kids, max_size=3),
+        st.builds(
+            lambda code, items: msgpack.ExtType(code, msgpack.packb(items)),
+            st.sampled_from([7, 8, 9]),
+            st.lists(kids, max_size=3),
+        ),
+    )
+
+
+_WIRE_VALUES = st.recursive(_WIRE_LEAVES, _wire_containers, max_leaves=12)
+
+
+@st.composite
+def _wire_calls(draw: st.DrawFn) -> bytes:
+    """msgpack bytes of ``[name, args, kwargs]``, sometimes bent out of that shape."""
+    name = draw(st.one_of(st.sampled_from(NAMES), st.text(max_size=8), _WIRE_VALUES))
+    args = draw(st.one_of(st.lists(_WIRE_VALUES, max_size=5), _WIRE_VALUES))
+    kwargs = draw(
+        st.one_of(
+            st.dictionaries(st.sampled_from(PARAMS), _WIRE_VALUES, max_size=5),
+            _WIRE_VALUES,
+        )
+    )
+    call = draw(st.sampled_from([[name, args, kwargs], [name, args], [name, args, kwargs, 0]]))
+    data: bytes = msgpack.packb(call)
+    cut = draw(st.one_of(st.none(), st.integers(0, len(data))))
+    return data if cut is None else data[:cut]
+
+
+@settings(max_examples=1_000, suppress_health_check=[HealthCheck.too_slow])
+@given(_wire_calls())
+def test_call_and_decode_raise_only_documented_errors_on_any_bytes(data: bytes) -> None:
+    decoded = _documented(lambda: decode_call(data))
+    error = _documented(lambda: HOSTILE.call(data))
+    if isinstance(decoded, tuple):  # decoded: bind fails (or not) as call did
+        bound = _documented(lambda: HOSTILE.bind(*decoded))
+        assert type(bound) is type(error) or (error is None and isinstance(bound, tuple))
+    else:
+        assert isinstance(decoded, PayloadError)
+        assert type(error) is PayloadError
+
+
+def _documented(attempt: Callable[[], Any]) -> Any:
+    """What ``attempt()`` returns, or the documented error it raises (any other escapes)."""
+    try:
+        return attempt()
+    except DOCUMENTED as exc:
+        error = exc
+    assert len(str(error)) < 1_000, error
+    return error
+
+
+class Unsupported:
+    pass
+
+
+# What a caller might pass: Python values of every kind, supported or not.
+_PY_LEAVES = st.one_of(
+    _WIRE_LEAVES,
+    st.integers(),
+    st.sampled_from([10**4000, -(10**30), 2**64]),
+    st.builds(pow, st.just(10), st.just(5000)),  # str() refuses ints past 4,300 digits
+    st.decimals(allow_nan=True, allow_infinity=True),
+    st.sampled_from([Decimal("sNaN"), "\ud800", "a\udcff", float("nan")]),
+    st.datetimes(timezones=st.one_of(st.none(), st.just(UTC), st.just(timezone.max))),
+    st.dates(),
+    st.times(timezones=st.one_of(st.none(), st.just(UTC))),
+    st.timedeltas(),
+    st.uuids(),
+    st.sampled_from(list(Mood)),
+    st.builds(Unsupported),
+    st.builds(Tree, st.just([]), st.integers(-5, 5)),
+    st.builds(msgpack.Timestamp, st.integers(0, 2**32)),
+)
+
+
+def _py_containers(kids: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    keys = st.one_of(st.text(max_size=4), st.sampled_from(["children", "v", "start"]))
+    hashable = st.one_of(st.integers(-3, 3), st.text(max_size=3), st.none(), st.booleans())
+    return st.one_of(
+        st.lists(kids, max_size=4),
+        st.lists(kids, max_size=3).map(tuple),
+        st.frozensets(hashable, max_size=3),
+        st.sets(hashable, max_size=3),
+        st.dictionaries(keys, kids, max_size=3),
+        st.dictionaries(st.one_of(keys, hashable, st.tuples(hashable)), kids, max_size=3),
+        st.builds(Tree, st.lists(st.builds(Tree, st.just([])), max_size=2)),
+    )
+
+
+_PY_VALUES = st.recursive(_PY_LEAVES, _py_containers, max_leaves=12)
+
+
+@settings(max_examples=1_000, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.one_of(st.sampled_from(NAMES), st.text(max_size=6), st.integers(), st.none()),
+    st.one_of(st.lists(_PY_VALUES, max_size=5), _PY_VALUES),
+    st.one_of(
+        st.none(),
+        st.dictionaries(st.sampled_from(PARAMS), _PY_VALUES, max_size=5),
+        st.dictionaries(st.one_of(st.integers(), st.text(max_size=3)), _PY_VALUES, max_size=2),
+        _PY_VALUES,
+    ),
+)
+def test_bind_and_check_call_raise_only_documented_errors_on_any_values(
+    name: Any, args: Any, kwargs: Any
+) -> None:
+    for attempt in (HOSTILE.bind, HOSTILE.check_call):
+        _documented(lambda: attempt(name, args, kwargs))  # noqa: B023 - called at once
+
+
+def _tree(nodes: int) -> dict[str, Any]:
+    node: dict[str, Any] = {"children": [], "v": 0}
+    for _ in range(nodes - 1):
+        node = {"children": [node], "v": 1}
+    return node
+
+
+def test_deep_and_cyclic_values_raise_documented_errors_everywhere() -> None:
+    name = default_name(typed_trees)
+    HOSTILE.check_call(name, [_tree(MAX_NESTING // 2)])  # 100 levels: the limit
+    deep = _tree(510)  # the issue's example: RecursionError before
+    loop: dict[str, Any] = {"children": [], "v": 1}
+    loop["children"].append(loop)
+    for value in (_tree(MAX_NESTING // 2 + 1), deep, loop):
+        with pytest.raises(ArgumentError, match="containers nest deeper than 100 levels"):
+            HOSTILE.bind(name, [value])
+        with pytest.raises(PayloadError, match=r"nest deeper than 100 levels|contains itself"):
+            HOSTILE.check_call(name, [value])
+    with pytest.raises(PayloadError, match="containers nest deeper than 100 levels at args"):
+        HOSTILE.call(msgpack.packb([name, [deep], {}]))
+
+
+def test_unregistered_names_are_named_shortly() -> None:
+    for attempt in (
+        lambda: HOSTILE.call(msgpack.packb(["x" * 100_000, [], {}])),
+        lambda: HOSTILE.bind("x" * 100_000),
+        lambda: HOSTILE.check_call("x" * 100_000),
+    ):
+        with pytest.raises(FunctionNotRegistered) as info:
+            attempt()
+        assert len(str(info.value)) < 200
+
+
+def test_an_async_function_called_from_a_running_loop_raises_runtime_error() -> None:
+    data = HOSTILE.check_call(default_name(typed_async), [3])
+    assert HOSTILE.call(data) == 3
+
+    async def inside_a_loop() -> None:
+        with pytest.raises(RuntimeError, match="typed_async is an async function and this"):
+            HOSTILE.call(data)
+
+    asyncio.run(inside_a_loop())  # and no "coroutine was never awaited" warning (an error)

@@ -49,9 +49,12 @@ pytest: $(STAMP) system-deps
 	$(BIN)/pytest -m "not postgres"
 	$(BIN)/python -m tests.pgcluster -- $(BIN)/pytest
 
-# The suite again on Django 6.0 (Python 3.12) and 6.1 (Python 3.13).
+# The suite again on Django 6.0 (Python 3.12) and 6.1 (Python 3.13): on SQLite, then
+# the whole of it again on a throw-away PostgreSQL, as for Django 5.2 above.
+COMPAT_ENVS := py312-django60,py313-django61
 compat: $(STAMP) system-deps
-	$(BIN)/tox -e py312-django60,py313-django61 --discover $(TOX_PYTHONS)
+	$(BIN)/tox -e $(COMPAT_ENVS) --discover $(TOX_PYTHONS) -- -m "not postgres"
+	$(BIN)/python -m tests.pgcluster -- $(BIN)/tox -e $(COMPAT_ENVS) --discover $(TOX_PYTHONS)
 
 test: lint typecheck migrations docs pytest compat
 

@@ -34,12 +34,20 @@ def noop(n: int) -> None:
 
 
 @task
-def hold(seconds: float) -> None:
+def hold(seconds: float, tick: float = 0.0) -> None:
     """A periodic job that takes a while: logs ``start``/``end`` with its process and
-    the time, so a test can tell whether two runs overlapped."""
-    _log(f"start {os.getpid()} {time.time():.6f}\n")
-    time.sleep(seconds)
-    _log(f"end {os.getpid()} {time.time():.6f}\n")
+    the time, so a test can tell whether two runs overlapped; with ``tick``, also a
+    ``tick`` line that often (the last one says when a killed run was last alive)."""
+    pid = os.getpid()
+    _log(f"start {pid} {time.time():.6f}\n")
+    if tick:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(tick)
+            _log(f"tick {pid} {time.time():.6f}\n")
+    else:
+        time.sleep(seconds)
+    _log(f"end {pid} {time.time():.6f}\n")
 
 
 @task

@@ -231,7 +231,15 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "enabled",
         "problem",
     )
-    list_filter = ("enabled", _BrokenFilter, "last_status", "origin", "orphaned", "timezone")
+    list_filter = (
+        "enabled",
+        _BrokenFilter,
+        "last_status",
+        "queue_name",
+        "origin",
+        "orphaned",
+        "timezone",
+    )
     search_fields = ("name", "function", "schedule")
     actions = ("run_now", "enable", "disable")
     ordering = ("name",)
@@ -261,7 +269,16 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             ),
             (
                 "Misfires, overlap and retries",
-                {"fields": ["grace", "catch_up", "overlap", "max_attempts", "retry_backoff"]},
+                {
+                    "fields": [
+                        "grace",
+                        "catch_up",
+                        "overlap",
+                        "max_attempts",
+                        "retry_backoff",
+                        "queue_name",
+                    ]
+                },
             ),
         ]
         if obj is not None:
@@ -283,6 +300,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 "overlap",
                 "max_attempts",
                 "retry_backoff",
+                "queue_name",
             ]
         return fields
 
@@ -513,8 +531,16 @@ class TaskForm(forms.ModelForm):  # type: ignore[type-arg]
 @admin.register(Task)
 class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = TaskForm
-    list_display = ("function", "status", "run_at", "attempts", "max_attempts", "short_error")
-    list_filter = ("status", "run_at")
+    list_display = (
+        "function",
+        "status",
+        "run_at",
+        "queue_name",
+        "attempts",
+        "max_attempts",
+        "short_error",
+    )
+    list_filter = ("status", "queue_name", "run_at")
     search_fields = ("function", "token", "last_error")
     date_hierarchy = "run_at"
     actions = ("cancel_tasks",)
@@ -526,7 +552,10 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "attempts",
         "max_attempts",
         "priority",
+        "queue_name",
+        "backend",
         "locked_by",
+        "started_at",
         "lease_expires_at",
         "last_error",
         "traceback_text",

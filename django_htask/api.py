@@ -30,6 +30,8 @@ from django_htask.engine import registry
 from . import clock
 from .decorators import function_name
 from .models import Task, TaskStatus
+from .queues import DEFAULT_QUEUE
+from .queues import check_name as check_queue
 from .signals import task_scheduled
 
 __all__ = [
@@ -102,9 +104,11 @@ def schedule(
     at: datetime | None = None,
     delay: float | timedelta | None = None,
     max_attempts: int = 1,
+    queue_name: str = DEFAULT_QUEUE,
     **kwargs: Any,
 ) -> Task:
-    """Run ``fn(*args, **kwargs)`` once, at ``at``, after ``delay`` seconds, or now.
+    """Run ``fn(*args, **kwargs)`` once, at ``at``, after ``delay`` seconds, or now, on a
+    node serving ``queue_name``.
 
     Returns the stored :class:`~django_htask.models.Task`; keep ``task.token`` to
     cancel or move it.
@@ -114,7 +118,13 @@ def schedule(
         raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
     run_at = due_time(at, delay)
     payload = registry.check_call(name, args, kwargs)
-    task = Task(function=name, payload=payload, run_at=run_at, max_attempts=max_attempts)
+    task = Task(
+        function=name,
+        payload=payload,
+        run_at=run_at,
+        max_attempts=max_attempts,
+        queue_name=check_queue(queue_name),
+    )
     using = router.db_for_write(Task)
     task.save(using=using)
 
@@ -178,11 +188,18 @@ async def aschedule(
     at: datetime | None = None,
     delay: float | timedelta | None = None,
     max_attempts: int = 1,
+    queue_name: str = DEFAULT_QUEUE,
     **kwargs: Any,
 ) -> Task:
     """:func:`schedule` for async views."""
     return await sync_to_async(schedule)(
-        fn_or_name, *args, at=at, delay=delay, max_attempts=max_attempts, **kwargs
+        fn_or_name,
+        *args,
+        at=at,
+        delay=delay,
+        max_attempts=max_attempts,
+        queue_name=queue_name,
+        **kwargs,
     )
 
 

@@ -29,13 +29,14 @@ def uses_htask_backend() -> bool:
     if django.VERSION < (6, 0) or not isinstance(configured, dict):
         return False
     return any(
-        _is_htask_backend(params.get("BACKEND"))
+        is_htask_backend(params.get("BACKEND"))
         for params in configured.values()
         if isinstance(params, dict)
     )
 
 
-def _is_htask_backend(path: object) -> bool:
+def is_htask_backend(path: object) -> bool:
+    """Whether the backend class at ``path`` is :data:`HTASK_BACKEND` or a subclass."""
     if path == HTASK_BACKEND:
         return True
     if not isinstance(path, str) or path.startswith("django.tasks."):

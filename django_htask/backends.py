@@ -211,6 +211,8 @@ class HtaskBackend(BaseTaskBackend):
             run_at=run_at,
             max_attempts=self.max_attempts,
             priority=task.priority,
+            queue_name=task.queue_name,
+            backend=self.alias,
         )
         using = router.db_for_write(Task)
         row.save(using=using)

@@ -32,87 +32,25 @@ Standing by
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connections
 
+from .partition import Partition
+from .queues import DEFAULT_QUEUE, QueueFilter
 from .store.postgres import CHANNEL, PostgresStore
 
 if TYPE_CHECKING:
     from .node import Node
 
 __all__ = ["Cluster", "Listener", "Partition", "attach", "connection_params", "wait_listening"]
+# Partition lives in django_htask.partition (pure); it is re-exported here.
 
 logger = logging.getLogger("django_htask.cluster")
-
-_MASK = (1 << 64) - 1
-
-
-def _mix(value: int) -> int:
-    """SplitMix64's finaliser: a fast, well-spread 64-bit hash of an integer."""
-    value = (value + 0x9E3779B97F4A7C15) & _MASK
-    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK
-    return value ^ (value >> 31)
-
-
-class Partition:
-    """Which schedules a node owns among ``members`` (rendezvous hashing).
-
-    Every node computes the same owner for a schedule from the same member list; with
-    ``n`` members each owns about ``1/n`` of the schedules, and adding or removing one
-    member moves only the schedules that member gains or held."""
-
-    __slots__ = ("_me", "_seeds", "members", "node_id")
-
-    def __init__(self, node_id: str, members: Sequence[str]) -> None:
-        if node_id not in members:
-            members = [*members, node_id]
-        self.node_id = node_id
-        self.members = tuple(sorted(set(members)))
-        self._seeds = [self._seed(m) for m in self.members]
-        self._me = self.members.index(node_id)
-
-    @staticmethod
-    def _seed(member: str) -> int:
-        return int.from_bytes(hashlib.blake2b(member.encode(), digest_size=8).digest(), "big")
-
-    def owner(self, schedule_id: int) -> str:
-        """The member that owns ``schedule_id``."""
-        key = _mix(schedule_id)
-        best = max(range(len(self._seeds)), key=lambda i: _mix(self._seeds[i] ^ key))
-        return self.members[best]
-
-    def owns(self, schedule_id: int) -> bool:
-        if len(self._seeds) == 1:
-            return True
-        key = _mix(schedule_id)
-        mine = _mix(self._seeds[self._me] ^ key)
-        return all(_mix(s ^ key) <= mine for s in self._seeds)
-
-    def role(self, schedule_id: int) -> str | None:
-        """This node's part in ``schedule_id``: "" if it owns it, the owner's id if it
-        is its standby (the member with the second highest hash), else None."""
-        if len(self._seeds) == 1:
-            return ""
-        key = _mix(schedule_id)
-        best = second = -1
-        best_i = second_i = -1
-        for i, seed in enumerate(self._seeds):
-            score = _mix(seed ^ key)
-            if score > best:
-                second, second_i = best, best_i
-                best, best_i = score, i
-            elif score > second:
-                second, second_i = score, i
-        if best_i == self._me:
-            return ""
-        return self.members[best_i] if second_i == self._me else None
 
 
 class Listener(threading.Thread):
@@ -198,7 +136,8 @@ class Cluster:
         self.node = node
         self.store = store
         self._lock = threading.Lock()
-        self._partition = Partition(node.node_id, [node.node_id])
+        self._queues: QueueFilter = node.serving.schedules
+        self._partition = Partition(node.node_id, [], self._queues)
         self._previous = self._partition
         self._listener: Listener | None = None
         self._refresh_queued = False
@@ -209,7 +148,7 @@ class Cluster:
     # -- life cycle ------------------------------------------------------------------
     def start(self) -> None:
         """Read the live nodes and start listening (call after registering the node)."""
-        self._partition = self._previous = Partition(self.node.node_id, list(self._live()))
+        self._partition = self._previous = self._partition_of(self._live())
         params = self._connection_params()
         s = self.node.settings
 
@@ -275,16 +214,21 @@ class Cluster:
     def members(self) -> tuple[str, ...]:
         return self._partition.members
 
-    def owns(self, schedule_id: int) -> bool:
+    def owns(self, schedule_id: int, queue: str = DEFAULT_QUEUE) -> bool:
         """Whether this node owns the schedule, or is handing it over."""
-        return self._partition.owns(schedule_id) or self._previous.owns(schedule_id)
+        return self._partition.owns(schedule_id, queue) or self._previous.owns(schedule_id, queue)
 
-    def holding(self, schedule_id: int) -> str | None:
+    def holding(self, schedule_id: int, queue: str = DEFAULT_QUEUE) -> str | None:
         """This node's part in the schedule: "" to fire it (it owns it, or is handing it
         over), the owner's id to stand by for it, None to leave it."""
-        if self._previous is not self._partition and self._previous.owns(schedule_id):
+        if self._previous is not self._partition and self._previous.owns(schedule_id, queue):
             return ""
-        return self._partition.role(schedule_id)
+        return self._partition.role(schedule_id, queue)
+
+    def _partition_of(self, live: dict[str, tuple[datetime, QueueFilter]]) -> Partition:
+        return Partition(
+            self.node.node_id, {node: queues for node, (_b, queues) in live.items()}, self._queues
+        )
 
     def standby_delay(self, owner: str) -> float:
         """Seconds after an occurrence of ``owner``'s that this node fires it itself."""
@@ -304,18 +248,18 @@ class Cluster:
         with self._lock:
             return dict(self._suspected)
 
-    def _live(self, now: datetime | None = None) -> dict[str, datetime]:
+    def _live(self, now: datetime | None = None) -> dict[str, tuple[datetime, QueueFilter]]:
         now = now or self.node.clock.now()
         dead_before = now - timedelta(seconds=self.node.settings.node_timeout)
         return self.store.live_nodes(dead_before)
 
-    def _clear_suspicions(self, live: dict[str, datetime]) -> list[str]:
+    def _clear_suspicions(self, live: dict[str, tuple[datetime, QueueFilter]]) -> list[str]:
         """Forget the suspicion of owners whose heartbeat moved since (alive after all)
         or that are no longer members (their standby now owns their schedules)."""
         cleared = []
         with self._lock:
             for owner, since in list(self._suspected.items()):
-                beat = live.get(owner)
+                beat = live[owner][0] if owner in live else None
                 if beat is None or beat > since:
                     del self._suspected[owner]
                     if beat is not None:
@@ -335,7 +279,7 @@ class Cluster:
         live = self._live(now)
         for owner in self._clear_suspicions(live):
             self.node.replace_held(owner)
-        current = Partition(self.node.node_id, list(live))
+        current = self._partition_of(live)
         handing_over = self._previous.members != self._partition.members
         changed = current.members != self._partition.members
         if not changed and not handing_over and not self._load_owed:

@@ -36,6 +36,8 @@ from django_htask.engine import FunctionNotRegistered, encode_call, parse_schedu
 from django_htask.engine.registry import default_name
 
 from .models import CatchUp, Origin, Overlap, Schedule
+from .queues import DEFAULT_QUEUE
+from .queues import check_name as check_queue
 
 __all__ = [
     "PeriodicSpec",
@@ -69,6 +71,7 @@ class PeriodicSpec:
     max_attempts: int
     retry_backoff: float
     args: tuple[Any, ...] = ()
+    queue_name: str = DEFAULT_QUEUE
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -157,6 +160,7 @@ def periodic(
     retry_backoff: float = 10.0,
     args: tuple[Any, ...] | list[Any] = (),
     kwargs: dict[str, Any] | None = None,
+    queue_name: str = DEFAULT_QUEUE,
 ) -> Callable[[F], F]:
     """Register the function and declare a schedule for it.
 
@@ -164,9 +168,11 @@ def periodic(
     ``"@daily"``) or a schedule value (``every().day.at("10:30")``). ``name`` names
     the schedule (default: the function's registered name); ``function_name``
     registers the function under another name. ``args`` / ``kwargs`` are passed at
-    every run and checked against the signature now.
+    every run and checked against the signature now. Only the nodes serving
+    ``queue_name`` fire it (``runscheduler --queue``).
     """
     text = _schedule_text(when, tz)
+    check_queue(queue_name)
     if overlap not in Overlap.values:
         raise ValueError(f"overlap must be one of {Overlap.values}, got {overlap!r}")
     if catch_up not in CatchUp.values:
@@ -194,6 +200,7 @@ def periodic(
             retry_backoff=float(retry_backoff),
             args=call_args,
             kwargs=call_kwargs,
+            queue_name=queue_name,
         )
         with _lock:
             other = _declared.get(spec.name)
@@ -259,6 +266,7 @@ def sync_schedules(using: str = "default") -> SyncResult:
                 "grace": spec.grace,
                 "max_attempts": spec.max_attempts,
                 "retry_backoff": spec.retry_backoff,
+                "queue_name": spec.queue_name,
                 "origin": Origin.CODE,
                 "orphaned": False,
             }

@@ -18,6 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
 from . import clock
+from .queues import DEFAULT_QUEUE
 
 __all__ = [
     "CatchUp",
@@ -105,6 +106,14 @@ class Schedule(models.Model):
     )
     catch_up = models.CharField(max_length=8, choices=CatchUp.choices, default=CatchUp.LATEST)
     overlap = models.CharField(max_length=8, choices=Overlap.choices, default=Overlap.SKIP)
+    queue_name = models.CharField(
+        max_length=100,
+        blank=True,  # empty in a form: the default queue
+        default=DEFAULT_QUEUE,
+        db_default=DEFAULT_QUEUE,  # rows inserted by raw SQL
+        help_text="only the nodes serving this queue fire it (runscheduler --queue); "
+        "empty: default",
+    )
     max_attempts = models.PositiveSmallIntegerField(default=1)
     retry_backoff = models.FloatField(default=10.0, help_text="seconds before the first retry")
     origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.ADMIN)
@@ -194,6 +203,8 @@ class Schedule(models.Model):
         """
         if self.enabled:
             self._check_call()
+        if not self.queue_name:
+            self.queue_name = DEFAULT_QUEUE
         update_fields = kwargs.get("update_fields")
         timing = update_fields is None or {"schedule", "timezone", "enabled"} & set(update_fields)
         if timing and self.broken:  # saved again: the scheduler tries it afresh
@@ -249,6 +260,21 @@ class Task(models.Model):
     )
     attempts = models.PositiveSmallIntegerField(default=0)
     max_attempts = models.PositiveSmallIntegerField(default=1)
+    queue_name = models.CharField(
+        max_length=100,
+        default=DEFAULT_QUEUE,
+        db_default=DEFAULT_QUEUE,  # rows inserted by raw SQL
+        help_text="only the nodes serving this queue run it (runscheduler --queue)",
+    )
+    backend = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        db_default="",
+        editable=False,
+        help_text="the django.tasks backend alias it was enqueued through (runscheduler "
+        "--backend), empty for django-htask's own",
+    )
     priority = models.SmallIntegerField(
         default=0,
         db_default=0,  # rows inserted by raw SQL or another language's producer
@@ -346,6 +372,12 @@ class Node(models.Model):
     last_heartbeat = models.DateTimeField(db_index=True)
     version = models.CharField(max_length=40, help_text="django-htask version")
     stopped_at = models.DateTimeField(null=True, blank=True)
+    queues = models.CharField(
+        max_length=1000,
+        default="*",
+        db_default="*",
+        help_text="the queues it serves: * every one, a,b only those, *,-c all but c",
+    )
 
     class Meta:
         ordering = ("-last_heartbeat",)

@@ -75,9 +75,19 @@ from . import cluster
 from .conf import HtaskSettings, get_settings
 from .exceptions import NodeFenced
 from .models import CatchUp, Overlap, Run, RunStatus
+from .queues import ALL, QueueFilter
 from .retry import RetryPolicy
 from .signals import run_finished, run_started
-from .store import Abandoned, RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store, get_store
+from .store import (
+    Abandoned,
+    RunOutcome,
+    ScheduleRef,
+    ScheduleRow,
+    Serving,
+    StartedTask,
+    Store,
+    get_store,
+)
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -140,16 +150,19 @@ def _pid_alive(pid: int) -> bool:
 
 
 class _Held:
-    """A schedule in memory: its due time, version and timer, and ``owner``: "" when
-    this node owns it, else the owner this node stands by for (several nodes)."""
+    """A schedule in memory: its due time, version, queue and timer, and ``owner``: ""
+    when this node owns it, else the owner this node stands by for (several nodes)."""
 
-    __slots__ = ("due", "handle", "owner", "version")
+    __slots__ = ("due", "handle", "owner", "queue", "version")
 
-    def __init__(self, due: datetime, version: int, handle: TimerHandle | None, owner: str) -> None:
+    def __init__(
+        self, due: datetime, version: int, handle: TimerHandle | None, owner: str, queue: str
+    ) -> None:
         self.due = due
         self.version = version
         self.handle = handle
         self.owner = owner
+        self.queue = queue
 
 
 class _Once:
@@ -191,8 +204,22 @@ class Node:
         clock: Clock | None = None,
         store: Store | None = None,
         settings: HtaskSettings | None = None,
+        queues: QueueFilter = ALL,
+        backend: str | None = None,
+        max_tasks: int | None = None,
+        batch: bool = False,
     ) -> None:
+        if max_tasks is not None and not max_tasks > 0:
+            raise ValueError(f"max_tasks must be greater than zero, got {max_tasks!r}")
         self.settings = settings or get_settings()
+        #: The tasks it runs and the schedules it fires (queues, a django.tasks alias).
+        self.serving = Serving(queues, backend)
+        #: Stop once this many one-off tasks have run (``runscheduler --max-tasks``).
+        self.max_tasks = max_tasks
+        #: Stop once nothing is due and nothing runs (``runscheduler --batch``).
+        self.batch = batch
+        self._claimed_tasks = 0  # one-off tasks started
+        self._finished_tasks = 0
         self.clock = clock if clock is not None else clocks.get_clock()
         self.node_id = node_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.workers = self.settings.workers if workers is None else workers
@@ -233,6 +260,8 @@ class Node:
         self.stop_requested = False
         #: Runs still going when :meth:`stop` gave up waiting (the process must exit).
         self.unfinished = 0
+        #: Why the node asked to stop by itself (``max_tasks``, ``batch``), if it did.
+        self.done = ""
 
     # -- life cycle ------------------------------------------------------------------
     def start(self, *, sync_code: bool = True) -> NodeStats:
@@ -246,7 +275,12 @@ class Node:
         self._with_retry(store.install)
         self._with_retry(
             lambda: store.register_node(
-                self.node_id, socket.gethostname(), os.getpid(), django_htask.__version__, now
+                self.node_id,
+                socket.gethostname(),
+                os.getpid(),
+                django_htask.__version__,
+                now,
+                self.serving.schedules,
             )
         )
         if store.single_host:
@@ -272,7 +306,7 @@ class Node:
         for ref in refs:
             self._place(ref)
         pending = self._with_retry(store.count_pending_tasks)
-        due_now, next_due = self._with_retry(lambda: store.task_outlook(now))
+        due_now, next_due = self._with_retry(lambda: store.task_outlook(now, self.serving))
         _local_nodes.add(self)
         self._control.call_soon(self._poll)
         self._beat.call_soon(self._heartbeat)
@@ -583,6 +617,7 @@ class Node:
 
         ok = self._guarded(look, "poll")
         self._dispatch()
+        self._stop_when_done()
         self._control_later(self.poll_interval if ok else self._db_delay, self._poll)
 
     def _heartbeat(self) -> None:
@@ -684,10 +719,10 @@ class Node:
         """Hold ``ref`` in memory with a timer at its due time (or drop it). With
         several nodes, a schedule this node stands by for gets its timer later, by the
         standby delay (none while its owner is suspected of being gone)."""
-        owner: str | None = ""
+        owner: str | None = "" if self.serving.schedules.serves(ref.queue) else None
         delay = 0.0
-        if self._cluster is not None:
-            owner = self._cluster.holding(ref.id)
+        if self._cluster is not None and owner is not None:
+            owner = self._cluster.holding(ref.id, ref.queue)
             if owner:
                 delay = self._cluster.standby_delay(owner)
         with self._lock:
@@ -713,7 +748,7 @@ class Node:
             if control is not None and not self._stopping:
                 at = ref.next_run_at + timedelta(seconds=delay) if delay else ref.next_run_at
                 handle = control.call_at(at, self._fire, ref.id)
-            self._schedules[ref.id] = _Held(ref.next_run_at, ref.version, handle, owner)
+            self._schedules[ref.id] = _Held(ref.next_run_at, ref.version, handle, owner, ref.queue)
 
     def _drop(self, schedule_id: int) -> None:
         with self._lock:
@@ -726,7 +761,7 @@ class Node:
         with ``owner``, only those this node stands by for that owner."""
         with self._lock:
             refs = [
-                ScheduleRef(i, h.due, h.version)
+                ScheduleRef(i, h.due, h.version, queue=h.queue)
                 for i, h in self._schedules.items()
                 if owner is None or h.owner == owner
             ]
@@ -765,10 +800,10 @@ class Node:
             # The owner claims an occurrence by moving next_run_at: fire only one it
             # left where it was for the whole standby delay.
             if held is None or row.next_run_at != held.due or row.next_run_at > now:
-                self._place(ScheduleRef(row.id, row.next_run_at, row.version))
+                self._place(ScheduleRef(row.id, row.next_run_at, row.version, True, row.queue_name))
                 return
         elif row.next_run_at > now:  # moved by someone else meanwhile
-            self._place(ScheduleRef(row.id, row.next_run_at, row.version))
+            self._place(ScheduleRef(row.id, row.next_run_at, row.version, True, row.queue_name))
             return
         problem = self._problem(row)
         if problem:
@@ -834,7 +869,7 @@ class Node:
         if next_run_at is None:
             self._drop(row.id)
         else:
-            self._place(ScheduleRef(row.id, next_run_at, row.version))
+            self._place(ScheduleRef(row.id, next_run_at, row.version, True, row.queue_name))
         for run_id, outcome in zip(ids[len(runs) - len(started) :], started, strict=True):
             self._start_schedule_run(row, run_id, outcome)
 
@@ -907,7 +942,9 @@ class Node:
         if row is None:
             self._drop(schedule_id)
         else:
-            self._place(ScheduleRef(row.id, row.next_run_at, row.version, row.enabled))
+            self._place(
+                ScheduleRef(row.id, row.next_run_at, row.version, row.enabled, row.queue_name)
+            )
 
     def _missed(self, row: ScheduleRow, missed: list[datetime], now: datetime) -> RunOutcome:
         late = (now - missed[-1]).total_seconds()
@@ -1021,18 +1058,23 @@ class Node:
 
     # -- one-off tasks ---------------------------------------------------------------
     def _free_workers(self) -> int:
-        """How many more jobs the workers can start now (a thread per job: a batch)."""
+        """How many more tasks the workers can start now (a thread per job: a batch),
+        and no more than ``max_tasks`` allows."""
         if self.workers == 0:
-            return self.settings.claim_batch
-        with self._lock:
-            return self.workers - len(self._running_tasks) - len(self._running_runs)
+            free = self.settings.claim_batch
+        else:
+            with self._lock:
+                free = self.workers - len(self._running_tasks) - len(self._running_runs)
+        if self.max_tasks is not None:
+            free = min(free, self.max_tasks - self._claimed_tasks)
+        return free
 
     def _watch_tasks(self) -> None:
         """Read whether tasks are due and when the next one is, and set the wake-up
         timer there when it is within the look-ahead window (else the poll looks again).
         Reads only: an idle node writes nothing."""
         now = self.clock.now()
-        due, first = self.store.task_outlook(now)
+        due, first = self.store.task_outlook(now, self.serving)
         if due:
             self._tasks_due = True
         if first is None or first > now + timedelta(seconds=self.settings.lookahead):
@@ -1059,6 +1101,12 @@ class Node:
         once), in one transaction."""
         if self._stopping or self._fenced is not None:
             return  # stop() writes what is left
+        try:
+            self._dispatch_all()
+        finally:
+            self._stop_when_done()
+
+    def _dispatch_all(self) -> None:
         while True:
             free = self._free_workers() if self._tasks_due else 0
             with self._lock:
@@ -1080,17 +1128,39 @@ class Node:
             with self._lock:
                 for task in started:
                     self._running_tasks[task.id] = task
+                self._claimed_tasks += len(started)
             for task in started:  # highest priority first
                 try:
                     jobs.call_soon(self._task_job, task)
                 except SchedulerClosed:
                     return
 
+    def _stop_when_done(self) -> None:
+        """Ask the process to stop when ``max_tasks`` tasks have run, or, in batch mode,
+        when nothing is due any more and nothing runs."""
+        if self.stop_requested or not (self.batch or self.max_tasks is not None):
+            return
+        now = self.clock.now()
+        with self._lock:
+            running = len(self._running_tasks) + len(self._running_runs) + len(self._outcomes)
+            due = any(not h.owner and h.due <= now for h in self._schedules.values())
+        if self.max_tasks is not None and self._finished_tasks >= self.max_tasks and not running:
+            why = f"ran the maximum of {self.max_tasks} tasks (--max-tasks)"
+        elif self.batch and not (self._tasks_due or running or due or self._delayed):
+            why = "nothing is due any more (--batch)"
+        else:
+            return
+        logger.info("node %s: %s: stopping", self.node_id, why, extra={"action": "node_done"})
+        self.done = why
+        self.stop_requested = True
+
     def _start_tasks(self, free: int, finished: list[RunOutcome], into: list[StartedTask]) -> None:
         now = self.clock.now()
         lease_until = now + timedelta(seconds=self.settings.lease)
         try:
-            into += self.store.start_tasks(self.node_id, now, free, lease_until, finished=finished)
+            into += self.store.start_tasks(
+                self.node_id, now, free, lease_until, finished=finished, serving=self.serving
+            )
         except DatabaseError:
             with self._lock:
                 self._outcomes[:0] = finished
@@ -1120,6 +1190,7 @@ class Node:
         with self._lock:
             self._calling.discard(key)
             self._running_tasks.pop(task.id, None)
+            self._finished_tasks += 1
         self._push(result)
 
     # -- running a function ----------------------------------------------------------

@@ -6,19 +6,23 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from .base import (
+    SERVE_ALL,
     Abandoned,
     RunOutcome,
     ScheduleRef,
     ScheduleRow,
+    Serving,
     StartedTask,
     Store,
 )
 
 __all__ = [
+    "SERVE_ALL",
     "Abandoned",
     "RunOutcome",
     "ScheduleRef",
     "ScheduleRow",
+    "Serving",
     "StartedTask",
     "Store",
     "get_store",

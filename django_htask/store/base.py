@@ -23,16 +23,36 @@ import abc
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django_htask.queues import ALL, DEFAULT_QUEUE, QueueFilter
 from django_htask.retry import RetryPolicy
 
 __all__ = [
+    "SERVE_ALL",
     "Abandoned",
     "RunOutcome",
     "ScheduleRef",
     "ScheduleRow",
+    "Serving",
     "StartedTask",
     "Store",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """Which tasks a node runs: those of ``queues``; with a ``backend`` alias, only the
+    django.tasks tasks enqueued through it (and no schedule)."""
+
+    queues: QueueFilter = ALL
+    backend: str | None = None
+
+    @property
+    def schedules(self) -> QueueFilter:
+        """The queues whose schedules the node fires."""
+        return QueueFilter(frozenset()) if self.backend is not None else self.queues
+
+
+SERVE_ALL = Serving()
 
 
 @dataclass(slots=True)
@@ -43,6 +63,7 @@ class ScheduleRef:
     next_run_at: datetime | None
     version: int
     enabled: bool = True
+    queue: str = DEFAULT_QUEUE
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +84,7 @@ class ScheduleRow:
     max_attempts: int
     retry_backoff: float
     version: int
+    queue_name: str = DEFAULT_QUEUE
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +170,15 @@ class Store(abc.ABC):
     # -- nodes -----------------------------------------------------------------------
     @abc.abstractmethod
     def register_node(
-        self, node_id: str, hostname: str, pid: int, version: str, now: datetime
-    ) -> None: ...
+        self,
+        node_id: str,
+        hostname: str,
+        pid: int,
+        version: str,
+        now: datetime,
+        queues: QueueFilter = ALL,
+    ) -> None:
+        """Register a node; ``queues`` are the queues whose schedules it fires."""
 
     @abc.abstractmethod
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
@@ -237,9 +266,12 @@ class Store(abc.ABC):
 
     # -- one-off tasks ---------------------------------------------------------------
     @abc.abstractmethod
-    def task_outlook(self, now: datetime) -> tuple[bool, datetime | None]:
+    def task_outlook(
+        self, now: datetime, serving: Serving = SERVE_ALL
+    ) -> tuple[bool, datetime | None]:
         """Whether a pending task nobody holds is due at ``now``, and when the first
-        pending task due after ``now`` is (reads only: nothing is claimed)."""
+        pending task due after ``now`` is, among those ``serving`` covers (reads only:
+        nothing is claimed)."""
 
     @abc.abstractmethod
     def start_tasks(
@@ -250,9 +282,10 @@ class Store(abc.ABC):
         lease_until: datetime,
         *,
         finished: list[RunOutcome] | None = None,
+        serving: Serving = SERVE_ALL,
     ) -> list[StartedTask]:
-        """Claim up to ``limit`` due tasks nobody holds, highest priority first, then
-        oldest, and mark them running (one attempt each) under a lease until
+        """Claim up to ``limit`` due tasks nobody holds that ``serving`` covers, highest
+        priority first, then oldest, and mark them running (one attempt each) under a lease until
         ``lease_until``. Only ask for what workers take at once: a started task that
         never finishes has used its attempt. ``finished`` runs are written first, in
         the same transaction (what :meth:`record` does)."""

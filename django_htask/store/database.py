@@ -13,13 +13,16 @@ from django.db.models import Case, F, Max, Min, Q, TextField, Value, When
 
 from django_htask.exceptions import NodeFenced, NotMigrated
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus, prune_runs
+from django_htask.queues import ALL, QueueFilter
 from django_htask.retry import RetryPolicy
 
 from .base import (
+    SERVE_ALL,
     Abandoned,
     RunOutcome,
     ScheduleRef,
     ScheduleRow,
+    Serving,
     StartedTask,
     Store,
 )
@@ -41,6 +44,7 @@ _ROW_FIELDS = (
     "max_attempts",
     "retry_backoff",
     "version",
+    "queue_name",
 )
 #: What a started task carries, in :class:`StartedTask`'s order.
 _STARTED_FIELDS = (
@@ -67,6 +71,38 @@ def _as_datetime(value: datetime | str) -> datetime:
     an aware datetime."""
     parsed = value if isinstance(value, datetime) else datetime.fromisoformat(value)
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _served(serving: Serving) -> Q:
+    """The tasks ``serving`` covers, as a filter."""
+    q = Q()
+    if serving.backend is not None:
+        q &= Q(backend=serving.backend)
+    queues = serving.queues
+    if queues.only is not None:
+        q &= Q(queue_name__in=sorted(queues.only))
+    if queues.exclude:
+        q &= ~Q(queue_name__in=sorted(queues.exclude))
+    return q
+
+
+def served_sql(serving: Serving) -> tuple[str, list[Any]]:
+    """The same as :func:`_served`, as an SQL condition (``""`` for every task) and its
+    parameters, for the stores' raw claims."""
+    parts: list[str] = []
+    params: list[Any] = []
+    if serving.backend is not None:
+        parts.append("backend = %s")
+        params.append(serving.backend)
+    for column_in, names in (("IN", serving.queues.only), ("NOT IN", serving.queues.exclude)):
+        if names is None or (column_in == "NOT IN" and not names):
+            continue
+        if not names:
+            parts.append("1 = 0")
+            continue
+        parts.append(f"queue_name {column_in} ({', '.join(['%s'] * len(names))})")
+        params += sorted(names)
+    return "".join(f" AND {p}" for p in parts), params
 
 
 class DatabaseStore(Store):
@@ -154,7 +190,13 @@ class DatabaseStore(Store):
 
     # -- nodes -----------------------------------------------------------------------
     def register_node(
-        self, node_id: str, hostname: str, pid: int, version: str, now: datetime
+        self,
+        node_id: str,
+        hostname: str,
+        pid: int,
+        version: str,
+        now: datetime,
+        queues: QueueFilter = ALL,
     ) -> None:
         Node.objects.using(self.using).update_or_create(
             id=node_id,
@@ -165,6 +207,7 @@ class DatabaseStore(Store):
                 "started_at": now,
                 "last_heartbeat": now,
                 "stopped_at": None,
+                "queues": str(queues),
             },
         )
 
@@ -333,9 +376,11 @@ class DatabaseStore(Store):
                 Schedule.objects.using(self.using)
                 .filter(enabled=True, next_run_at__isnull=False)
                 .order_by()
-                .values_list("id", "next_run_at", "version")
+                .values_list("id", "next_run_at", "version", "queue_name")
             )
-            refs = [ScheduleRef(i, n, v) for i, n, v in rows.iterator(chunk_size=10_000)]
+            refs = [
+                ScheduleRef(i, n, v, queue=q) for i, n, v, q in rows.iterator(chunk_size=10_000)
+            ]
         return refs, top
 
     def _max_version(self) -> int:
@@ -347,9 +392,9 @@ class DatabaseStore(Store):
             Schedule.objects.using(self.using)
             .filter(version__gt=since)
             .order_by("version")
-            .values_list("id", "next_run_at", "version", "enabled")
+            .values_list("id", "next_run_at", "version", "enabled", "queue_name")
         )
-        refs = [ScheduleRef(i, n, v, e) for i, n, v, e in rows]
+        refs = [ScheduleRef(i, n, v, e, q) for i, n, v, e, q in rows]
         return refs, max([since, *(r.version for r in refs)])
 
     def get_schedule(self, schedule_id: int) -> ScheduleRow | None:
@@ -453,8 +498,10 @@ class DatabaseStore(Store):
         return run.pk
 
     # -- one-off tasks ---------------------------------------------------------------
-    def task_outlook(self, now: datetime) -> tuple[bool, datetime | None]:
-        tasks = Task.objects.using(self.using)
+    def task_outlook(
+        self, now: datetime, serving: Serving = SERVE_ALL
+    ) -> tuple[bool, datetime | None]:
+        tasks = Task.objects.using(self.using).filter(_served(serving))
         due = tasks.filter(self._claimable(now)).exists()
         first: datetime | None = tasks.filter(status=TaskStatus.PENDING, run_at__gt=now).aggregate(
             m=Min("run_at")
@@ -474,22 +521,23 @@ class DatabaseStore(Store):
         lease_until: datetime,
         *,
         finished: list[RunOutcome] | None = None,
+        serving: Serving = SERVE_ALL,
     ) -> list[StartedTask]:
         if limit <= 0 and not finished:
             return []
         with self._atomic():
             self._fence(node_id)
             late = self._record_in(node_id, finished or [])
-            started = self._start_in(node_id, now, limit, lease_until) if limit > 0 else []
+            started = self._start_in(node_id, now, limit, lease_until, serving) if limit > 0 else []
         self._record_late(late)
         return sorted(started, key=lambda t: (-t.priority, t.run_at, t.id))
 
     def _start_in(
-        self, node_id: str, now: datetime, limit: int, lease_until: datetime
+        self, node_id: str, now: datetime, limit: int, lease_until: datetime, serving: Serving
     ) -> list[StartedTask]:
         """Claim and start due tasks, in the caller's transaction."""
         tasks = Task.objects.using(self.using)
-        claimable = self._claimable(now)
+        claimable = self._claimable(now) & _served(serving)
         ids = list(
             tasks.filter(claimable)
             .order_by("-priority", "run_at", "id")

@@ -52,10 +52,11 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from django_htask.models import Node, Run, Schedule, Task, TaskStatus
+from django_htask.queues import QueueFilter
 from django_htask.retry import RetryPolicy
 
-from .base import RunOutcome, ScheduleRef, StartedTask
-from .database import _STARTED_FIELDS, DatabaseStore
+from .base import RunOutcome, ScheduleRef, Serving, StartedTask
+from .database import _STARTED_FIELDS, DatabaseStore, served_sql
 
 __all__ = ["CHANNEL", "PostgresStore", "install"]
 
@@ -201,24 +202,26 @@ class PostgresStore(DatabaseStore):
         with self._cursor() as cursor:
             horizon = self._horizon(cursor)
             cursor.execute(
-                f"SELECT id, next_run_at, version, enabled FROM {SCHEDULE} "
+                f"SELECT id, next_run_at, version, enabled, queue_name FROM {SCHEDULE} "
                 "WHERE version > %s ORDER BY version",
                 [since],
             )
-            refs = [ScheduleRef(i, n, v, e) for i, n, v, e in cursor.fetchall()]
+            refs = [ScheduleRef(i, n, v, e, q) for i, n, v, e, q in cursor.fetchall()]
         return refs, max(since, horizon)
 
     # -- nodes -----------------------------------------------------------------------
     _fence_lock = " FOR SHARE"
 
-    def live_nodes(self, dead_before: datetime) -> dict[str, datetime]:
-        """The nodes not stopped whose heartbeat is recent: id -> last heartbeat."""
-        return dict(
+    def live_nodes(self, dead_before: datetime) -> dict[str, tuple[datetime, QueueFilter]]:
+        """The nodes not stopped whose heartbeat is recent: id -> (last heartbeat, the
+        queues whose schedules it fires)."""
+        rows = (
             Node.objects.using(self.using)
             .filter(stopped_at__isnull=True, last_heartbeat__gte=dead_before)
             .order_by("id")
-            .values_list("id", "last_heartbeat")
+            .values_list("id", "last_heartbeat", "queues")
         )
+        return {i: (beat, QueueFilter.parse(queues)) for i, beat, queues in rows}
 
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
         """Record the heartbeat and renew this node's leases. A node declared dead stays
@@ -278,16 +281,17 @@ class PostgresStore(DatabaseStore):
 
     # -- one-off tasks ---------------------------------------------------------------
     def _start_in(
-        self, node_id: str, now: datetime, limit: int, lease_until: datetime
+        self, node_id: str, now: datetime, limit: int, lease_until: datetime, serving: Serving
     ) -> list[StartedTask]:
         """As the generic one, in one statement; rows another node is claiming are
         skipped (``FOR UPDATE SKIP LOCKED``), so nodes starting at once never wait."""
+        served, served_params = served_sql(serving)
         with self._cursor() as cursor:
             cursor.execute(
                 f"UPDATE {TASK} SET status = %s, attempts = attempts + 1, started_at = %s,"
                 " locked_by = %s, lease_expires_at = %s WHERE id IN ("
                 f" SELECT id FROM {TASK} WHERE status = %s AND run_at <= %s"
-                "  AND (locked_by IS NULL OR lease_expires_at < %s)"
+                f"  AND (locked_by IS NULL OR lease_expires_at < %s){served}"
                 "  ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
                 f") RETURNING {', '.join(_STARTED_FIELDS)}",
                 [
@@ -298,6 +302,7 @@ class PostgresStore(DatabaseStore):
                     TaskStatus.PENDING,
                     now,
                     now,
+                    *served_params,
                     limit,
                 ],
             )

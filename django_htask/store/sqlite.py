@@ -22,8 +22,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_htask.models import Task, TaskStatus
 
-from .base import ScheduleRef, StartedTask
-from .database import _STARTED_FIELDS, DatabaseStore, _as_datetime
+from .base import ScheduleRef, Serving, StartedTask
+from .database import _STARTED_FIELDS, DatabaseStore, _as_datetime, served_sql
 
 __all__ = ["SQLiteStore", "install"]
 
@@ -72,7 +72,7 @@ class SQLiteStore(DatabaseStore):
         if not settings.USE_TZ:
             return super().load_schedules()
         sql = (
-            f"SELECT id, CAST(next_run_at AS TEXT), version FROM {SCHEDULE} "
+            f"SELECT id, CAST(next_run_at AS TEXT), version, queue_name FROM {SCHEDULE} "
             "WHERE enabled AND next_run_at IS NOT NULL"
         )
         parse = datetime.fromisoformat
@@ -80,24 +80,26 @@ class SQLiteStore(DatabaseStore):
             top = self._max_version()
             cursor.execute(sql)
             refs = [
-                ScheduleRef(i, parse(n).replace(tzinfo=UTC), v) for i, n, v in cursor.fetchall()
+                ScheduleRef(i, parse(n).replace(tzinfo=UTC), v, queue=q)
+                for i, n, v, q in cursor.fetchall()
             ]
         return refs, top
 
     def _start_in(
-        self, node_id: str, now: datetime, limit: int, lease_until: datetime
+        self, node_id: str, now: datetime, limit: int, lease_until: datetime, serving: Serving
     ) -> list[StartedTask]:
         """As the generic one, in one statement where SQLite has ``RETURNING`` (3.35)."""
         conn = self.connection
         if not conn.features.can_return_columns_from_insert:
-            return super()._start_in(node_id, now, limit, lease_until)
+            return super()._start_in(node_id, now, limit, lease_until, serving)
         adapt = conn.ops.adapt_datetimefield_value
+        served, served_params = served_sql(serving)
         with conn.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {TASK} SET status = %s, attempts = attempts + 1, started_at = %s,"
                 " locked_by = %s, lease_expires_at = %s WHERE id IN ("
                 f" SELECT id FROM {TASK} WHERE status = %s AND run_at <= %s"
-                "  AND (locked_by IS NULL OR lease_expires_at < %s)"
+                f"  AND (locked_by IS NULL OR lease_expires_at < %s){served}"
                 "  ORDER BY priority DESC, run_at, id LIMIT %s"
                 f") RETURNING {', '.join(_STARTED_FIELDS)}",
                 [
@@ -108,6 +110,7 @@ class SQLiteStore(DatabaseStore):
                     TaskStatus.PENDING,
                     adapt(now),
                     adapt(now),
+                    *served_params,
                     limit,
                 ],
             )

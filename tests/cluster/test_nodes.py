@@ -26,8 +26,9 @@ HEARTBEAT = 10.0  # the default HEARTBEAT_INTERVAL
 
 def make_schedules(n: int, text: str = "@every 1h", function: str = ADD, **kw: Any) -> list[int]:
     ids = []
+    prefix = kw.get("queue_name", "")
     for i in range(n):
-        row = Schedule(name=f"s{i}", function=function, schedule=text, **kw)
+        row = Schedule(name=f"{prefix}s{i}", function=function, schedule=text, **kw)
         row.set_call((i,) if function == ADD else ("x",))
         row.save()
         ids.append(row.pk)
@@ -278,3 +279,19 @@ def test_overlap_holds_across_nodes(
         assert (first.node, second.node) == ("node-a", b.node_id)
         assert first.finished_at is not None and second.started_at is not None
         assert second.started_at >= first.finished_at
+
+
+def test_schedules_are_shared_only_among_the_nodes_serving_their_queue(
+    make_node: MakeNode, fake_clock: FakeClock
+) -> None:
+    from django_htask.queues import QueueFilter
+
+    ids = make_schedules(30, queue_name="emails") + make_schedules(30, queue_name="default")
+    emails = ids[:30]
+    a = start(make_node, "node-a", queues=QueueFilter.of(["emails"]))
+    b = start(make_node, "node-b", queues=QueueFilter.of([], ["emails"]))
+    wait_for(lambda: a._cluster.members == ("node-a", "node-b"))
+    fake_clock.advance(HEARTBEAT)
+    assert held(a) == [set(emails)]  # the only node serving emails: owns all of them
+    assert set(a.held_schedules()) == set(emails)  # and stands by for nothing else
+    assert held(b) == [set(ids) - set(emails)]

@@ -35,6 +35,7 @@ from django_htask.operations import (
     upcoming_runs,
     validate_zone,
 )
+from django_htask.queues import DEFAULT_QUEUE
 
 #: Exit code of a run that failed.
 RUN_FAILED = 1
@@ -89,7 +90,8 @@ class Command(BaseCommand):
             flag = f"  [{', '.join(flags)}]" if flags else ""
             self.stdout.write(f"{row.name}{flag}")
             self.stdout.write(f"    {row.schedule}  ({describe_schedule(row.schedule, zone)})")
-            self.stdout.write(f"    runs {row.function}, {row.origin}-defined")
+            queue = "" if row.queue_name == DEFAULT_QUEUE else f", queue {row.queue_name}"
+            self.stdout.write(f"    runs {row.function}, {row.origin}-defined{queue}")
             if row.broken:
                 self.stdout.write(f"    broken: {row.broken} (save it again to clear)")
                 continue
@@ -141,8 +143,10 @@ class Command(BaseCommand):
         for node in nodes:
             age = (now - node.last_heartbeat).total_seconds()
             state = node_state(node, now)
+            serves = "" if node.queues == "*" else f"  queues {node.queues or '(none)'}"
             self.stdout.write(
-                f"  {node.id}  {state}  heartbeat {age:.0f}s ago  pid {node.pid}  v{node.version}"
+                f"  {node.id}  {state}  heartbeat {age:.0f}s ago  pid {node.pid}  "
+                f"v{node.version}{serves}"
             )
         counts = dict(
             Task.objects.filter(status__in=(TaskStatus.PENDING, TaskStatus.RUNNING))
@@ -155,6 +159,16 @@ class Command(BaseCommand):
             f"tasks: {counts.get(TaskStatus.PENDING, 0)} pending ({overdue} overdue), "
             f"{counts.get(TaskStatus.RUNNING, 0)} running"
         )
+        by_queue = (
+            Task.objects.filter(status=TaskStatus.PENDING)
+            .values_list("queue_name")
+            .annotate(n=Count("id"))
+            .order_by("queue_name")
+            .values_list("queue_name", "n")
+        )
+        queues = [f"{name} {n}" for name, n in by_queue]
+        if len(queues) > 1 or (queues and not queues[0].startswith(f"{DEFAULT_QUEUE} ")):
+            self.stdout.write(f"  pending by queue: {', '.join(queues[:SHOWN])}")
         broken = list(Schedule.objects.exclude(broken="").order_by("name")[: SHOWN + 1])
         enabled = Schedule.objects.filter(enabled=True, broken="").count()
         self.stdout.write(f"schedules: {enabled} enabled, {len(broken)} broken")

@@ -10,16 +10,22 @@ import time
 from types import FrameType
 from typing import Any, NoReturn
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 import django_htask
+from django_htask.apps import HTASK_BACKEND, is_htask_backend
 from django_htask.conf import get_settings
 from django_htask.exceptions import NotMigrated
+from django_htask.models import Node as NodeRow
 from django_htask.node import Node, NodeStats, StartAborted
+from django_htask.queues import QueueFilter
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: The exit status of a node that found it had been declared dead by the others.
 EXIT_FENCED = 3
+#: The longest node id (the width of the column).
+NODE_ID_MAX = NodeRow._meta.get_field("id").max_length or 100
 
 
 class Command(BaseCommand):
@@ -52,6 +58,39 @@ class Command(BaseCommand):
             action="store_true",
             help="do not create or update the code-defined schedules at start",
         )
+        parser.add_argument(
+            "--queue",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help="serve only this queue (repeat it for several; '*' or none: every queue)",
+        )
+        parser.add_argument(
+            "--exclude-queue",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help="serve every queue but this one (repeatable)",
+        )
+        parser.add_argument(
+            "--backend",
+            default=None,
+            metavar="ALIAS",
+            help="run only the django.tasks tasks enqueued through this TASKS alias (no "
+            "schedules, no tasks of django-htask's own)",
+        )
+        parser.add_argument(
+            "--max-tasks",
+            type=int,
+            default=None,
+            metavar="N",
+            help="exit once N one-off tasks have run",
+        )
+        parser.add_argument(
+            "--batch",
+            action="store_true",
+            help="exit once nothing is due and nothing runs (for cron jobs and tests)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         workers: int = options["workers"]
@@ -60,8 +99,31 @@ class Command(BaseCommand):
             raise CommandError(f"--workers must be >= 0, got {workers}")
         if not poll > 0:
             raise CommandError(f"--poll-interval must be > 0, got {poll}")
+        node_id: str | None = options["node_id"]
+        if node_id is not None and not 0 < len(node_id) <= NODE_ID_MAX:
+            raise CommandError(
+                f"--node-id must be 1 to {NODE_ID_MAX} characters, got {len(node_id)}"
+            )
+        max_tasks: int | None = options["max_tasks"]
+        if max_tasks is not None and max_tasks <= 0:
+            raise CommandError(f"--max-tasks must be greater than zero, got {max_tasks}")
+        try:
+            queues = QueueFilter.of(options["queue"], options["exclude_queue"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        backend: str | None = options["backend"]
+        if backend is not None:
+            self._check_backend(backend)
         self._configure_logging(options["log_level"])
-        node = Node(node_id=options["node_id"], workers=workers, poll_interval=poll)
+        node = Node(
+            node_id=node_id,
+            workers=workers,
+            poll_interval=poll,
+            queues=queues,
+            backend=backend,
+            max_tasks=max_tasks,
+            batch=options["batch"],
+        )
         signals_seen = 0
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -104,6 +166,8 @@ class Command(BaseCommand):
                 "stopped: this node had been declared dead by the others "
                 "(see the log); start it again to rejoin",
             )
+        if node.done:
+            self.stdout.write(f"{node.done}.")
         if node.unfinished:
             self._exit_now(
                 0,
@@ -122,12 +186,39 @@ class Command(BaseCommand):
         os._exit(code)
 
     @staticmethod
+    def _check_backend(alias: str) -> None:
+        """``alias`` must name a TASKS alias that uses django-htask's backend."""
+        configured = getattr(settings, "TASKS", None)
+        aliases = sorted(configured) if isinstance(configured, dict) else []
+        if alias not in aliases:
+            known = ", ".join(aliases) or "none"
+            raise CommandError(f"--backend {alias!r}: no such alias in TASKS (known: {known})")
+        if not is_htask_backend(configured[alias].get("BACKEND")):  # type: ignore[index]
+            raise CommandError(
+                f"--backend {alias!r}: TASKS[{alias!r}] is not django-htask's backend "
+                f"({HTASK_BACKEND})"
+            )
+
+    @staticmethod
     def _banner(node: Node, workers: int, poll: float, stats: NodeStats) -> str:
+        serving = node.serving
+        queues = "every queue" if serving.queues.serves_all else str(serving.queues)
+        if serving.backend is not None:
+            queues += f" (django.tasks tasks of TASKS[{serving.backend!r}] only)"
+        mode = "".join(
+            part
+            for part, on in (
+                (f", exits after {node.max_tasks} tasks", node.max_tasks is not None),
+                (", exits when nothing is due (--batch)", node.batch),
+            )
+            if on
+        )
         return (
             f"django-htask {django_htask.__version__} scheduler\n"
             f"  node:      {node.node_id}\n"
             f"  database:  {node.store.describe()}\n"
             f"  workers:   {workers or 'a thread per job'}\n"
+            f"  queues:    {queues}{mode}\n"
             f"  poll:      every {poll:g}s\n"
             f"  loaded:    {stats.schedules} schedules, {stats.pending_tasks} pending "
             f"tasks{Command._next_due(stats)}\n"

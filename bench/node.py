@@ -142,7 +142,7 @@ def bench_schedules(count: int, function: str) -> dict[str, float]:
     gc.collect()
     t0 = time.perf_counter()
     node = Node(node_id="bench-ready", poll_interval=1.0)
-    stats = node.start(sync_code=False)
+    stats = node.start()
     ready_s = time.perf_counter() - t0
     assert stats.schedules == count, stats
     assert len(node.held_schedules()) == count
@@ -171,7 +171,7 @@ def bench_schedules(count: int, function: str) -> dict[str, float]:
     gc.collect()
     base = tracemalloc.get_traced_memory()[0]
     node = Node(node_id="bench-memory", poll_interval=3600.0)
-    node.start(sync_code=False)
+    node.start()
     gc.collect()
     node_bytes = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
@@ -201,7 +201,7 @@ def bench_htask_tasks(count: int) -> dict[str, float]:
 
     t0 = time.perf_counter()
     node = Node(node_id="bench-tasks", poll_interval=1.0)
-    node.start(sync_code=False)
+    node.start()
     done = Task.objects.filter(status=TaskStatus.SUCCEEDED)
     while done.count() < count or Run.objects.filter(task__isnull=False).count() < count:
         time.sleep(0.05)
@@ -262,7 +262,7 @@ def bench_latency(db: str, function: str, poll: float, samples: int) -> list[flo
     row.save()
     connection.close()
     node = Node(node_id="bench-latency", poll_interval=poll)
-    node.start(sync_code=False)
+    node.start()
     latencies = []
     try:
         for i in range(samples):

@@ -50,7 +50,7 @@ from .operations import (
 
 __all__ = ["NodeAdmin", "RunAdmin", "ScheduleAdmin", "ScheduleForm", "TaskAdmin"]
 
-logger = logging.getLogger("django_htask.admin")
+logger = logging.getLogger(__name__)
 
 PREVIEW_COUNT = 5
 
@@ -462,8 +462,19 @@ def _safe_call(obj: Schedule) -> tuple[tuple[Any, ...], dict[str, Any]]:
 
 
 # -- runs --------------------------------------------------------------------------------
+class _ReadOnly:
+    """An admin of rows only the scheduler writes (runs, nodes): viewed, never added
+    or changed by hand."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class RunAdmin(_ReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
         "name",
         "status",
@@ -494,12 +505,6 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "traceback_text",
     )
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
-        return False
 
     @admin.display(description="duration", ordering="duration")
     def took(self, obj: Run) -> str:
@@ -646,7 +651,7 @@ class _AliveFilter(admin.SimpleListFilter):
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class NodeAdmin(_ReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
         "id",
         "state",
@@ -673,12 +678,6 @@ class NodeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "running_runs",
     )
     fields = readonly_fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Node | None = None) -> bool:
-        return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Node]:
         return _with_work(super().get_queryset(request))

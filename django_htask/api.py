@@ -27,7 +27,7 @@ from django.db import router, transaction
 
 from django_htask.engine import registry
 
-from . import clock
+from . import clock, notices
 from .decorators import function_name
 from .models import Task, TaskStatus
 from .queues import DEFAULT_QUEUE
@@ -91,12 +91,6 @@ def _after_commit(using: str, fn: Callable[[], None]) -> None:
     transaction.on_commit(fn, using=using, robust=True)
 
 
-def _notify_node() -> None:
-    from . import node  # noqa: PLC0415
-
-    node.notify_local_change()
-
-
 def schedule(
     fn_or_name: Callable[..., Any] | str,
     /,
@@ -130,7 +124,7 @@ def schedule(
 
     def committed() -> None:
         task_scheduled.send_robust(sender=Task, task=task)
-        _notify_node()
+        notices.notify_local_change()
 
     _after_commit(using, committed)
     return task
@@ -168,7 +162,7 @@ def reschedule(
         .update(run_at=run_at, locked_by=None, lease_expires_at=None)
     )
     if count:
-        _after_commit(using, _notify_node)
+        _after_commit(using, notices.notify_local_change)
     return count == 1
 
 
@@ -181,26 +175,10 @@ def get_task(token: str) -> Task | None:
 # (``thread_sensitive``), so a transaction opened around them behaves as in a view.
 
 
-async def aschedule(
-    fn_or_name: Callable[..., Any] | str,
-    /,
-    *args: Any,
-    at: datetime | None = None,
-    delay: float | timedelta | None = None,
-    max_attempts: int = 1,
-    queue_name: str = DEFAULT_QUEUE,
-    **kwargs: Any,
-) -> Task:
-    """:func:`schedule` for async views."""
-    return await sync_to_async(schedule)(
-        fn_or_name,
-        *args,
-        at=at,
-        delay=delay,
-        max_attempts=max_attempts,
-        queue_name=queue_name,
-        **kwargs,
-    )
+async def aschedule(fn_or_name: Callable[..., Any] | str, /, *args: Any, **options: Any) -> Task:
+    """:func:`schedule` for async views: the same arguments (``at``, ``delay``,
+    ``max_attempts``, ``queue_name`` and the function's own)."""
+    return await sync_to_async(schedule)(fn_or_name, *args, **options)
 
 
 async def acancel(token: str) -> bool:

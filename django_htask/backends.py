@@ -51,13 +51,14 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils.json import normalize_json
 
-from django_htask.engine import HtaskError, registry
 from django_htask.engine import errors as engine_errors
+from django_htask.engine import registry
 
-from . import clock
+from . import clock, notices
 from .api import due_time
 from .conf import get_settings, is_dotted_name
 from .decorators import task as htask_task
+from .exceptions import RunInterrupted, TaskCancelled, UnknownDjangoTask
 from .models import Run, RunStatus, Task, TaskStatus, new_token
 
 __all__ = [
@@ -69,7 +70,7 @@ __all__ = [
     "run_django_task",
 ]
 
-logger = logging.getLogger("django_htask.backends")
+logger = logging.getLogger(__name__)
 
 #: The registered name of the runner every Django task's call goes through.
 RUNNER = "django_htask.backends:run_django_task"
@@ -85,19 +86,6 @@ _STATUS = {
     TaskStatus.FAILED: TaskResultStatus.FAILED,
     TaskStatus.CANCELLED: TaskResultStatus.FAILED,
 }
-
-
-class UnknownDjangoTask(HtaskError, LookupError):
-    """A stored call names a Django task this process does not define and may not import."""
-
-
-class TaskCancelled(HtaskError, RuntimeError):
-    """The task was cancelled before it ran (the error of a cancelled task's result)."""
-
-
-class RunInterrupted(HtaskError, RuntimeError):
-    """An attempt ended without the task raising: the node running it stopped or died
-    (the error of that attempt in a result; its traceback is the node's reason)."""
 
 
 def _path(exc_type: type[BaseException]) -> str:
@@ -232,11 +220,10 @@ class HtaskBackend(BaseTaskBackend):
         )
 
         def committed() -> None:
-            from . import node  # noqa: PLC0415
             from .signals import task_scheduled  # noqa: PLC0415
 
             task_scheduled.send_robust(sender=Task, task=row)
-            node.notify_local_change()
+            notices.notify_local_change()
             task_enqueued.send(type(self), task_result=result)
 
         transaction.on_commit(committed, using=using, robust=True)

@@ -46,7 +46,7 @@ __all__ = [
     "check_use_tz",
 ]
 
-logger = logging.getLogger("django_htask.checks")
+logger = logging.getLogger(__name__)
 
 #: Unregistered names listed in one warning, at most.
 SHOWN = 10

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -69,6 +70,10 @@ class HtaskSettings:
     #: functions a node may import to run them (see docs/django-tasks.md). A module of
     #: an installed app needs no entry.
     django_task_modules: tuple[str, ...] = ()
+
+    def dead_before(self, now: datetime) -> datetime:
+        """A node whose last heartbeat is older than this, at ``now``, is dead."""
+        return now - timedelta(seconds=self.node_timeout)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(HtaskSettings)}

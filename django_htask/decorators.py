@@ -35,6 +35,7 @@ from django.db import transaction
 from django_htask.engine import FunctionNotRegistered, encode_call, parse_schedule, registry
 from django_htask.engine.registry import default_name
 
+from . import notices
 from .models import CatchUp, Origin, Overlap, Schedule
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
@@ -49,7 +50,7 @@ __all__ = [
     "task",
 ]
 
-logger = logging.getLogger("django_htask.decorators")
+logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -303,9 +304,7 @@ def sync_schedules(using: str = "default") -> SyncResult:
         result.orphaned = list(gone.values_list("name", flat=True))
         if result.orphaned:
             gone.update(enabled=False, orphaned=True, next_run_at=None)
-    from . import node  # noqa: PLC0415
-
-    node.notify_local_change()
+    notices.notify_local_change()
     for label in ("created", "updated", "orphaned"):
         names = getattr(result, label)
         if names:

@@ -1,17 +1,62 @@
-"""The errors of django-htask's Django layer, all under :class:`HtaskError`.
+"""Every error django-htask raises, in one place, all under :class:`HtaskError`.
 
-The engine's errors (``InvalidSchedule``, ``FunctionNotRegistered``, ``PayloadError``,
-``ArgumentError``, ``SchedulerFull``, ...) live in :mod:`django_htask.engine.errors`
-and share the same base.
+Each also subclasses the builtin that fits, so ``except LookupError`` or
+``except ValueError`` catches what it should. The engine's errors are defined in
+:mod:`django_htask.engine.errors` (the engine imports nothing from Django) and are
+re-exported here.
+
+==========================  =====================  ======================================
+error                       also a                 raised when
+==========================  =====================  ======================================
+``InvalidSchedule``         ``ValueError``         schedule text or a value cannot be read
+``FunctionNotRegistered``   ``LookupError``        a stored name names no registered
+                                                   function
+``PayloadError``            ``ValueError``         a payload cannot be encoded or decoded
+``ArgumentError``           ``TypeError``          arguments do not fit the signature
+``SchedulerClosed``         ``RuntimeError``       a closed engine scheduler is given work
+``SchedulerFull``           ``RuntimeError``       an engine scheduler is at its capacity
+``TokenCancelled``          ``RuntimeError``       a cancel token was cancelled
+``JobSkipped``              ``RuntimeError``       a job wrapper skips a run
+``StartAborted``            ``RuntimeError``       a stop was asked for while a node waited
+                                                   for its database at start
+``NotMigrated``             ``RuntimeError``       the database lacks django_htask's
+                                                   migrations
+``NodeFenced``              ``RuntimeError``       the node was declared dead by the others
+``UnknownDjangoTask``       ``LookupError``        a stored call names a Django task this
+                                                   process does not define
+``TaskCancelled``           ``RuntimeError``       a django.tasks result of a cancelled task
+``RunInterrupted``          ``RuntimeError``       a django.tasks attempt the node ended
+==========================  =====================  ======================================
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from django_htask.engine import HtaskError
+from django_htask.engine import errors as engine_errors
+from django_htask.engine.errors import *  # noqa: F403 - re-exported: every error in one place
+from django_htask.engine.errors import HtaskError
+from django_htask.engine.wrappers import JobSkipped
 
-__all__ = ["HtaskError", "NodeFenced", "NotMigrated"]
+__all__ = [  # noqa: PLE0604
+    *engine_errors.__all__,
+    "JobSkipped",
+    "NodeFenced",
+    "NotMigrated",
+    "RunInterrupted",
+    "StartAborted",
+    "TaskCancelled",
+    "UnknownDjangoTask",
+]
+
+
+class StartAborted(HtaskError, RuntimeError):
+    """A stop was requested while the node was still waiting for the database at start."""
+
+
+class NotMigrated(HtaskError, RuntimeError):
+    """The database lacks django_htask's tables, or some of its migrations: a node
+    cannot run there until ``manage.py migrate`` has run (not an outage to wait out)."""
 
 
 class NodeFenced(HtaskError, RuntimeError):
@@ -30,6 +75,14 @@ class NodeFenced(HtaskError, RuntimeError):
         )
 
 
-class NotMigrated(HtaskError, RuntimeError):
-    """The database lacks django_htask's tables, or some of its migrations: a node
-    cannot run there until ``manage.py migrate`` has run (not an outage to wait out)."""
+class UnknownDjangoTask(HtaskError, LookupError):
+    """A stored call names a Django task this process does not define and may not import."""
+
+
+class TaskCancelled(HtaskError, RuntimeError):
+    """The task was cancelled before it ran (the error of a cancelled task's result)."""
+
+
+class RunInterrupted(HtaskError, RuntimeError):
+    """An attempt ended without the task raising: the node running it stopped or died
+    (the error of that attempt in a result; its traceback is the node's reason)."""

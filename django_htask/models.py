@@ -17,7 +17,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
-from . import clock
+from . import clock, notices
+from .enums import CatchUp, Origin, Overlap, RunStatus, TaskStatus
 from .queues import DEFAULT_QUEUE
 
 __all__ = [
@@ -38,39 +39,6 @@ __all__ = [
 def new_token() -> str:
     """A public task token: 192 random bits, URL-safe (32 characters)."""
     return secrets.token_urlsafe(24)
-
-
-class Origin(models.TextChoices):
-    CODE = "code", "code"
-    ADMIN = "admin", "admin"
-
-
-class Overlap(models.TextChoices):
-    ALLOW = "allow", "allow (run beside the previous run)"
-    SKIP = "skip", "skip (drop the occurrence)"
-    DELAY = "delay", "delay (wait for the previous run)"
-
-
-class CatchUp(models.TextChoices):
-    LATEST = "latest", "latest (missed occurrences run once)"
-    ALL = "all", "all (each missed occurrence runs, up to a cap)"
-    SKIP = "skip", "skip (missed occurrences do not run)"
-
-
-class RunStatus(models.TextChoices):
-    RUNNING = "running", "running"
-    SUCCEEDED = "succeeded", "succeeded"
-    FAILED = "failed", "failed"
-    MISSED = "missed", "missed"
-    SKIPPED = "skipped", "skipped"
-
-
-class TaskStatus(models.TextChoices):
-    PENDING = "pending", "pending"
-    RUNNING = "running", "running"
-    SUCCEEDED = "succeeded", "succeeded"
-    FAILED = "failed", "failed"
-    CANCELLED = "cancelled", "cancelled"
 
 
 def _parse(text: str, tz: str) -> Any:
@@ -224,11 +192,9 @@ class Schedule(models.Model):
             .first()
             or 0
         )
-        from . import node  # noqa: PLC0415
-
         # A node in this process looks at once, but only after the commit: before it,
         # its own connection could not see the row.
-        transaction.on_commit(node.notify_local_change, using=using)
+        transaction.on_commit(notices.notify_local_change, using=using)
 
     def _timing_changed(self) -> bool:
         if self.pk is None or self.next_run_at is None:

@@ -20,22 +20,17 @@ Running now comes in two kinds:
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import time
-import traceback
 import zoneinfo
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
 
-from . import clock
+from . import clock, notices
 from .conf import get_settings
 from .models import Node, Run, RunStatus, Schedule
-from .signals import run_finished, run_started
 
 __all__ = [
     "Upcoming",
@@ -51,7 +46,7 @@ __all__ = [
     "validate_zone",
 ]
 
-logger = logging.getLogger("django_htask.operations")
+logger = logging.getLogger(__name__)
 
 
 def validate_zone(name: str) -> zoneinfo.ZoneInfo:
@@ -179,9 +174,7 @@ def run_schedule_soon(row: Schedule) -> str:
         now = clock.now()
         with transaction.atomic():
             Schedule.objects.filter(pk=row.pk).update(next_run_at=now)
-        from . import node  # noqa: PLC0415
-
-        node.notify_local_change()
+        notices.notify_local_change()
         return "is due now: the scheduler runs it within a poll interval"
     from .api import schedule  # noqa: PLC0415
 
@@ -193,10 +186,12 @@ def run_schedule_soon(row: Schedule) -> str:
 def run_schedule_inline(row: Schedule, node: str | None = None) -> Run:
     """Call ``row``'s function here and now, recorded as a run of the schedule.
 
-    The run's outcome is returned (a failure is recorded, not raised)."""
-    from django_htask.engine import encode_call, registry  # noqa: PLC0415
+    The run's outcome is returned (a failure is recorded, not raised). It goes through
+    the same code as a node's runs (:func:`django_htask.node.execution.execute`)."""
+    from .node import new_node_id  # noqa: PLC0415
+    from .node.execution import execute  # noqa: PLC0415
 
-    node = node or f"{socket.gethostname()}-{os.getpid()}-cli"
+    node = node or new_node_id("cli")
     started_at = clock.now()
     run = Run.objects.create(
         schedule=row,
@@ -207,37 +202,28 @@ def run_schedule_inline(row: Schedule, node: str | None = None) -> Run:
         started_at=started_at,
         status=RunStatus.RUNNING,
     )
-    info: dict[str, Any] = {
-        "name": row.name,
-        "function": row.function,
-        "node": node,
-        "schedule_id": row.pk,
-        "task_id": None,
-        "scheduled_for": started_at,
-        "attempt": 1,
-    }
-    run_started.send_robust(sender=Run, **info)
-    t0 = time.monotonic()
-    status, error, tb = RunStatus.SUCCEEDED, "", ""
-    try:
-        registry.call(bytes(row.payload) or encode_call(row.function, (), {}))
-    except Exception as exc:
-        status, error = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
-        tb = traceback.format_exc()
-    duration = time.monotonic() - t0
-    finished_at = clock.now()
-    run_finished.send_robust(sender=Run, status=status, error=error, duration=duration, **info)
-    run.status, run.error, run.traceback = status, error, tb
-    run.finished_at, run.duration = finished_at, duration
+    outcome = execute(
+        row.function,
+        bytes(row.payload),
+        clock=clock.get_clock(),
+        node=node,
+        name=row.name,
+        attempt=1,
+        scheduled_for=started_at,
+        schedule_id=row.pk,
+        refresh_connections=False,  # this thread's connection is the caller's
+    )
+    run.status, run.error, run.traceback = outcome.status, outcome.error, outcome.traceback
+    run.finished_at, run.duration = outcome.finished_at, outcome.duration
     run.save(update_fields=["status", "error", "traceback", "finished_at", "duration"])
-    Schedule.objects.filter(pk=row.pk).update(last_run_at=started_at, last_status=status)
-    level = logging.INFO if status == RunStatus.SUCCEEDED else logging.WARNING
+    Schedule.objects.filter(pk=row.pk).update(last_run_at=started_at, last_status=run.status)
+    level = logging.INFO if run.status == RunStatus.SUCCEEDED else logging.WARNING
     logger.log(
         level,
         "%s ran by hand: %s%s",
         row.name,
-        status,
-        f" ({error})" if error else "",
+        run.status,
+        f" ({run.error})" if run.error else "",
         extra={"action": "run_inline"},
     )
     return run
@@ -245,13 +231,13 @@ def run_schedule_inline(row: Schedule, node: str | None = None) -> Run:
 
 def live_nodes(now: datetime | None = None) -> Q:
     """The filter of live nodes: not stopped, heartbeat within ``NODE_TIMEOUT``."""
-    cutoff = (now or clock.now()) - timedelta(seconds=get_settings().node_timeout)
+    cutoff = get_settings().dead_before(now or clock.now())
     return Q(stopped_at=None, last_heartbeat__gte=cutoff)
 
 
 def node_alive(node: Node, now: datetime | None = None) -> bool:
     """Whether ``node`` is alive: not stopped and its heartbeat recent."""
-    cutoff = (now or clock.now()) - timedelta(seconds=get_settings().node_timeout)
+    cutoff = get_settings().dead_before(now or clock.now())
     return node.stopped_at is None and node.last_heartbeat >= cutoff
 
 

@@ -12,7 +12,7 @@ from django.apps import apps
 
 __all__ = ["autodiscover", "discovered_modules"]
 
-logger = logging.getLogger("django_htask.tasks")
+logger = logging.getLogger(__name__)
 
 _done = False
 

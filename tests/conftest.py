@@ -69,14 +69,14 @@ def make_node(fake_clock: FakeClock) -> Iterator[Callable[..., Any]]:
 
     nodes: list[Node] = []
 
-    def make(start: bool = True, sync_code: bool = False, **kwargs: Any) -> Node:
+    def make(start: bool = True, sync: Any = None, **kwargs: Any) -> Node:
         kwargs.setdefault("workers", 2)
         kwargs.setdefault("poll_interval", 1.0)
         kwargs.setdefault("node_id", f"test-node-{len(nodes) + 1}")
         node = Node(clock=fake_clock, **kwargs)
         nodes.append(node)
         if start:
-            node.start(sync_code=sync_code)
+            node.start(sync=sync)
             fake_clock.advance(0)
         return node
 

@@ -67,6 +67,7 @@ from .executors import (
     PeriodicalExecutor,
     TaskContainer,
 )
+from .timetable import Timetable
 from .wheel import TimingWheel
 
 __all__ = [
@@ -104,6 +105,7 @@ __all__ = [
     "TaskContainer",
     "TimerHandle",
     "TimerQueue",
+    "Timetable",
     "TimingWheel",
     "TokenCancelled",
     "WorkerPool",

@@ -50,7 +50,7 @@ from .errors import ArgumentError, short_path, short_repr, shown
 
 __all__ = ["Binder", "Converter", "compile_converter"]
 
-logger = logging.getLogger("django_htask.engine.binding")
+logger = logging.getLogger(__name__)
 
 #: Turns a decoded value into the declared type, or raises :class:`ArgumentError`.
 Converter = Callable[[Any], Any]

@@ -35,8 +35,9 @@ from .clock import SystemClock, to_us
 from .errors import InvalidSchedule, SchedulerClosed, SchedulerFull
 from .fluent import Every
 from .interfaces import Clock
-from .scheduler import Scheduler, TimerHandle
+from .scheduler import Scheduler
 from .schedules import _Bounded, parse_schedule
+from .timetable import Timetable
 from .wrappers import JobSkipped, RunContext, Wrapper, _current, chain, recover
 
 __all__ = [
@@ -49,7 +50,7 @@ __all__ = [
     "plan_occurrences",
 ]
 
-logger = logging.getLogger("django_htask.engine.cron")
+logger = logging.getLogger(__name__)
 
 CatchUp = Literal["latest", "all", "skip"]
 CATCH_UP_POLICIES: tuple[str, ...] = ("latest", "all", "skip")
@@ -171,7 +172,6 @@ class _Entry:
         "runs",
         "schedule",
         "skips",
-        "slot",
         "tags",
     )
 
@@ -202,7 +202,6 @@ class _Entry:
         self.job: Callable[[], object] = self.call
         self.next: datetime | None = None
         self.prev: datetime | None = None
-        self.slot: _Slot | None = None  # the timer it waits on, while armed
         self.runs = 0
         self.failures = 0
         self.skips = 0
@@ -225,17 +224,6 @@ class _Entry:
             grace=self.grace,
             catch_up=self.catch_up,
         )
-
-
-class _Slot:
-    """The one timer of the entries due at one instant (``key``: its microseconds)."""
-
-    __slots__ = ("entries", "handle", "key")
-
-    def __init__(self, key: int) -> None:
-        self.key = key
-        self.entries: dict[int, _Entry] = {}
-        self.handle: TimerHandle | None = None
 
 
 # Plans made during one firing: by (id(schedule), grace, catch_up) and by
@@ -296,7 +284,8 @@ class Cron:
         self.catch_up_limit = catch_up_limit
         self._lock = threading.RLock()
         self._entries: dict[int, _Entry] = {}
-        self._slots: dict[int, _Slot] = {}  # armed timers by due time (microseconds)
+        # The armed entries; those due at one instant share a timer.
+        self._table: Timetable[int, _Entry] | None = None
         self._ids = itertools.count(1)
         self._running = False
         self._active = 0
@@ -483,12 +472,13 @@ class Cron:
         with self._lock:
             was_running = self._running
             self._running = False
-            for entry in self._entries.values():
-                self._disarm(entry)
+            if self._table is not None:
+                self._table.clear()
             scheduler, control = self._scheduler, self._control
             self._control = None
             if self._own_scheduler:
                 self._scheduler = None
+                self._table = None
             if self._active == 0:
                 self._stopped.set()
         if self._own_scheduler and scheduler is not None:
@@ -509,6 +499,8 @@ class Cron:
     def _ensure_scheduler(self) -> Scheduler:
         if self._scheduler is None:
             self._scheduler = Scheduler(workers=self._workers, clock=self._clock, name="htask-cron")
+        if self._table is None:
+            self._table = Timetable(self._scheduler, self._fire)
         if self._control is None:
             # Timers of the wrappers (timeouts) get a worker of their own, so that a
             # timeout fires even when every job worker is busy.
@@ -516,38 +508,19 @@ class Cron:
         return self._scheduler
 
     def _arm(self, entry: _Entry, key: int | None = None) -> None:
-        # Called with the lock held. Entries due at the same instant share one timer;
-        # ``key``: that instant in microseconds, if the caller knows it.
+        # Called with the lock held. ``key``: the instant in microseconds, if known.
         when = entry.next
         if when is None or not self._running or entry.removed:
             return
-        if key is None:
-            key = to_us(when)
-        slot = self._slots.get(key) or self._new_slot(key, when)
-        slot.entries[entry.id] = entry
-        entry.slot = slot
-
-    def _new_slot(self, key: int, when: datetime) -> _Slot:
-        # Called with the lock held.
-        assert self._scheduler is not None
-        slot = _Slot(key)
-        slot.handle = self._scheduler.call_at(when, self._fire, slot)
-        self._slots[key] = slot
-        return slot
+        assert self._table is not None
+        self._table.place(entry.id, when, entry, at_us=key)
 
     def _disarm(self, entry: _Entry) -> None:
         # Called with the lock held.
-        slot = entry.slot
-        if slot is None:
-            return
-        entry.slot = None
-        del slot.entries[entry.id]
-        if not slot.entries and self._slots.get(slot.key) is slot:
-            del self._slots[slot.key]
-            if slot.handle is not None:
-                slot.handle.cancel()
+        if self._table is not None:
+            self._table.drop(entry.id)
 
-    def _fire(self, slot: _Slot) -> None:
+    def _fire(self, due: list[tuple[int, _Entry]]) -> None:
         """The timer of the entries due at one instant went off (in a worker thread).
 
         Under the lock, each entry's plan is made (once per distinct schedule: equal
@@ -561,14 +534,14 @@ class Cron:
         missed: list[tuple[_Entry, datetime]] = []
         broken: list[tuple[_Entry, datetime, Exception]] = []
         with self._lock:
-            if not self._running or self._slots.get(slot.key) is not slot:
+            if not self._running:
                 return
-            del self._slots[slot.key]
             memo: _Memo = ({}, {})
             by_id = memo[0]
             handed_out = 0
-            for entry in slot.entries.values():
-                entry.slot = None
+            for _entry_id, entry in due:
+                if entry.removed:  # removed while its timer went off
+                    continue
                 scheduled = entry.next
                 assert scheduled is not None
                 known = by_id.get(entry.plan_key)

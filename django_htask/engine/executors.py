@@ -40,7 +40,7 @@ __all__ = [
     "TaskContainer",
 ]
 
-logger = logging.getLogger("django_htask.engine.executors")
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)

@@ -21,7 +21,7 @@ from .errors import SchedulerClosed
 
 __all__ = ["WorkerPool"]
 
-logger = logging.getLogger("django_htask.engine")
+logger = logging.getLogger(__name__)
 
 _WAKE = None  # a queue item that only makes a worker look at the pool's size
 

@@ -33,7 +33,7 @@ from .errors import FunctionNotRegistered, short_repr
 
 __all__ = ["Registry", "registry"]
 
-logger = logging.getLogger("django_htask.engine.registry")
+logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

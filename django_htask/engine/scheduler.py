@@ -28,7 +28,7 @@ from .tokens import CancelToken, _set_current
 
 __all__ = ["Scheduler", "TimerHandle", "TimerQueue"]
 
-logger = logging.getLogger("django_htask.engine")
+logger = logging.getLogger(__name__)
 
 # TimerHandle states
 PENDING = 0  # in the heap

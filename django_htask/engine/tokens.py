@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .errors import TokenCancelled
 
-if TYPE_CHECKING:
-    from .scheduler import TimerHandle
+
+class TimerHandle(Protocol):
+    """What a token holds: a timer it can cancel (the scheduler's ``TimerHandle``)."""
+
+    def cancel(self) -> bool: ...
+
 
 __all__ = ["CancelToken", "current_token"]
 

@@ -40,7 +40,7 @@ from .pool import WorkerPool
 
 __all__ = ["TimingWheel"]
 
-logger = logging.getLogger("django_htask.engine.wheel")
+logger = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

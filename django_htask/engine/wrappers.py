@@ -47,7 +47,7 @@ __all__ = [
     "timeout",
 ]
 
-logger = logging.getLogger("django_htask.engine.wrappers")
+logger = logging.getLogger(__name__)
 
 Job = Callable[[], object]
 Wrapper = Callable[[Job], Job]

@@ -5,32 +5,13 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from .base import (
-    SERVE_ALL,
-    Abandoned,
-    RunOutcome,
-    ScheduleRef,
-    ScheduleRow,
-    Serving,
-    StartedTask,
-    Store,
-)
+from . import base
+from .base import *  # noqa: F403 - the store's interface and values
 
-__all__ = [
-    "SERVE_ALL",
-    "Abandoned",
-    "RunOutcome",
-    "ScheduleRef",
-    "ScheduleRow",
-    "Serving",
-    "StartedTask",
-    "Store",
-    "get_store",
-    "install",
-]
+__all__ = [*base.__all__, "get_store", "install"]  # noqa: PLE0604
 
 
-def get_store(using: str = "default") -> Store:
+def get_store(using: str = "default") -> base.Store:
     """The store for the database alias ``using``, chosen by its vendor."""
     vendor = connections[using].vendor
     if vendor == "sqlite":

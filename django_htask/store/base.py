@@ -20,8 +20,11 @@ generation of its claims.
 from __future__ import annotations
 
 import abc
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple, Protocol
 
 from django_htask.queues import ALL, DEFAULT_QUEUE, QueueFilter
 from django_htask.retry import RetryPolicy
@@ -29,6 +32,7 @@ from django_htask.retry import RetryPolicy
 __all__ = [
     "SERVE_ALL",
     "Abandoned",
+    "Listening",
     "RunOutcome",
     "ScheduleRef",
     "ScheduleRow",
@@ -36,6 +40,14 @@ __all__ = [
     "StartedTask",
     "Store",
 ]
+
+
+class Listening(Protocol):
+    """A running listener (:meth:`Store.listen`)."""
+
+    listening: threading.Event
+
+    def stop(self, timeout: float = ...) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +150,72 @@ class Abandoned:
     retry_at: datetime | None = None  # for a started task with attempts left
 
 
+# What the public methods of a store hand to its implementation.
+
+
+class Registration(NamedTuple):
+    node_id: str
+    hostname: str
+    pid: int
+    version: str
+    now: datetime
+    queues: QueueFilter
+
+
+class Departure(NamedTuple):
+    node_id: str
+    now: datetime
+    abandoned: list[Abandoned]
+    dead_at: datetime
+    heartbeat_at: datetime
+
+
+class Occurrence(NamedTuple):
+    node_id: str
+    row: ScheduleRow
+    next_run_at: datetime | None
+    now: datetime
+    runs: list[RunOutcome]
+
+
+class Breakage(NamedTuple):
+    node_id: str
+    schedule_id: int
+    version: int | None
+    reason: str
+    run: RunOutcome
+
+
+class Claim(NamedTuple):
+    node_id: str
+    now: datetime
+    limit: int
+    lease_until: datetime
+    finished: list[RunOutcome]
+    serving: Serving
+
+
+class ListenTo(NamedTuple):
+    on_notify: Callable[[str], None]
+    on_reconnect: Callable[[], None]
+    retry: float
+    retry_max: float
+    name: str
+
+
+def last_statuses(outcomes: list[RunOutcome]) -> dict[int, tuple[str, datetime]]:
+    """Schedule id -> the status and time of its latest run among ``outcomes`` (what a
+    store writes as the schedule's last status)."""
+    latest: dict[int, tuple[str, datetime]] = {}
+    for o in outcomes:
+        if o.schedule_id is None:
+            continue
+        when = o.started_at or o.finished_at
+        if o.schedule_id not in latest or latest[o.schedule_id][1] <= when:
+            latest[o.schedule_id] = (o.status, when)
+    return latest
+
+
 class Store(abc.ABC):
     """The database operations of a node."""
 
@@ -145,6 +223,26 @@ class Store(abc.ABC):
     #: Every node of this database runs on one host (SQLite): a node may declare dead
     #: at once a node of its own host whose process is gone (:meth:`declare_dead`).
     single_host: bool = False
+    #: Several nodes may share it: each holds its share of the schedules and stands by
+    #: for another share (:meth:`live_nodes`), and hears of changes (:meth:`listen`).
+    supports_several_nodes: bool = False
+
+    def listen(
+        self,
+        on_notify: Callable[[str], None],
+        on_reconnect: Callable[[], None],
+        *,
+        retry: float,
+        retry_max: float,
+        name: str,
+    ) -> Listening | None:
+        """Call ``on_notify(payload)`` when a schedule, a task or a node changes in any
+        process (``payload``: ``schedule``, ``task`` or ``node``); ``on_reconnect`` after
+        notifications may have been lost. None when the store cannot (its nodes poll)."""
+        return self._listen(ListenTo(on_notify, on_reconnect, retry, retry_max, name))
+
+    def _listen(self, to: ListenTo) -> Listening | None:
+        return None
 
     @abc.abstractmethod
     def check_migrated(self) -> None:
@@ -168,7 +266,6 @@ class Store(abc.ABC):
         """Drop this thread's connection if it is unusable or too old."""
 
     # -- nodes -----------------------------------------------------------------------
-    @abc.abstractmethod
     def register_node(
         self,
         node_id: str,
@@ -179,6 +276,10 @@ class Store(abc.ABC):
         queues: QueueFilter = ALL,
     ) -> None:
         """Register a node; ``queues`` are the queues whose schedules it fires."""
+        self._register(Registration(node_id, hostname, pid, version, now, queues))
+
+    @abc.abstractmethod
+    def _register(self, r: Registration) -> None: ...
 
     @abc.abstractmethod
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
@@ -189,7 +290,6 @@ class Store(abc.ABC):
     def stop_node(self, node_id: str, now: datetime) -> None:
         """Mark the node stopped (it holds nothing any more)."""
 
-    @abc.abstractmethod
     def abandon(
         self,
         node_id: str,
@@ -204,6 +304,15 @@ class Store(abc.ABC):
         fails it once the node is dead; the node's heartbeat is set to ``heartbeat_at``,
         chosen by the caller so that the node counts as dead from ``dead_at`` (after its
         process is gone), not before."""
+        self._abandon(Departure(node_id, now, abandoned, dead_at, heartbeat_at))
+
+    @abc.abstractmethod
+    def _abandon(self, d: Departure) -> None: ...
+
+    @abc.abstractmethod
+    def live_nodes(self, dead_before: datetime) -> dict[str, tuple[datetime, QueueFilter]]:
+        """The nodes not stopped whose heartbeat is not older than ``dead_before``: id ->
+        (last heartbeat, the queues whose schedules it fires)."""
 
     @abc.abstractmethod
     def nodes_on_host(self, hostname: str) -> list[tuple[str, int]]:
@@ -239,7 +348,6 @@ class Store(abc.ABC):
     def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> int:
         """Runs of the schedule in progress on other live nodes."""
 
-    @abc.abstractmethod
     def claim_occurrence(
         self,
         node_id: str,
@@ -251,14 +359,21 @@ class Store(abc.ABC):
         """Move the schedule from ``row.next_run_at`` to ``next_run_at`` if nobody else
         changed it (compare-and-set on id, next_run_at and version) and create its run
         rows in the same transaction. Return the run ids, or None if the claim lost."""
+        return self._claim_occurrence(Occurrence(node_id, row, next_run_at, now, runs))
 
     @abc.abstractmethod
+    def _claim_occurrence(self, o: Occurrence) -> list[int] | None: ...
+
     def mark_broken(
         self, node_id: str, schedule_id: int, version: int | None, reason: str, run: RunOutcome
     ) -> bool:
         """Stop the schedule for good (no next run), ``reason`` in its ``broken`` field,
         and record ``run`` (failed); with a ``version``, only if it is still that one.
         Return whether it was marked. Saving the schedule clears the mark."""
+        return self._mark_broken(Breakage(node_id, schedule_id, version, reason, run))
+
+    @abc.abstractmethod
+    def _mark_broken(self, b: Breakage) -> bool: ...
 
     @abc.abstractmethod
     def start_schedule_run(self, node_id: str, outcome: RunOutcome) -> int:
@@ -273,7 +388,6 @@ class Store(abc.ABC):
         pending task due after ``now`` is, among those ``serving`` covers (reads only:
         nothing is claimed)."""
 
-    @abc.abstractmethod
     def start_tasks(
         self,
         node_id: str,
@@ -285,10 +399,19 @@ class Store(abc.ABC):
         serving: Serving = SERVE_ALL,
     ) -> list[StartedTask]:
         """Claim up to ``limit`` due tasks nobody holds that ``serving`` covers, highest
-        priority first, then oldest, and mark them running (one attempt each) under a lease until
-        ``lease_until``. Only ask for what workers take at once: a started task that
-        never finishes has used its attempt. ``finished`` runs are written first, in
-        the same transaction (what :meth:`record` does)."""
+        priority first, then oldest, and mark them running (one attempt each) under a
+        lease until ``lease_until``. Only ask for what workers take at once: a started
+        task that never finishes has used its attempt. ``finished`` runs are written
+        first, in the same transaction (what :meth:`record` does). The started tasks
+        come back highest priority first."""
+        if limit <= 0 and not finished:
+            return []
+        claim = Claim(node_id, now, max(limit, 0), lease_until, finished or [], serving)
+        started = self._start_tasks(claim)
+        return sorted(started, key=lambda t: (-t.priority, t.run_at, t.id))
+
+    @abc.abstractmethod
+    def _start_tasks(self, c: Claim) -> list[StartedTask]: ...
 
     @abc.abstractmethod
     def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:

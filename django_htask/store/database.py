@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,19 +14,11 @@ from django.db.models import Case, F, Max, Min, Q, TextField, Value, When
 
 from django_htask.exceptions import NodeFenced, NotMigrated
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus, prune_runs
-from django_htask.queues import ALL, QueueFilter
+from django_htask.queues import QueueFilter
 from django_htask.retry import RetryPolicy
 
-from .base import (
-    SERVE_ALL,
-    Abandoned,
-    RunOutcome,
-    ScheduleRef,
-    ScheduleRow,
-    Serving,
-    StartedTask,
-    Store,
-)
+from . import base
+from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store
 
 __all__ = ["DatabaseStore"]
 
@@ -60,6 +53,7 @@ _STARTED_FIELDS = (
 #: SQLite allows 999 host parameters in old builds: chunk ``IN (...)`` lists.
 _CHUNK = 500
 _NODE = Node._meta.db_table
+_TASK = Task._meta.db_table
 #: The error of a schedule run whose node died while it ran.
 _RUN_LOST = "the node running it stopped answering (killed, crashed or out of memory)"
 #: The longest reason kept on a broken schedule.
@@ -73,7 +67,7 @@ def _as_datetime(value: datetime | str) -> datetime:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-def _served(serving: Serving) -> Q:
+def _served(serving: base.Serving) -> Q:
     """The tasks ``serving`` covers, as a filter."""
     q = Q()
     if serving.backend is not None:
@@ -86,7 +80,7 @@ def _served(serving: Serving) -> Q:
     return q
 
 
-def served_sql(serving: Serving) -> tuple[str, list[Any]]:
+def served_sql(serving: base.Serving) -> tuple[str, list[Any]]:
     """The same as :func:`_served`, as an SQL condition (``""`` for every task) and its
     parameters, for the stores' raw claims."""
     parts: list[str] = []
@@ -189,15 +183,8 @@ class DatabaseStore(Store):
             raise NodeFenced(node_id, None if row is None else _as_datetime(row[0]))
 
     # -- nodes -----------------------------------------------------------------------
-    def register_node(
-        self,
-        node_id: str,
-        hostname: str,
-        pid: int,
-        version: str,
-        now: datetime,
-        queues: QueueFilter = ALL,
-    ) -> None:
+    def _register(self, r: base.Registration) -> None:
+        node_id, hostname, pid, version, now, queues = r
         Node.objects.using(self.using).update_or_create(
             id=node_id,
             defaults={
@@ -229,14 +216,8 @@ class DatabaseStore(Store):
             stopped_at=now
         )
 
-    def abandon(
-        self,
-        node_id: str,
-        now: datetime,
-        abandoned: list[Abandoned],
-        dead_at: datetime,
-        heartbeat_at: datetime,
-    ) -> None:
+    def _abandon(self, d: base.Departure) -> None:
+        node_id, now, abandoned, dead_at, heartbeat_at = d
         tasks = Task.objects.using(self.using)
         with self._atomic():
             self._fence(node_id)
@@ -289,6 +270,15 @@ class DatabaseStore(Store):
             status=RunStatus.FAILED,
             error=error,
         )
+
+    def live_nodes(self, dead_before: datetime) -> dict[str, tuple[datetime, QueueFilter]]:
+        rows = (
+            Node.objects.using(self.using)
+            .filter(stopped_at__isnull=True, last_heartbeat__gte=dead_before)
+            .order_by("id")
+            .values_list("id", "last_heartbeat", "queues")
+        )
+        return {i: (beat, QueueFilter.parse(queues)) for i, beat, queues in rows}
 
     def nodes_on_host(self, hostname: str) -> list[tuple[str, int]]:
         return list(
@@ -422,14 +412,8 @@ class DatabaseStore(Store):
             .count()
         )
 
-    def claim_occurrence(
-        self,
-        node_id: str,
-        row: ScheduleRow,
-        next_run_at: datetime | None,
-        now: datetime,
-        runs: list[RunOutcome],
-    ) -> list[int] | None:
+    def _claim_occurrence(self, o: base.Occurrence) -> list[int] | None:
+        node_id, row, next_run_at, now, runs = o
         with self._atomic():
             self._fence(node_id)
             claimed = (
@@ -444,9 +428,8 @@ class DatabaseStore(Store):
             )
         return [r.pk for r in created]
 
-    def mark_broken(
-        self, node_id: str, schedule_id: int, version: int | None, reason: str, run: RunOutcome
-    ) -> bool:
+    def _mark_broken(self, b: base.Breakage) -> bool:
+        node_id, schedule_id, version, reason, run = b
         with self._atomic():
             self._fence(node_id)
             rows = Schedule.objects.using(self.using).filter(id=schedule_id)
@@ -499,7 +482,7 @@ class DatabaseStore(Store):
 
     # -- one-off tasks ---------------------------------------------------------------
     def task_outlook(
-        self, now: datetime, serving: Serving = SERVE_ALL
+        self, now: datetime, serving: base.Serving = base.SERVE_ALL
     ) -> tuple[bool, datetime | None]:
         tasks = Task.objects.using(self.using).filter(_served(serving))
         due = tasks.filter(self._claimable(now)).exists()
@@ -513,29 +496,51 @@ class DatabaseStore(Store):
             Q(locked_by__isnull=True) | Q(lease_expires_at__lt=now)
         )
 
-    def start_tasks(
-        self,
-        node_id: str,
-        now: datetime,
-        limit: int,
-        lease_until: datetime,
-        *,
-        finished: list[RunOutcome] | None = None,
-        serving: Serving = SERVE_ALL,
-    ) -> list[StartedTask]:
-        if limit <= 0 and not finished:
-            return []
+    def _start_tasks(self, c: base.Claim) -> list[StartedTask]:
         with self._atomic():
-            self._fence(node_id)
-            late = self._record_in(node_id, finished or [])
-            started = self._start_in(node_id, now, limit, lease_until, serving) if limit > 0 else []
+            self._fence(c.node_id)
+            late = self._record_in(c.node_id, c.finished)
+            started = self._start_in(c) if c.limit > 0 else []
         self._record_late(late)
-        return sorted(started, key=lambda t: (-t.priority, t.run_at, t.id))
+        return started
 
-    def _start_in(
-        self, node_id: str, now: datetime, limit: int, lease_until: datetime, serving: Serving
+    def _start_returning(
+        self, c: base.Claim, lock: str = "", adapt: Callable[[Any], Any] = lambda v: v
     ) -> list[StartedTask]:
+        """Claim and start due tasks in one ``UPDATE … RETURNING`` statement (in the
+        caller's transaction); ``lock``: how the candidate rows are locked, ``adapt``:
+        the database's adapter of timestamps."""
+        node_id, now, limit, lease_until, _finished, serving = c
+        served, served_params = served_sql(serving)
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {_TASK} SET status = %s, attempts = attempts + 1, started_at = %s,"
+                " locked_by = %s, lease_expires_at = %s WHERE id IN ("
+                f" SELECT id FROM {_TASK} WHERE status = %s AND run_at <= %s"
+                f"  AND (locked_by IS NULL OR lease_expires_at < %s){served}"
+                f"  ORDER BY priority DESC, run_at, id LIMIT %s{lock}"
+                f") RETURNING {', '.join(_STARTED_FIELDS)}",
+                [
+                    TaskStatus.RUNNING,
+                    adapt(now),
+                    node_id,
+                    adapt(lease_until),
+                    TaskStatus.PENDING,
+                    adapt(now),
+                    adapt(now),
+                    *served_params,
+                    limit,
+                ],
+            )
+            rows = cursor.fetchall()
+        return [
+            StartedTask(i, t, f, bytes(p), _as_datetime(r), a, m, pr)
+            for i, t, f, p, r, a, m, pr in rows
+        ]
+
+    def _start_in(self, c: base.Claim) -> list[StartedTask]:
         """Claim and start due tasks, in the caller's transaction."""
+        node_id, now, limit, lease_until, _finished, serving = c
         tasks = Task.objects.using(self.using)
         claimable = self._claimable(now) & _served(serving)
         ids = list(
@@ -572,7 +577,7 @@ class DatabaseStore(Store):
         schedules left to write afterwards, each in a transaction of its own
         (:meth:`_record_late`)."""
         self._record_runs(node_id, outcomes)
-        for schedule_id, (status, when) in self._last_statuses(outcomes).items():
+        for schedule_id, (status, when) in base.last_statuses(outcomes).items():
             Schedule.objects.using(self.using).filter(id=schedule_id).update(
                 last_status=status, last_run_at=when
             )
@@ -580,18 +585,6 @@ class DatabaseStore(Store):
 
     def _record_late(self, statuses: dict[int, tuple[str, datetime]]) -> None:
         """Write what :meth:`_record_in` left (nothing here)."""
-
-    @staticmethod
-    def _last_statuses(outcomes: list[RunOutcome]) -> dict[int, tuple[str, datetime]]:
-        """Schedule id -> the status and time of its latest run among ``outcomes``."""
-        latest: dict[int, tuple[str, datetime]] = {}
-        for o in outcomes:
-            if o.schedule_id is None:
-                continue
-            when = o.started_at or o.finished_at
-            if o.schedule_id not in latest or latest[o.schedule_id][1] <= when:
-                latest[o.schedule_id] = (o.status, when)
-        return latest
 
     def _still_running(self, node_id: str, task_ids: list[int]) -> set[int]:
         """Which of ``task_ids`` this node still runs (the others were reaped meanwhile:

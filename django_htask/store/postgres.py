@@ -52,18 +52,17 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from django_htask.models import Node, Run, Schedule, Task, TaskStatus
-from django_htask.queues import QueueFilter
 from django_htask.retry import RetryPolicy
 
-from .base import RunOutcome, ScheduleRef, Serving, StartedTask
-from .database import _STARTED_FIELDS, DatabaseStore, served_sql
+from . import base
+from .base import RunOutcome, ScheduleRef, StartedTask
+from .database import DatabaseStore
+from .listen import CHANNEL, Listener, connection_params
 
 __all__ = ["CHANNEL", "PostgresStore", "install"]
 
-logger = logging.getLogger("django_htask.store.postgres")
+logger = logging.getLogger(__name__)
 
-#: The LISTEN/NOTIFY channel; payloads are ``schedule``, ``task`` and ``node``.
-CHANNEL = "django_htask"
 #: Transaction-local setting that silences the NOTIFY triggers for node bookkeeping.
 QUIET = "django_htask.quiet"
 #: Transaction-local count of the schedule rows written, so versions grow inside one
@@ -161,6 +160,7 @@ class PostgresStore(DatabaseStore):
     """The store for several nodes on one PostgreSQL database (see the module)."""
 
     vendor = "postgresql"
+    supports_several_nodes = True
 
     def __init__(self, using: str = "default") -> None:
         super().__init__(using)
@@ -169,6 +169,28 @@ class PostgresStore(DatabaseStore):
 
     def install(self) -> None:
         install(self.connection)
+
+    def _listen(self, to: base.ListenTo) -> Listener:
+        """A started :class:`~django_htask.store.listen.Listener` on the channel the
+        triggers notify, with a connection of its own."""
+        on_notify, on_reconnect, retry, retry_max, name = to
+        params = connection_params(self.using)
+
+        def connect() -> Any:
+            import psycopg  # noqa: PLC0415
+
+            return psycopg.connect(**params, autocommit=True)
+
+        listener = Listener(
+            connect,
+            on_notify,
+            on_reconnect=on_reconnect,
+            retry=retry,
+            retry_max=retry_max,
+            name=name,
+        )
+        listener.start()
+        return listener
 
     def _atomic(self) -> transaction.Atomic:
         return _QuietAtomic(self.using, savepoint=True, durable=False)
@@ -211,17 +233,6 @@ class PostgresStore(DatabaseStore):
 
     # -- nodes -----------------------------------------------------------------------
     _fence_lock = " FOR SHARE"
-
-    def live_nodes(self, dead_before: datetime) -> dict[str, tuple[datetime, QueueFilter]]:
-        """The nodes not stopped whose heartbeat is recent: id -> (last heartbeat, the
-        queues whose schedules it fires)."""
-        rows = (
-            Node.objects.using(self.using)
-            .filter(stopped_at__isnull=True, last_heartbeat__gte=dead_before)
-            .order_by("id")
-            .values_list("id", "last_heartbeat", "queues")
-        )
-        return {i: (beat, QueueFilter.parse(queues)) for i, beat, queues in rows}
 
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
         """Record the heartbeat and renew this node's leases. A node declared dead stays
@@ -280,34 +291,10 @@ class PostgresStore(DatabaseStore):
         return count
 
     # -- one-off tasks ---------------------------------------------------------------
-    def _start_in(
-        self, node_id: str, now: datetime, limit: int, lease_until: datetime, serving: Serving
-    ) -> list[StartedTask]:
+    def _start_in(self, c: base.Claim) -> list[StartedTask]:
         """As the generic one, in one statement; rows another node is claiming are
         skipped (``FOR UPDATE SKIP LOCKED``), so nodes starting at once never wait."""
-        served, served_params = served_sql(serving)
-        with self._cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {TASK} SET status = %s, attempts = attempts + 1, started_at = %s,"
-                " locked_by = %s, lease_expires_at = %s WHERE id IN ("
-                f" SELECT id FROM {TASK} WHERE status = %s AND run_at <= %s"
-                f"  AND (locked_by IS NULL OR lease_expires_at < %s){served}"
-                "  ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
-                f") RETURNING {', '.join(_STARTED_FIELDS)}",
-                [
-                    TaskStatus.RUNNING,
-                    now,
-                    node_id,
-                    lease_until,
-                    TaskStatus.PENDING,
-                    now,
-                    now,
-                    *served_params,
-                    limit,
-                ],
-            )
-            rows = cursor.fetchall()
-        return [StartedTask(i, t, f, bytes(p), r, a, m, pr) for i, t, f, p, r, a, m, pr in rows]
+        return self._start_returning(c, lock=" FOR UPDATE SKIP LOCKED")
 
     def _record_in(
         self, node_id: str, outcomes: list[RunOutcome]
@@ -323,7 +310,7 @@ class PostgresStore(DatabaseStore):
                 [self._run(o) for o in finished if o.task_id in done], batch_size=1000
             )
         self._record_runs(node_id, others)
-        statuses = self._last_statuses(outcomes)
+        statuses = base.last_statuses(outcomes)
         busy = self._set_statuses(statuses, wait=False)
         return {schedule_id: statuses[schedule_id] for schedule_id in busy}
 

@@ -20,10 +20,11 @@ from django.conf import settings
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_htask.models import Task, TaskStatus
+from django_htask.models import Task
 
-from .base import ScheduleRef, Serving, StartedTask
-from .database import _STARTED_FIELDS, DatabaseStore, _as_datetime, served_sql
+from . import base
+from .base import ScheduleRef, StartedTask
+from .database import DatabaseStore
 
 __all__ = ["SQLiteStore", "install"]
 
@@ -85,40 +86,12 @@ class SQLiteStore(DatabaseStore):
             ]
         return refs, top
 
-    def _start_in(
-        self, node_id: str, now: datetime, limit: int, lease_until: datetime, serving: Serving
-    ) -> list[StartedTask]:
+    def _start_in(self, c: base.Claim) -> list[StartedTask]:
         """As the generic one, in one statement where SQLite has ``RETURNING`` (3.35)."""
         conn = self.connection
         if not conn.features.can_return_columns_from_insert:
-            return super()._start_in(node_id, now, limit, lease_until, serving)
-        adapt = conn.ops.adapt_datetimefield_value
-        served, served_params = served_sql(serving)
-        with conn.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {TASK} SET status = %s, attempts = attempts + 1, started_at = %s,"
-                " locked_by = %s, lease_expires_at = %s WHERE id IN ("
-                f" SELECT id FROM {TASK} WHERE status = %s AND run_at <= %s"
-                f"  AND (locked_by IS NULL OR lease_expires_at < %s){served}"
-                "  ORDER BY priority DESC, run_at, id LIMIT %s"
-                f") RETURNING {', '.join(_STARTED_FIELDS)}",
-                [
-                    TaskStatus.RUNNING,
-                    adapt(now),
-                    node_id,
-                    adapt(lease_until),
-                    TaskStatus.PENDING,
-                    adapt(now),
-                    adapt(now),
-                    *served_params,
-                    limit,
-                ],
-            )
-            rows = cursor.fetchall()
-        return [
-            StartedTask(i, t, f, bytes(p), _as_datetime(r), a, m, pr)
-            for i, t, f, p, r, a, m, pr in rows
-        ]
+            return super()._start_in(c)
+        return self._start_returning(c, adapt=conn.ops.adapt_datetimefield_value)
 
     @contextlib.contextmanager
     def _atomic(self) -> Iterator[None]:

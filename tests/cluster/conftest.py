@@ -12,7 +12,7 @@ def connect(autocommit: bool = True) -> Any:
     """A new psycopg connection to the test database (another client of the server)."""
     import psycopg
 
-    from django_htask.cluster import connection_params
+    from django_htask.store.listen import connection_params
 
     return psycopg.connect(**connection_params(), autocommit=autocommit)
 

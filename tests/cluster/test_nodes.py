@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from django.db import OperationalError
 
-from django_htask.cluster import Partition, wait_listening
 from django_htask.engine import FakeClock
 from django_htask.models import Node, Run, RunStatus, Schedule
+from django_htask.partition import Partition
 from tests.integration.testapp import tasks
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -48,7 +48,7 @@ def start(make_node: MakeNode, node_id: str, *, settle: bool = True, **kwargs: A
     node = make_node(node_id=node_id, start=settle, **kwargs)
     if not settle:  # another node's job is blocked: advance(0) would wait for it
         node.start()
-    assert wait_listening(node._cluster)
+    assert node.membership.wait_listening()
     return node
 
 
@@ -66,7 +66,7 @@ def test_each_node_holds_only_its_share(make_node: MakeNode, fake_clock: FakeClo
     members = ("node-a", "node-b", "node-c")
     assert held(c) == [{i for i in ids if Partition("node-c", members).owns(i)}]
     # a and b saw the others join (a notification) and hand over at their next heartbeat
-    wait_for(lambda: a._cluster.members == members and b._cluster.members == members)
+    wait_for(lambda: a.membership.members == members and b.membership.members == members)
     ha, hb, hc = held(a, b, c)
     assert ha | hb | hc == set(ids)  # overlapping while handing over, no gap
     assert len(ha) + len(hb) + len(hc) > len(ids)
@@ -85,7 +85,7 @@ def test_a_stopped_nodes_share_is_taken_over(make_node: MakeNode, fake_clock: Fa
     fake_clock.advance(HEARTBEAT)
     assert held(a)[0] != set(ids)
     b.stop(timeout=5)
-    wait_for(lambda: a._cluster.members == ("node-a",))  # told by a notification
+    wait_for(lambda: a.membership.members == ("node-a",))  # told by a notification
     assert held(a) == [set(ids)]
 
 
@@ -180,7 +180,7 @@ def test_the_heartbeat_goes_on_while_the_control_thread_is_busy_until_it_is_stuc
         entered.set()
         gate.wait(60)
 
-    node._control.call_soon(stuck)
+    node.parts.ctx.control.scheduler.call_soon(stuck)
     try:
         wait_for(entered.is_set)
         beats = 0
@@ -223,7 +223,7 @@ def test_each_occurrence_fires_once_while_two_nodes_hold_a_schedule(
     ids = make_schedules(20, text="@every 1m")
     a = start(make_node, "node-a")
     b = start(make_node, "node-b")
-    wait_for(lambda: a._cluster.members == ("node-a", "node-b"))
+    wait_for(lambda: a.membership.members == ("node-a", "node-b"))
     assert held(a) == [set(ids)]  # handing over: b's share is held by both
     assert held(b)[0] and held(b)[0] < set(ids)
     fake_clock.advance(60)
@@ -253,7 +253,7 @@ def test_overlap_holds_across_nodes(
     wait_for(lambda: len(calls["slow-start"]) == 1)  # running on a, blocked
     b = start(make_node, _node_that_gets(sid, "node-a"), settle=False)
     assert sid in b.held_schedules()
-    wait_for(lambda: len(a._cluster.members) == 2)
+    wait_for(lambda: len(a.membership.members) == 2)
     fake_clock.advance(HEARTBEAT, wait=False)
     wait_for(lambda: sid not in a.owned_schedules())  # handed over to b (a stands by)
     fake_clock.advance(60 - HEARTBEAT, wait=False)  # the next occurrence: b's
@@ -290,7 +290,7 @@ def test_schedules_are_shared_only_among_the_nodes_serving_their_queue(
     emails = ids[:30]
     a = start(make_node, "node-a", queues=QueueFilter.of(["emails"]))
     b = start(make_node, "node-b", queues=QueueFilter.of([], ["emails"]))
-    wait_for(lambda: a._cluster.members == ("node-a", "node-b"))
+    wait_for(lambda: a.membership.members == ("node-a", "node-b"))
     fake_clock.advance(HEARTBEAT)
     assert held(a) == [set(emails)]  # the only node serving emails: owns all of them
     assert set(a.held_schedules()) == set(emails)  # and stands by for nothing else

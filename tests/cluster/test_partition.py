@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from django_htask.cluster import Partition
+from django_htask.partition import Partition
 
 IDS = range(1, 30_001)
 

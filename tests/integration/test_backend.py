@@ -23,7 +23,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.test import override_settings
 
-from django_htask import backends, cancel, node
+from django_htask import backends, cancel, notices
 from django_htask.apps import uses_htask_backend
 from django_htask.backends import RUNNER, HtaskBackend, RunInterrupted, UnknownDjangoTask
 from django_htask.engine import FakeClock, registry
@@ -284,7 +284,7 @@ def stored_call(module_path: str, *args: Any) -> str:
     token = new_token()
     payload = registry.check_call(RUNNER, [module_path, list(args), {}], {"result_id": token})
     Task.objects.create(token=token, function=RUNNER, payload=payload, run_at=backends.clock.now())
-    node.notify_local_change()
+    notices.notify_local_change()
     return token
 
 

@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 from django.db import OperationalError, transaction
 
 from django_htask import cancel, reschedule, schedule
+from django_htask.decorators import sync_schedules
 from django_htask.engine import FakeClock
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.node import EXIT_GRACE, StartAborted
@@ -450,7 +451,7 @@ def test_a_lost_database_is_retried_and_logged(
 
 
 def test_start_syncs_the_code_defined_schedules(make_node: MakeNode, fake_clock: FakeClock) -> None:
-    node = make_node(sync_code=True)
+    node = make_node(sync=sync_schedules)
     row = Schedule.objects.get(name="testapp-minutely")
     assert (row.origin, row.function) == ("code", "tests.integration.testapp.tasks:minutely")
     assert node.held_schedules() == {row.pk: fake_clock.now() + timedelta(minutes=1)}

@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 import django_htask
 from django_htask.apps import HTASK_BACKEND, is_htask_backend
 from django_htask.conf import get_settings
+from django_htask.decorators import sync_schedules
 from django_htask.exceptions import NotMigrated
 from django_htask.models import Node as NodeRow
 from django_htask.node import Node, NodeStats, StartAborted
@@ -139,7 +140,7 @@ class Command(BaseCommand):
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             try:
-                stats = node.start(sync_code=not options["no_sync"])
+                stats = node.start(sync=None if options["no_sync"] else sync_schedules)
             except StartAborted:
                 self.stdout.write("stopped before the database could be reached.")
                 return

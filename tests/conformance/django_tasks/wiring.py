@@ -71,7 +71,7 @@ NODE_BACKEND = f"{__name__}.NodeBackend"
 def _running_node() -> Node:
     if not _nodes:
         node = Node(node_id=f"django-tests-{os.getpid()}", workers=2, poll_interval=0.2)
-        node.start(sync_code=False)
+        node.start()
         _nodes.append(node)
     return _nodes[0]
 

@@ -441,7 +441,7 @@ def test_exception_is_logged_counted_and_worker_survives(
     stats = sched.stats()
     assert stats["failed"] == 1 and stats["fired"] == 2
     (record,) = [r for r in caplog.records if getattr(r, "action", None) == "task_failed"]
-    assert record.name == "django_htask.engine"
+    assert record.name == "django_htask.engine.scheduler"
     assert record.exc_info is not None and "kaput" in str(record.exc_info[1])
     assert "boom" in record.getMessage()
 

@@ -1,0 +1,41 @@
+"""The choices of the scheduler's fields: where a schedule comes from, its overlap and
+catch-up policies, and the statuses of runs and tasks (``models`` re-exports them)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+__all__ = ["CatchUp", "Origin", "Overlap", "RunStatus", "TaskStatus"]
+
+
+class Origin(models.TextChoices):
+    CODE = "code", "code"
+    ADMIN = "admin", "admin"
+
+
+class Overlap(models.TextChoices):
+    ALLOW = "allow", "allow (run beside the previous run)"
+    SKIP = "skip", "skip (drop the occurrence)"
+    DELAY = "delay", "delay (wait for the previous run)"
+
+
+class CatchUp(models.TextChoices):
+    LATEST = "latest", "latest (missed occurrences run once)"
+    ALL = "all", "all (each missed occurrence runs, up to a cap)"
+    SKIP = "skip", "skip (missed occurrences do not run)"
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    MISSED = "missed", "missed"
+    SKIPPED = "skipped", "skipped"
+
+
+class TaskStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    CANCELLED = "cancelled", "cancelled"

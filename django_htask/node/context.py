@@ -1,0 +1,91 @@
+"""What the parts of a node share: its identity, clock, settings and store, the
+control thread, the workers, the jobs running and the results waiting to be written."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django_htask.conf import HtaskSettings
+from django_htask.engine import Clock
+from django_htask.engine import Scheduler as EngineScheduler
+from django_htask.retry import RetryPolicy
+from django_htask.store import RunOutcome, Serving, Store
+
+from .control import ControlThread
+from .execution import execute
+from .running import Running
+
+__all__ = ["NodeContext", "Results"]
+
+
+class Results:
+    """Finished runs waiting to be written (in batches, with the next claim)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: list[RunOutcome] = []
+        #: Called after each push (the node asks for a dispatch: a worker is free).
+        self.on_push: Callable[[], object] = lambda: None
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def push(self, outcome: RunOutcome) -> None:
+        with self._lock:
+            self._waiting.append(outcome)
+        self.on_push()
+
+    def take(self) -> list[RunOutcome]:
+        with self._lock:
+            taken, self._waiting = self._waiting, []
+        return taken
+
+    def put_back(self, outcomes: list[RunOutcome]) -> None:
+        """Outcomes that could not be written (the database away): first in line."""
+        with self._lock:
+            self._waiting[:0] = outcomes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._waiting.clear()
+
+
+@dataclass
+class NodeContext:
+    """The node's shared state (one per node; see the module)."""
+
+    node_id: str
+    clock: Clock
+    settings: HtaskSettings
+    store: Store
+    serving: Serving
+    workers: int
+    control: ControlThread
+    jobs: EngineScheduler
+    task_retry: RetryPolicy
+    running: Running = field(default_factory=Running)
+    results: Results = field(default_factory=Results)
+    #: Whether the node stops: nothing new is started.
+    stopping: Callable[[], bool] = lambda: False
+
+    def execute(
+        self, name: str, call: tuple[str, bytes, int, datetime | None], **ids: int
+    ) -> RunOutcome:
+        """Run one call on this thread (see :func:`~django_htask.node.execution.execute`):
+        ``call`` is (function, payload, attempt, when it was due); ``ids`` its
+        ``schedule_id`` or ``task_id``."""
+        function, payload, attempt, when = call
+        return execute(
+            function,
+            payload,
+            clock=self.clock,
+            node=self.node_id,
+            name=name,
+            attempt=attempt,
+            scheduled_for=when,
+            schedule_id=ids.get("schedule_id"),
+            task_id=ids.get("task_id"),
+        )

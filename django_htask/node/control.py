@@ -1,0 +1,179 @@
+"""The control thread and what every part of the node uses on it.
+
+A node makes every decision against the database on one thread, in order (see
+:mod:`django_htask.node`). :class:`ControlThread` wraps that thread's engine
+scheduler: it runs a call later, runs a call once however often it is asked for
+(:class:`Once`), retries after a growing delay while the database is away
+(:class:`Backoff`), and handles what can go wrong in a step (:meth:`ControlThread.guarded`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.db import DatabaseError
+
+from django_htask.engine import Clock, SchedulerClosed, TimerHandle
+from django_htask.engine import Scheduler as EngineScheduler
+from django_htask.exceptions import NodeFenced
+
+__all__ = ["Backoff", "ControlThread", "Once", "database_lost"]
+
+logger = logging.getLogger(__name__)
+
+
+def database_lost(exc: BaseException, retry_in: float, close: Callable[[], object]) -> None:
+    """Say the database is away (retrying in ``retry_in`` seconds) and drop this
+    thread's connection (``close``): the next query opens another."""
+    logger.warning(
+        "database unavailable (%s: %s), retrying in %.1fs",
+        type(exc).__name__,
+        exc,
+        retry_in,
+        extra={"action": "db_unavailable"},
+    )
+    with contextlib.suppress(DatabaseError):
+        close()
+
+
+class Backoff:
+    """A delay that doubles from ``first`` up to ``most`` at each failure, and starts over
+    after a success. It logs the database going away and coming back."""
+
+    __slots__ = ("_close", "delay", "first", "most")
+
+    def __init__(self, first: float, most: float, close: Callable[[], object]) -> None:
+        self.first = first
+        self.most = most
+        self.delay = 0.0
+        self._close = close
+
+    def failed(self, exc: BaseException) -> float:
+        """Count a failure; return the seconds to wait before trying again."""
+        self.delay = self.first if not self.delay else min(self.delay * 2, self.most)
+        self.lost(exc, self.delay)
+        return self.delay
+
+    def lost(self, exc: BaseException, retry_in: float) -> None:
+        """Say the database is away and drop this thread's connection."""
+        database_lost(exc, retry_in, self._close)
+
+    def succeeded(self) -> None:
+        if self.delay:
+            logger.info("database back", extra={"action": "db_back"})
+            self.delay = 0.0
+
+
+class ControlThread:
+    """The node's control thread (one engine scheduler with one worker)."""
+
+    def __init__(
+        self,
+        name: str,
+        clock: Clock,
+        backoff: Backoff,
+        on_fenced: Callable[[NodeFenced], None],
+        on_thread_exit: Callable[[], object],
+    ) -> None:
+        self.scheduler = EngineScheduler(
+            1, clock=clock, name=f"{name}-control", on_thread_exit=on_thread_exit
+        )
+        self.backoff = backoff
+        self._on_fenced = on_fenced
+        self.closing = False
+        self._fired = -1  # the calls started, at the last look of stuck_for()
+        self._progress = 0.0  # when (clock.monotonic()) that count last moved
+        self._clock = clock
+
+    def later(self, delay: float, fn: Callable[..., object], *args: Any) -> bool:
+        """Run ``fn(*args)`` on the thread after ``delay`` seconds; False if it is
+        closing."""
+        if self.closing:
+            return False
+        try:
+            self.scheduler.call_later(delay, fn, *args)
+        except SchedulerClosed:
+            return False
+        return True
+
+    def at(self, when: datetime, fn: Callable[..., object], *args: Any) -> TimerHandle | None:
+        """A timer for ``fn(*args)`` at ``when`` (None if the thread is closing)."""
+        if self.closing:
+            return None
+        try:
+            return self.scheduler.call_at(when, fn, *args)
+        except SchedulerClosed:
+            return None
+
+    def once(self, fn: Callable[[], None]) -> Once:
+        return Once(self, fn)
+
+    def guarded(self, fn: Callable[[], object], what: str, retry: Once | None = None) -> bool:
+        """Call ``fn`` (a step of this thread) and handle what can go wrong: the
+        database away (back off; ``retry`` is asked for again after the delay), this
+        node declared dead (it stops), anything else (logged with its traceback, never
+        silent). Return whether it succeeded."""
+        try:
+            fn()
+        except NodeFenced as exc:
+            self._on_fenced(exc)
+        except DatabaseError as exc:
+            delay = self.backoff.failed(exc)
+            if retry is not None:
+                retry.request(delay)
+        except Exception:
+            logger.exception(
+                "unexpected error in the node's %s", what, extra={"action": "node_error"}
+            )
+        else:
+            self.backoff.succeeded()
+            return True
+        return False
+
+    def stuck_for(self) -> float:
+        """For how long the thread has been inside one call while work waits (0 when it
+        is idle or has started another call since the last look)."""
+        now = self._clock.monotonic()
+        fired = self.scheduler.stats()["fired"]
+        if self.scheduler.idle() or fired != self._fired:
+            self._fired = fired
+            self._progress = now
+            return 0.0
+        return now - self._progress
+
+    def close(self, timeout: float | None = None, *, wait: bool = True) -> None:
+        """Take no more work; with ``wait``, let the call in progress end."""
+        self.closing = True
+        self.scheduler.close(wait=wait, timeout=timeout)
+
+
+class Once:
+    """Run ``fn`` on the control thread, once however often it is asked for before it
+    runs (a wake-up, a dispatch)."""
+
+    __slots__ = ("_control", "_fn", "_lock", "_queued")
+
+    def __init__(self, control: ControlThread, fn: Callable[[], None]) -> None:
+        self._control = control
+        self._fn = fn
+        self._lock = threading.Lock()
+        self._queued = False
+
+    def request(self, delay: float = 0.0) -> None:
+        with self._lock:
+            if self._queued:
+                return
+            self._queued = True
+        if not self._control.later(delay, self._run):
+            with self._lock:
+                self._queued = False
+
+    def _run(self) -> None:
+        with self._lock:
+            self._queued = False
+        self._fn()

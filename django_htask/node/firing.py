@@ -1,0 +1,440 @@
+"""Firing schedules: the schedules a node holds, each with a timer at its due time, and
+what happens when one is due (the misfire, overlap and retry policies).
+
+The schedules are held in an engine :class:`~django_htask.engine.Timetable` (the
+entries due at one instant share a timer, as in the engine's ``Cron`` runner), by their
+stored ``next_run_at``: no cron is evaluated to hold them. A schedule fires by a
+compare-and-set on (id, ``next_run_at``, version) that moves ``next_run_at`` on and
+writes its run rows in one transaction, so an occurrence runs once even when another
+process or node looks at it too. The misfire policy is the engine's
+:func:`~django_htask.engine.plan_occurrences`, shared with ``Cron``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import zoneinfo
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from django.db import DatabaseError
+
+from django_htask.engine import (
+    ArgumentError,
+    FunctionNotRegistered,
+    InvalidSchedule,
+    PayloadError,
+    Timetable,
+    parse_schedule,
+    plan_occurrences,
+    registry,
+)
+from django_htask.enums import CatchUp, Overlap, RunStatus
+from django_htask.exceptions import NodeFenced
+from django_htask.retry import RetryPolicy
+from django_htask.store import RunOutcome, ScheduleRef, ScheduleRow
+
+from .context import NodeContext
+from .execution import call_of
+
+__all__ = ["Firing", "Roles"]
+
+logger = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str, tz: str) -> Any:
+    return parse_schedule(text, tz=tz or None)
+
+
+class Roles(Protocol):
+    """Who fires what among several nodes (:class:`~django_htask.node.membership.Membership`)."""
+
+    def holding(self, schedule_id: int, queue: str) -> str | None: ...
+    def standby_delay(self, owner: str) -> float: ...
+    def suspect(self, owner: str, now: datetime) -> bool: ...
+
+
+class _Held:
+    """A schedule held: its due time, version and queue, and ``owner``: "" when this
+    node owns it, else the node it stands by for; ``delay``: its timer is that late."""
+
+    __slots__ = ("delay", "due", "owner", "queue", "version")
+
+    def __init__(self, due: datetime, version: int, owner: str, queue: str, delay: float) -> None:
+        self.due = due
+        self.version = version
+        self.owner = owner
+        self.queue = queue
+        self.delay = delay
+
+
+class Firing:
+    """The schedules one node fires (see the module)."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+        self.roles: Roles | None = None  # several nodes
+        self._table: Timetable[int, _Held] = Timetable(ctx.control.scheduler, self._due)
+        self._delayed: dict[int, _Held | None] = {}  # waiting for a run (overlap=delay)
+        self.seen_version = 0
+
+    # -- what is held ------------------------------------------------------------------
+    def held(self) -> dict[int, datetime]:
+        """Schedule id -> due time, of every schedule held (owned or stood by for)."""
+        return {i: h.due for i, h in self._table.items()}
+
+    def owned(self) -> dict[int, datetime]:
+        return {i: h.due for i, h in self._table.items() if not h.owner}
+
+    def due_now(self, now: datetime) -> bool:
+        """Whether an occurrence this node owns is due (or waits for a run)."""
+        return bool(self._delayed) or any(
+            not h.owner and h.due <= now for _i, h in self._table.items()
+        )
+
+    def load(self, refs: list[ScheduleRef], top: int) -> None:
+        self.seen_version = top
+        for ref in refs:
+            self.place(ref)
+
+    def sync(self) -> None:
+        """Read the schedules whose version rose since the last look, and hold them."""
+        refs, top = self.ctx.store.changed_schedules(self.seen_version)
+        self.seen_version = top
+        for ref in refs:
+            self.place(ref)
+        if refs:
+            logger.debug(
+                "%d schedules changed (version %d)",
+                len(refs),
+                top,
+                extra={"action": "schedules_synced"},
+            )
+
+    def place(self, ref: ScheduleRef) -> None:
+        """Hold ``ref`` with a timer at its due time, or let it go. With several nodes,
+        a schedule this node stands by for gets its timer the standby delay later (none
+        while its owner is suspected of being gone)."""
+        owner: str | None = "" if self.ctx.serving.schedules.serves(ref.queue) else None
+        delay = 0.0
+        if self.roles is not None and owner is not None:
+            owner = self.roles.holding(ref.id, ref.queue)
+            if owner:
+                delay = self.roles.standby_delay(owner)
+        if owner is None or not ref.enabled or ref.next_run_at is None:
+            self._table.drop(ref.id)
+            return
+        held = self._table.get(ref.id)
+        if held is not None and (held.due, held.owner, held.delay) == (
+            ref.next_run_at,
+            owner,
+            delay,
+        ):
+            held.version = max(held.version, ref.version)
+            return
+        if self.ctx.control.closing:
+            return
+        at = ref.next_run_at + timedelta(seconds=delay) if delay else ref.next_run_at
+        self._table.place(ref.id, at, _Held(ref.next_run_at, ref.version, owner, ref.queue, delay))
+
+    def drop(self, schedule_id: int) -> None:
+        self._table.drop(schedule_id)
+
+    def replace_held(self, owner: str | None = None) -> None:
+        """Place every held schedule again (roles changed); with ``owner``, only those
+        this node stands by for that owner."""
+        for schedule_id, held in self._table.items():
+            if owner is None or held.owner == owner:
+                self.place(ScheduleRef(schedule_id, held.due, held.version, queue=held.queue))
+
+    def clear(self) -> None:
+        self._table.clear()
+
+    # -- firing --------------------------------------------------------------------------
+    def _due(self, due: list[tuple[int, _Held]]) -> None:
+        for schedule_id, held in due:
+            self.fire(schedule_id, held)
+
+    def fire(self, schedule_id: int, held: _Held | None) -> None:
+        if self.ctx.stopping():
+            return
+        control = self.ctx.control
+        ok = control.guarded(
+            lambda: self._fire_once(schedule_id, held), f"fire of schedule {schedule_id}"
+        )
+        if not ok and control.backoff.delay:  # the database away: try again after the delay
+            control.later(control.backoff.delay, self.fire, schedule_id, held)
+
+    def _fire_once(self, schedule_id: int, held: _Held | None) -> None:
+        try:
+            self._claim_and_run(schedule_id, held)
+        except (DatabaseError, NodeFenced):
+            raise  # the control thread's to handle: back off, or stop
+        except Exception as exc:  # a row written behind the model's back, say
+            logger.exception(
+                "schedule %s could not be fired", schedule_id, extra={"action": "fire_error"}
+            )
+            self._break(schedule_id, None, f"{type(exc).__name__}: {exc}")
+
+    def _claim_and_run(self, schedule_id: int, held: _Held | None) -> None:
+        ctx = self.ctx
+        standby_for = held.owner if held is not None else ""
+        row = ctx.store.get_schedule(schedule_id)
+        if row is None or not row.enabled or row.next_run_at is None:
+            self.drop(schedule_id)
+            return
+        now = ctx.clock.now()
+        moved = row.next_run_at > now
+        if standby_for:  # the owner claims by moving next_run_at: only one left as it was
+            moved = moved or held is None or row.next_run_at != held.due
+        if moved:
+            self.place(_ref(row))
+            return
+        problem = _problem(row)
+        if problem:
+            self._break(row.id, row, problem)
+            return
+        busy = ctx.running.busy(row.id)
+        if row.overlap != Overlap.ALLOW and not busy:
+            busy = ctx.store.running_elsewhere(row.id, ctx.node_id, ctx.settings.dead_before(now))
+        if busy and row.overlap == Overlap.DELAY:
+            self._delayed[row.id] = held
+            ctx.control.later(ctx.settings.poll_interval, self.fire, row.id, held)
+            return
+        to_run, next_run_at, runs = self._plan(row, now, busy)
+        started = [_outcome(row, ctx.node_id, RunStatus.RUNNING, when, now) for when in to_run]
+        runs.extend(started)
+        ids = ctx.store.claim_occurrence(ctx.node_id, row, next_run_at, now, runs)
+        if ids is None:
+            logger.debug(
+                "schedule %s changed before it fired; reloading",
+                row.name,
+                extra={"action": "claim_lost"},
+            )
+            self._reload(row.id)
+            return
+        if standby_for and self.roles is not None and self.roles.suspect(standby_for, now):
+            logger.warning(
+                "node %s did not fire schedule %s within %gs of its time: this node fires "
+                "the schedules it stands by for that node at their time, until it is seen "
+                "alive again",
+                standby_for,
+                row.name,
+                ctx.settings.standby_delay,
+                extra={"action": "owner_suspected", "node": standby_for},
+            )
+            self.replace_held(standby_for)
+        self._delayed.pop(row.id, None)
+        if next_run_at is None:
+            self.drop(row.id)
+        else:
+            self.place(ScheduleRef(row.id, next_run_at, row.version, True, row.queue_name))
+        for run_id, outcome in zip(ids[len(runs) - len(started) :], started, strict=True):
+            self._start_run(row, run_id, outcome)
+
+    def _plan(
+        self, row: ScheduleRow, now: datetime, busy: int
+    ) -> tuple[list[datetime], datetime | None, list[RunOutcome]]:
+        """What runs now, the next due time, and the rows of the occurrences that do not
+        run (missed, skipped): the misfire policy, then the overlap policy, which holds
+        for the caught-up occurrences too."""
+        assert row.next_run_at is not None
+        node = self.ctx.node_id
+        plan = plan_occurrences(
+            _parsed(row.schedule, row.timezone),
+            row.next_run_at,
+            now,
+            grace=row.grace,
+            catch_up=str(row.catch_up),
+            limit=self.ctx.settings.catch_up_limit,
+        )
+        to_run, next_run_at = plan.to_run, plan.next
+        runs = []
+        if plan.missed:
+            runs.append(_missed(row, node, plan.missed, now))
+        if busy and row.overlap == Overlap.SKIP:
+            skipped = to_run or [row.next_run_at]
+            runs.append(_skipped(row, node, skipped, now, "the previous run was still running"))
+            to_run = []
+        elif len(to_run) > 1 and row.overlap == Overlap.SKIP:
+            # Caught-up occurrences would run together: the first runs, the rest skip.
+            runs.append(_skipped(row, node, to_run[1:], now, f"the run of {to_run[0]} runs"))
+            to_run = to_run[:1]
+        elif len(to_run) > 1 and row.overlap == Overlap.DELAY:
+            # One after another: claim the first; the next stays due and waits for it.
+            next_run_at, to_run = to_run[1], to_run[:1]
+        return to_run, next_run_at, runs
+
+    def _break(self, schedule_id: int, row: ScheduleRow | None, problem: str) -> None:
+        """Stop firing a schedule the node cannot use: a failed run and the schedule's
+        ``broken`` field say why (the admin and ``htask status`` show it), one error
+        is logged, and the schedule costs nothing more until it is saved again."""
+        ctx = self.ctx
+        now = ctx.clock.now()
+        name = row.name if row is not None else str(schedule_id)
+        run = RunOutcome(
+            status=RunStatus.FAILED,
+            function=row.function if row is not None else "",
+            name=name,
+            node=ctx.node_id,
+            attempt=1,
+            scheduled_for=row.next_run_at if row is not None else None,
+            started_at=None,
+            finished_at=now,
+            error=f"broken: {problem}",
+            schedule_id=schedule_id,
+        )
+        version = row.version if row is not None else None
+        marked = ctx.store.mark_broken(ctx.node_id, schedule_id, version, problem, run)
+        if row is not None and not marked:
+            self._reload(schedule_id)  # changed meanwhile: look at it again
+            return
+        logger.error(
+            "schedule %s is broken and will not fire until it is saved again: %s",
+            name,
+            problem,
+            extra={"action": "schedule_broken", "schedule": schedule_id},
+        )
+        self.drop(schedule_id)
+
+    def _reload(self, schedule_id: int) -> None:
+        row = self.ctx.store.get_schedule(schedule_id)
+        if row is None:
+            self.drop(schedule_id)
+        else:
+            self.place(_ref(row))
+
+    # -- running -------------------------------------------------------------------------
+    def _start_run(self, row: ScheduleRow, run_id: int, outcome: RunOutcome) -> None:
+        outcome.run_id = run_id
+        self.ctx.running.add_run(row.id, run_id, outcome)
+        self.ctx.jobs.call_soon(self._job, row, outcome)
+
+    def _job(self, row: ScheduleRow, started: RunOutcome) -> None:
+        """A worker runs one occurrence (or a retry of it)."""
+        ctx = self.ctx
+        run_id = started.run_id or 0
+        if not ctx.running.call(("run", run_id)):
+            return  # the node is stopping: not run (stop() writes it)
+        call = (started.function, row.payload, started.attempt, started.scheduled_for)
+        result = ctx.execute(row.name, call, schedule_id=row.id)
+        result.run_id = run_id
+        ctx.running.run_done(row.id, run_id)
+        retry = (
+            result.status == RunStatus.FAILED
+            and result.extra.get("retryable", False)
+            and started.attempt < row.max_attempts
+        )
+        ctx.results.push(result)
+        if retry:
+            policy = RetryPolicy(row.retry_backoff, ctx.settings.retry_backoff_max)
+            ctx.control.later(policy.delay(started.attempt), self._retry, row, started)
+        if row.id in self._delayed:
+            ctx.control.later(0, self.fire, row.id, self._delayed[row.id])
+
+    def _retry(self, row: ScheduleRow, previous: RunOutcome) -> None:
+        ctx = self.ctx
+        if ctx.stopping():
+            return
+        now = ctx.clock.now()
+        outcome = _outcome(
+            row,
+            ctx.node_id,
+            RunStatus.RUNNING,
+            previous.scheduled_for,
+            now,
+            attempt=previous.attempt + 1,
+        )
+        run_ids: list[int] = []
+        if ctx.control.guarded(
+            lambda: run_ids.append(ctx.store.start_schedule_run(ctx.node_id, outcome)),
+            f"retry of schedule {row.name}",
+        ):
+            self._start_run(row, run_ids[0], outcome)
+        elif ctx.control.backoff.delay:
+            ctx.control.later(ctx.control.backoff.delay, self._retry, row, previous)
+
+
+def _ref(row: ScheduleRow) -> ScheduleRef:
+    return ScheduleRef(row.id, row.next_run_at, row.version, row.enabled, row.queue_name)
+
+
+def _problem(row: ScheduleRow) -> str:
+    """Why a node cannot use ``row`` (a value written behind the model's back), or ""."""
+    if row.catch_up not in CatchUp.values:
+        return f"catch_up {row.catch_up!r} is not one of {', '.join(CatchUp.values)}"
+    if row.overlap not in Overlap.values:
+        return f"overlap {row.overlap!r} is not one of {', '.join(Overlap.values)}"
+    if not row.max_attempts >= 1:
+        return f"max_attempts {row.max_attempts!r} is not >= 1"
+    if not (row.retry_backoff >= 0 and math.isfinite(row.retry_backoff)):
+        return f"retry_backoff {row.retry_backoff!r} is not a finite number >= 0"
+    if row.grace is not None and not (row.grace >= 0 and math.isfinite(row.grace)):
+        return f"grace {row.grace!r} is not empty or a finite number >= 0"
+    try:
+        if row.timezone:
+            zoneinfo.ZoneInfo(row.timezone)
+        _parsed(row.schedule, row.timezone)
+        registry.bind(row.function, *call_of(row.payload))
+    except (InvalidSchedule, PayloadError, ArgumentError, FunctionNotRegistered) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        return f"timezone {row.timezone!r}: {exc}"
+    return ""
+
+
+def _outcome(
+    row: ScheduleRow,
+    node: str,
+    status: str,
+    scheduled_for: datetime | None,
+    now: datetime,
+    *,
+    error: str = "",
+    attempt: int = 1,
+) -> RunOutcome:
+    return RunOutcome(
+        status=status,
+        function=row.function,
+        name=row.name,
+        node=node,
+        attempt=attempt,
+        scheduled_for=scheduled_for,
+        started_at=now,
+        finished_at=now,
+        error=error,
+        schedule_id=row.id,
+    )
+
+
+def _missed(row: ScheduleRow, node: str, missed: list[datetime], now: datetime) -> RunOutcome:
+    late = (now - missed[-1]).total_seconds()
+    grace = "no limit" if row.grace is None else f"{row.grace:g}s"
+    error = (
+        f"{len(missed)} occurrence(s) from {missed[0].isoformat()} to "
+        f"{missed[-1].isoformat()} missed: {late:.1f}s late "
+        f"(grace {grace}, catch_up={row.catch_up})"
+    )
+    logger.warning("schedule %s: %s", row.name, error, extra={"action": "missed"})
+    return _outcome(row, node, RunStatus.MISSED, missed[-1], now, error=error)
+
+
+def _skipped(
+    row: ScheduleRow, node: str, skipped: list[datetime], now: datetime, why: str
+) -> RunOutcome:
+    what = (
+        f"{len(skipped)} occurrences from {skipped[0].isoformat()} to {skipped[-1].isoformat()}"
+        if len(skipped) > 1
+        else f"the occurrence of {skipped[0].isoformat()}"
+    )
+    return _outcome(
+        row,
+        node,
+        RunStatus.SKIPPED,
+        skipped[-1],
+        now,
+        error=f"{what} skipped: {why} (overlap=skip)",
+    )

@@ -1,0 +1,195 @@
+"""Several nodes on one database: who fires which schedule, and hearing of changes.
+
+A node whose store supports several nodes (PostgreSQL; see
+:attr:`~django_htask.store.Store.supports_several_nodes`) gets a :class:`Membership`:
+
+Listening
+    the store's listener (LISTEN/NOTIFY on PostgreSQL) wakes the node when a schedule
+    or a task changes in any process; the node's slow poll stays as the safety net for
+    a lost notification. A listener that reconnects wakes the node once more.
+Partitioning
+    each node holds only its share of the schedules: a schedule belongs to the live
+    node serving its queue with the highest rendezvous hash (see
+    :mod:`django_htask.partition`), so a node joining or leaving moves only the
+    schedules that hash to it. Membership is re-read at every heartbeat and when a node
+    joins or stops (a notification). A node keeps the schedules it gives away for one
+    more heartbeat: a schedule is briefly held by two nodes (the compare-and-set lets
+    one of them fire each occurrence) and never by none.
+Standing by
+    the member with the second highest hash is the schedule's standby: it holds the
+    schedule too, with its timer ``STANDBY_DELAY`` seconds after each occurrence. An
+    occurrence the owner has not claimed by then is fired by the standby (the
+    compare-and-set still lets only one fire it), and from then on the standby fires
+    every schedule it stands by for that owner at its time, until the owner's heartbeat
+    is seen to move again. When the owner is declared dead its standby becomes the
+    owner (the next member in the hash order), with nothing to move.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+
+from django_htask.partition import Partition
+from django_htask.queues import DEFAULT_QUEUE, QueueFilter
+from django_htask.store import Listening
+
+from .context import NodeContext
+from .control import Once
+from .firing import Firing
+
+__all__ = ["Membership"]
+
+logger = logging.getLogger(__name__)
+
+Live = dict[str, tuple[datetime, QueueFilter]]
+
+
+class Membership:
+    """The several-node part of one node (see the module)."""
+
+    def __init__(self, ctx: NodeContext, firing: Firing, wake: Callable[[], None]) -> None:
+        self.ctx = ctx
+        self.firing = firing
+        self._wake = wake
+        self._lock = threading.Lock()
+        self._queues = ctx.serving.schedules
+        self._partition = Partition(ctx.node_id, [], self._queues)
+        self._previous = self._partition
+        self._listener: Listening | None = None
+        self._load_owed = False  # a rebalance whose full read of the schedules failed
+        #: Owners suspected of being gone: id -> when this node began to stand in.
+        self._suspected: dict[str, datetime] = {}
+        self.refresher: Once = ctx.control.once(self._refresh_now)
+        firing.roles = self
+
+    # -- life cycle ------------------------------------------------------------------
+    def start(self) -> None:
+        """Read the live nodes and start listening (after the node is registered)."""
+        self._partition = self._previous = self._partition_of(self._live())
+        s = self.ctx.settings
+        self._listener = self.ctx.store.listen(
+            self._on_notify,
+            self._on_reconnect,
+            retry=s.db_retry,
+            retry_max=s.db_retry_max,
+            name=f"{self.ctx.node_id}-listener",
+        )
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.stop()
+
+    def wait_listening(self, timeout: float = 10.0) -> bool:
+        """Block until the listener listens (for tests and the bench)."""
+        return self._listener is not None and self._listener.listening.wait(timeout)
+
+    # -- notifications (the listener's thread) ---------------------------------------
+    def _on_notify(self, payload: str) -> None:
+        if payload == "node":
+            self.refresher.request()
+        else:
+            self._wake()
+
+    def _on_reconnect(self) -> None:
+        self._wake()
+        self.refresher.request()
+
+    # -- roles (the control thread) --------------------------------------------------
+    @property
+    def members(self) -> tuple[str, ...]:
+        return self._partition.members
+
+    def holding(self, schedule_id: int, queue: str = DEFAULT_QUEUE) -> str | None:
+        """This node's part in the schedule: "" to fire it (it owns it, or is handing it
+        over), the owner's id to stand by for it, None to leave it."""
+        if self._previous is not self._partition and self._previous.owns(schedule_id, queue):
+            return ""
+        return self._partition.role(schedule_id, queue)
+
+    def standby_delay(self, owner: str) -> float:
+        """Seconds after an occurrence of ``owner``'s that this node fires it itself."""
+        return 0.0 if owner in self._suspected else self.ctx.settings.standby_delay
+
+    def suspect(self, owner: str, now: datetime) -> bool:
+        """``owner`` left an occurrence unclaimed: stand in for it until its heartbeat
+        moves. Return whether it was not suspected yet."""
+        with self._lock:
+            if owner in self._suspected:
+                return False
+            self._suspected[owner] = now
+            return True
+
+    @property
+    def suspected(self) -> dict[str, datetime]:
+        with self._lock:
+            return dict(self._suspected)
+
+    def _live(self, now: datetime | None = None) -> Live:
+        now = now or self.ctx.clock.now()
+        return self.ctx.store.live_nodes(self.ctx.settings.dead_before(now))
+
+    def _partition_of(self, live: Live) -> Partition:
+        members = {node: queues for node, (_beat, queues) in live.items()}
+        return Partition(self.ctx.node_id, members, self._queues)
+
+    def _clear_suspicions(self, live: Live) -> list[str]:
+        """Forget the suspicion of owners whose heartbeat moved since (alive after all)
+        or that are no longer members (their standby now owns their schedules)."""
+        cleared = []
+        with self._lock:
+            for owner, since in list(self._suspected.items()):
+                beat = live[owner][0] if owner in live else None
+                if beat is None or beat > since:
+                    del self._suspected[owner]
+                    if beat is not None:
+                        cleared.append(owner)
+        for owner in cleared:
+            logger.info(
+                "node %s is alive after all: standing by for it again",
+                owner,
+                extra={"action": "owner_back", "node": owner},
+            )
+        return cleared
+
+    def _refresh_now(self) -> None:
+        self.ctx.control.guarded(lambda: self.refresh(self.ctx.clock.now()), "member refresh")
+
+    def refresh(self, now: datetime) -> bool:
+        """Re-read the live nodes; rebalance if the members changed, a handover ended or
+        an earlier rebalance could not read the schedules. Return whether the schedules
+        held changed."""
+        live = self._live(now)
+        for owner in self._clear_suspicions(live):
+            self.firing.replace_held(owner)
+        current = self._partition_of(live)
+        handing_over = self._previous.members != self._partition.members
+        changed = current.members != self._partition.members
+        if not changed and not handing_over and not self._load_owed:
+            return False
+        self._previous, self._partition = self._partition, current
+        if changed:
+            logger.info(
+                "nodes now %s: rebalancing the schedules",
+                ", ".join(current.members),
+                extra={"action": "rebalance", "members": current.members},
+            )
+            self._load_owed = True
+        self._rebalance()
+        return True
+
+    def _rebalance(self) -> None:
+        """Hold what this node owns or stands by for now (a full read, if the members
+        changed since the last one that succeeded), drop what it gave away.
+
+        The full read is owed until it succeeds: the partition has already moved on,
+        and the schedules this node gained change only when they fire, which nobody
+        does while they wait for this node, so no later sync would bring them in."""
+        if self._load_owed:
+            refs, _top = self.ctx.store.load_schedules()
+            self._load_owed = False
+            for ref in refs:
+                self.firing.place(ref)  # skips what it neither owns nor stands by for
+        self.firing.replace_held()  # roles change with the members; what is left goes

@@ -1,0 +1,414 @@
+"""The node: one ``runscheduler`` process's life, from start to stop.
+
+It wires the parts (firing schedules, claiming tasks, liveness, several nodes) onto
+three engine schedulers on one clock — the control thread, the workers, the heartbeat
+— and runs the poll that reads what other processes changed. See
+:mod:`django_htask.node` for the whole picture.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import DatabaseError, connections
+
+import django_htask
+from django_htask import clock as clocks
+from django_htask import notices
+from django_htask.conf import HtaskSettings, get_settings
+from django_htask.engine import Clock
+from django_htask.engine import Scheduler as EngineScheduler
+from django_htask.exceptions import NodeFenced, StartAborted
+from django_htask.queues import ALL, QueueFilter
+from django_htask.retry import RetryPolicy
+from django_htask.store import Serving, Store, get_store
+
+from .context import NodeContext
+from .control import Backoff, ControlThread, Once, database_lost
+from .firing import Firing
+from .liveness import Liveness
+from .membership import Membership
+from .shutdown import EXIT_GRACE, abandoned
+from .tasks import TaskDispatch
+
+__all__ = ["Node", "NodeStats", "new_node_id"]
+
+logger = logging.getLogger(__name__)
+
+
+def new_node_id(kind: str | None = None) -> str:
+    """``host-pid-random`` (or ``host-pid-kind`` for a process that is no node, such as
+    ``htask run``): the one format of the ids that runs and tasks name."""
+    suffix = kind or secrets.token_hex(3)
+    return f"{socket.gethostname()}-{os.getpid()}-{suffix}"
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    """What a node loaded at start (for the banner)."""
+
+    schedules: int
+    pending_tasks: int
+    next_task_due: datetime | None
+
+
+class Node:
+    """One scheduler process over a store (see :mod:`django_htask.node`).
+
+    ``queues``, ``backend``: what it serves (``runscheduler --queue``, ``--backend``);
+    ``max_tasks``: stop after that many one-off tasks; ``batch``: stop once nothing is
+    due and nothing runs."""
+
+    def __init__(
+        self,
+        *,
+        node_id: str | None = None,
+        workers: int | None = None,
+        poll_interval: float | None = None,
+        clock: Clock | None = None,
+        store: Store | None = None,
+        settings: HtaskSettings | None = None,
+        queues: QueueFilter = ALL,
+        backend: str | None = None,
+        max_tasks: int | None = None,
+        batch: bool = False,
+    ) -> None:
+        if max_tasks is not None and not max_tasks > 0:
+            raise ValueError(f"max_tasks must be greater than zero, got {max_tasks!r}")
+        self.settings = s = settings or get_settings()
+        self.clock = clock if clock is not None else clocks.get_clock()
+        self.node_id = node_id or new_node_id()
+        self.workers = s.workers if workers is None else workers
+        self.poll_interval = s.poll_interval if poll_interval is None else float(poll_interval)
+        if not self.poll_interval > 0:
+            raise ValueError(f"poll_interval must be > 0, got {poll_interval!r}")
+        if self.poll_interval != s.poll_interval:
+            self.settings = s = dataclasses.replace(s, poll_interval=self.poll_interval)
+        self.store = store or get_store()
+        #: The tasks it runs and the schedules it fires (queues, a django.tasks alias).
+        self.serving = Serving(queues, backend)
+        self.max_tasks = max_tasks
+        self.batch = batch
+        self.task_retry = RetryPolicy(s.retry_backoff, s.retry_backoff_max)
+        #: Set by :meth:`request_stop` (from a signal handler: a plain flag, no lock),
+        #: by a node that finds it was declared dead, and when it is done.
+        self.stop_requested = False
+        #: Runs still going when :meth:`stop` gave up waiting (the process must exit).
+        self.unfinished = 0
+        #: Why the node asked to stop by itself (``max_tasks``, ``batch``), if it did.
+        self.done = ""
+        self.fenced: NodeFenced | None = None
+        self._stopping = False
+        self._started = False
+        self._unsubscribe: Callable[[], None] = lambda: None
+        self._parts: _Parts | None = None  # once started
+
+    @property
+    def parts(self) -> _Parts:
+        """The parts of a started node."""
+        if self._parts is None:
+            raise RuntimeError(f"node {self.node_id} is not started")
+        return self._parts
+
+    @property
+    def membership(self) -> Membership | None:
+        """The several-node part, if the store supports several nodes."""
+        return self._parts.membership if self._parts is not None else None
+
+    # -- life cycle ------------------------------------------------------------------
+    def start(self, *, sync: Callable[[], object] | None = None) -> NodeStats:
+        """Check the database, register the node, run ``sync`` (the code-defined
+        schedules: ``runscheduler`` passes ``decorators.sync_schedules``), load the
+        schedules, and start firing."""
+        if self._started:
+            raise RuntimeError(f"node {self.node_id} is already started")
+        self._started = True
+        store, now = self.store, self.clock.now()
+        self._with_retry(store.check_migrated)
+        self._with_retry(store.install)
+        self._with_retry(
+            lambda: store.register_node(
+                self.node_id,
+                socket.gethostname(),
+                os.getpid(),
+                django_htask.__version__,
+                now,
+                self.serving.schedules,
+            )
+        )
+        if sync is not None:
+            self._with_retry(sync)
+        parts = self._parts = self._wire()
+        if store.single_host:
+            self._with_retry(parts.liveness.declare_gone_predecessors)
+        if parts.membership is not None:
+            self._with_retry(parts.membership.start)
+        refs, top = self._with_retry(store.load_schedules)
+        parts.firing.load(refs, top)
+        pending = self._with_retry(store.count_pending_tasks)
+        due, first = self._with_retry(lambda: store.task_outlook(now, self.serving))
+        self._unsubscribe = notices.subscribe(self.wake)
+        parts.ctx.control.later(0, self._poll)
+        parts.liveness.start()
+        logger.info(
+            "node %s started: %d schedules, %d pending tasks",
+            self.node_id,
+            len(refs),
+            pending,
+            extra={"action": "node_started"},
+        )
+        return NodeStats(len(refs), pending, now if due else first)
+
+    def _wire(self) -> _Parts:
+        """Make the threads and the parts."""
+        backoff = Backoff(self.settings.db_retry, self.settings.db_retry_max, self.store.close)
+        close = connections.close_all  # each thread closes its connections as it ends
+        control = ControlThread(self.node_id, self.clock, backoff, self._on_fenced, close)
+        jobs = EngineScheduler(
+            self.workers, clock=self.clock, name=f"{self.node_id}-jobs", on_thread_exit=close
+        )
+        ctx = NodeContext(
+            self.node_id,
+            self.clock,
+            self.settings,
+            self.store,
+            self.serving,
+            self.workers,
+            control,
+            jobs,
+            self.task_retry,
+            stopping=lambda: self._stopping or self.fenced is not None,
+        )
+        firing = Firing(ctx)
+        tasks = TaskDispatch(ctx, self.max_tasks)
+        tasks.on_dispatched = self._stop_when_done
+        membership = None
+        if self.store.supports_several_nodes:
+            membership = Membership(ctx, firing, self.wake)
+        on_beat = membership.refresher.request if membership is not None else _nothing
+        liveness = Liveness(ctx, self._on_fenced, self.wake, on_beat)
+        return _Parts(ctx, firing, tasks, liveness, membership, control.once(self._on_wake))
+
+    def _with_retry(self, fn: Callable[[], Any]) -> Any:
+        """Run a start-up step, retrying while the database is unavailable (until a stop
+        is requested: then :class:`StartAborted`)."""
+        delay = self.settings.db_retry
+        while True:
+            try:
+                return fn()
+            except DatabaseError as exc:
+                if self._stopping or self.stop_requested:
+                    raise StartAborted(f"node {self.node_id}: stopped before it started") from exc
+                database_lost(exc, delay, self.store.close)
+                deadline = time.monotonic() + delay
+                while not self.stop_requested and time.monotonic() < deadline:
+                    time.sleep(min(0.05, delay))
+                delay = min(delay * 2, self.settings.db_retry_max)
+
+    def request_stop(self) -> None:
+        """Ask the process running the node to stop (safe in a signal handler: a flag)."""
+        self.stop_requested = True
+
+    def _on_fenced(self, exc: NodeFenced) -> None:
+        """This node was declared dead by the others: start nothing more, stop."""
+        if self.fenced is not None:
+            return
+        self.fenced = exc
+        logger.error(
+            "%s; this node starts nothing more, writes nothing more, and stops "
+            "(start it again: it joins under a new id)",
+            exc,
+            extra={"action": "node_fenced", "node": self.node_id},
+        )
+        self.stop_requested = True
+
+    # -- looking at the database -----------------------------------------------------
+    def wake(self) -> None:
+        """Look at the database now (a change in this process, or a notification)."""
+        if self._parts is not None and not self._stopping:
+            self._parts.waker.request()
+
+    def _look(self) -> None:
+        self.parts.firing.sync()
+        self.parts.tasks.watch()
+
+    def _on_wake(self) -> None:
+        if self._stopping:
+            return
+        self.parts.ctx.control.guarded(self._look, "wake-up")
+        self.parts.tasks.dispatch()
+
+    def _poll(self) -> None:
+        """Every ``POLL_INTERVAL``: read what changed, look for tasks, claim."""
+        if self._stopping:
+            return
+        control = self.parts.ctx.control
+
+        def look() -> None:
+            self.store.refresh()
+            self._look()
+
+        ok = control.guarded(look, "poll")
+        self.parts.tasks.dispatch()
+        control.later(self.poll_interval if ok else control.backoff.delay, self._poll)
+
+    def _stop_when_done(self) -> None:
+        """Ask the process to stop when ``max_tasks`` tasks have run, or, in batch mode,
+        when nothing is due any more and nothing runs."""
+        if self.stop_requested or not (self.batch or self.max_tasks is not None):
+            return
+        parts = self.parts
+        tasks, ctx, firing = parts.tasks, parts.ctx, parts.firing
+        busy = len(ctx.running) + len(ctx.results)
+        if self.max_tasks is not None and tasks.finished >= self.max_tasks and not busy:
+            why = f"ran the maximum of {self.max_tasks} tasks (--max-tasks)"
+        elif self.batch and not (tasks.due or busy or firing.due_now(self.clock.now())):
+            why = "nothing is due any more (--batch)"
+        else:
+            return
+        logger.info("node %s: %s: stopping", self.node_id, why, extra={"action": "node_done"})
+        self.done = why
+        self.stop_requested = True
+
+    # -- stopping --------------------------------------------------------------------
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop taking work, let running jobs finish (up to ``timeout`` seconds, default
+        ``SHUTDOWN_TIMEOUT``), and write it all down. Safe to call twice.
+
+        Jobs still running after the timeout cannot be stopped from here: see
+        :mod:`~django_htask.node.shutdown`; :attr:`unfinished` says how many there were,
+        and the caller must then end the process at once (``runscheduler`` does)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._unsubscribe()
+        if self._parts is None:
+            return
+        parts = self._parts
+        ctx = parts.ctx
+        if parts.membership is not None:
+            parts.membership.close()
+        if self.fenced is not None:
+            self._stop_fenced(parts)
+            return
+        timeout = self.settings.shutdown_timeout if timeout is None else timeout
+        logger.info(
+            "node %s stopping: waiting up to %.0fs for %d running jobs",
+            self.node_id,
+            timeout,
+            len(ctx.running),
+            extra={"action": "node_stopping"},
+        )
+        deadline = time.monotonic() + timeout
+        ctx.control.close(timeout)  # the call in progress ends; nothing new starts
+        ctx.running.refusing = True  # a job a worker has not called yet is not run
+        ctx.jobs.close(wait=True, timeout=max(deadline - time.monotonic(), 0))
+        parts.liveness.close(timeout)  # it renewed the leases while the jobs ran
+        now = self.clock.now()
+        outcomes = ctx.results.take()
+        left = abandoned(ctx.running.snapshot(), now, timeout, self.task_retry)
+        self.unfinished = sum(a.started for a in left)
+        try:
+            self.store.record(self.node_id, outcomes)
+            if left:
+                dead_at = now + timedelta(seconds=EXIT_GRACE)
+                heartbeat_at = dead_at - timedelta(seconds=self.settings.node_timeout)
+                self.store.abandon(self.node_id, now, left, dead_at, heartbeat_at)
+            else:
+                self.store.stop_node(self.node_id, now)
+        except NodeFenced as exc:
+            self._on_fenced(exc)
+        except DatabaseError as exc:
+            logger.error(
+                "could not write the last %d runs at shutdown: %s",
+                len(outcomes),
+                exc,
+                extra={"action": "stop_unrecorded"},
+            )
+        finally:
+            self.store.close()
+        if self.unfinished:
+            logger.warning(
+                "node %s stopped with %d runs still going after %gs: they count as "
+                "interrupted, and the process must exit now",
+                self.node_id,
+                self.unfinished,
+                timeout,
+                extra={"action": "node_abandoned", "unfinished": self.unfinished},
+            )
+        logger.info(
+            "node %s stopped (%d runs written)",
+            self.node_id,
+            len(outcomes),
+            extra={"action": "node_stopped"},
+        )
+
+    def _stop_fenced(self, parts: _Parts) -> None:
+        """Stop a node that was declared dead: nothing is written (the database would
+        refuse it), nothing is waited for (the others run that work now)."""
+        ctx = parts.ctx
+        ctx.running.refusing = True
+        ctx.control.close(wait=False)
+        ctx.jobs.close(wait=False)
+        parts.liveness.close(wait=False)
+        self.unfinished = len(ctx.running)
+        ctx.results.clear()
+        self.store.close()
+        logger.info(
+            "node %s stopped: it had been declared dead",
+            self.node_id,
+            extra={"action": "node_stopped"},
+        )
+
+    # -- state, for tests and the banner ---------------------------------------------
+    def held_schedules(self) -> dict[int, datetime]:
+        """Schedule id -> due time, as held (owned or stood by for)."""
+        return self._parts.firing.held() if self._parts is not None else {}
+
+    def owned_schedules(self) -> dict[int, datetime]:
+        return self._parts.firing.owned() if self._parts is not None else {}
+
+    def next_task_wake(self) -> datetime | None:
+        """When the node looks for due one-off tasks next (its timer), if it has one."""
+        handle = self._parts.tasks.next_wake() if self._parts is not None else None
+        return None if handle is None else handle.when
+
+    def running(self) -> int:
+        """Jobs handed to the workers and not finished."""
+        return len(self._parts.ctx.running) if self._parts is not None else 0
+
+    def idle(self) -> bool:
+        if self._parts is None:
+            return True
+        ctx = self._parts.ctx
+        schedulers = (ctx.control.scheduler, ctx.jobs, self._parts.liveness.beat)
+        return all(s.idle() for s in schedulers)
+
+
+def _nothing() -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """A started node's parts."""
+
+    ctx: NodeContext
+    firing: Firing
+    tasks: TaskDispatch
+    liveness: Liveness
+    membership: Membership | None
+    waker: Once

@@ -1,0 +1,140 @@
+"""Claiming and running one-off tasks.
+
+A due task is claimed only when a worker takes it: one transaction writes the results
+waiting and claims as many due tasks as workers are free, marking them running and
+counting their attempt. A node holds no task it has not started; for the next task due
+it only reads the time and sets a timer (within ``LOOKAHEAD``; else its poll looks
+again), so an idle node writes nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from django.db import DatabaseError
+
+from django_htask.engine import TimerHandle
+from django_htask.enums import RunStatus
+from django_htask.store import RunOutcome, StartedTask
+
+from .context import NodeContext
+
+__all__ = ["TaskDispatch"]
+
+logger = logging.getLogger(__name__)
+
+
+class TaskDispatch:
+    """The one-off tasks of a node (see the module)."""
+
+    def __init__(self, ctx: NodeContext, max_tasks: int | None = None) -> None:
+        self.ctx = ctx
+        self.max_tasks = max_tasks
+        self.claimed = 0  # tasks started
+        self.finished = 0
+        self.due = True  # due tasks may wait in the database
+        self._wake: TimerHandle | None = None  # at the next task due
+        #: Asks for :meth:`dispatch` on the control thread (a worker is free, a result
+        #: waits to be written).
+        self.request = ctx.control.once(self.dispatch)
+        ctx.results.on_push = self.request.request
+        #: Called after each dispatch (the node checks whether it is done).
+        self.on_dispatched: Callable[[], object] = lambda: None
+
+    def next_wake(self) -> TimerHandle | None:
+        handle = self._wake
+        return handle if handle is not None and handle.state in ("pending", "queued") else None
+
+    def watch(self) -> None:
+        """Read whether tasks are due and when the next one is, and set the wake-up timer
+        there when it is within the look-ahead window. Reads only."""
+        ctx = self.ctx
+        now = ctx.clock.now()
+        due, first = ctx.store.task_outlook(now, ctx.serving)
+        if due:
+            self.due = True
+        if first is None or first > now + timedelta(seconds=ctx.settings.lookahead):
+            return
+        current = self.next_wake()
+        if current is not None and current.when <= first:
+            return
+        if current is not None:
+            current.cancel()
+        self._wake = ctx.control.at(first, self._woken)
+
+    def _woken(self) -> None:
+        self.ctx.control.guarded(self.watch, "look for tasks")
+        self.dispatch()
+
+    def free(self) -> int:
+        """How many more tasks the workers can start now (a thread per job: a batch),
+        and no more than ``max_tasks`` allows."""
+        ctx = self.ctx
+        free = ctx.settings.claim_batch if ctx.workers == 0 else ctx.workers - len(ctx.running)
+        if self.max_tasks is not None:
+            free = min(free, self.max_tasks - self.claimed)
+        return free
+
+    def dispatch(self) -> None:
+        """Write the results waiting, then claim and start as many due tasks as there
+        are free workers (never more), in one transaction."""
+        if self.ctx.stopping():
+            return  # stop() writes what is left
+        try:
+            self._dispatch()
+        finally:
+            self.on_dispatched()
+
+    def _dispatch(self) -> None:
+        while True:
+            free = self.free() if self.due else 0
+            outcomes = self.ctx.results.take()
+            if free <= 0 and not outcomes:
+                return
+            started: list[StartedTask] = []
+            step = functools.partial(self._start, max(free, 0), outcomes, started)
+            if not self.ctx.control.guarded(step, "task claim", retry=self.request):
+                return
+            if any(o.retry_at is not None for o in outcomes):
+                self.ctx.control.guarded(self.watch, "look for tasks")
+            if free > 0 and len(started) < free:
+                self.due = False  # none left: until a poll, a wake-up or a timer
+            if not started:
+                return
+            self.ctx.running.add_tasks(started)
+            self.claimed += len(started)
+            for task in started:  # highest priority first
+                self.ctx.jobs.call_soon(self._job, task)
+
+    def _start(self, free: int, finished: list[RunOutcome], into: list[StartedTask]) -> None:
+        ctx = self.ctx
+        now = ctx.clock.now()
+        lease_until = now + timedelta(seconds=ctx.settings.lease)
+        try:
+            into += ctx.store.start_tasks(
+                ctx.node_id, now, free, lease_until, finished=finished, serving=ctx.serving
+            )
+        except DatabaseError:
+            ctx.results.put_back(finished)
+            raise
+
+    def _job(self, task: StartedTask) -> None:
+        """A worker runs one task."""
+        ctx = self.ctx
+        if not ctx.running.call(("task", task.id)):
+            return  # the node is stopping: handed back by stop()
+        call = (task.function, task.payload, task.attempts, task.run_at)
+        result = ctx.execute(task.function, call, task_id=task.id)
+        if (
+            result.status == RunStatus.FAILED
+            and result.extra.get("retryable", False)
+            and task.attempts < task.max_attempts
+        ):
+            delay = ctx.task_retry.delay(task.attempts)
+            result.retry_at = result.finished_at + timedelta(seconds=delay)
+        ctx.running.task_done(task.id)
+        self.finished += 1
+        ctx.results.push(result)

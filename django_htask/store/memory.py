@@ -1,0 +1,614 @@
+"""The whole store interface in memory: a node's logic without a database.
+
+:class:`InMemoryStore` keeps nodes, schedules, tasks and runs in dictionaries under one
+lock (each method is one atomic step, as each database method is one transaction), and
+behaves as the database stores do: versions that only grow, the compare-and-set that
+fires an occurrence once, claims of what workers take, fencing, reaping, abandoning.
+The same contract tests run on it and on SQLite and PostgreSQL
+(``tests/contract/``). Several nodes may share one (it supports several nodes, and
+notifies its listeners as PostgreSQL does).
+
+It is for tests, the node's own and users': see :mod:`django_htask.testing`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django_htask.engine import Clock, SystemClock, encode_call, parse_schedule
+from django_htask.enums import RunStatus, TaskStatus
+from django_htask.exceptions import NodeFenced
+from django_htask.queues import DEFAULT_QUEUE, QueueFilter
+from django_htask.retry import RetryPolicy
+
+from . import base
+from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store
+
+__all__ = ["InMemoryStore", "NodeRecord", "ScheduleRecord", "TaskRecord"]
+
+_RUN_LOST = "the node running it stopped answering (killed, crashed or out of memory)"
+
+
+@dataclass
+class NodeRecord:
+    id: str
+    hostname: str
+    pid: int
+    version: str
+    started_at: datetime
+    last_heartbeat: datetime
+    queues: str = "*"
+    stopped_at: datetime | None = None
+
+
+@dataclass
+class ScheduleRecord:
+    id: int
+    name: str
+    function: str
+    schedule: str
+    timezone: str = "UTC"
+    payload: bytes = b""
+    enabled: bool = True
+    next_run_at: datetime | None = None
+    grace: float | None = None
+    catch_up: str = "latest"
+    overlap: str = "skip"
+    max_attempts: int = 1
+    retry_backoff: float = 10.0
+    version: int = 0
+    queue_name: str = DEFAULT_QUEUE
+    last_run_at: datetime | None = None
+    last_status: str = ""
+    broken: str = ""
+
+
+@dataclass
+class TaskRecord:
+    id: int
+    function: str
+    payload: bytes
+    run_at: datetime
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    status: str = TaskStatus.PENDING
+    attempts: int = 0
+    max_attempts: int = 1
+    priority: int = 0
+    queue_name: str = DEFAULT_QUEUE
+    backend: str = ""
+    locked_by: str | None = None
+    lease_expires_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    last_error: str = ""
+    traceback: str = ""
+
+
+class _Listener:
+    """What :meth:`InMemoryStore.listen` returns: it is listening at once."""
+
+    def __init__(self, store: InMemoryStore, callbacks: tuple[Callable[..., None], ...]) -> None:
+        self._store = store
+        self.callbacks = callbacks
+        self.listening = threading.Event()
+        self.listening.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._store._listeners.discard(self)
+        self.listening.clear()
+
+
+class InMemoryStore(Store):
+    """A store in memory (see the module). ``clock`` gives "now" to the helpers that add
+    rows (:meth:`add_schedule`) and to :meth:`prune_runs`."""
+
+    vendor = "memory"
+    supports_several_nodes = True
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self._lock = threading.RLock()
+        self.nodes: dict[str, NodeRecord] = {}
+        self.schedules: dict[int, ScheduleRecord] = {}
+        self.tasks: dict[int, TaskRecord] = {}
+        #: The runs, by id (``run_id``), as :class:`RunOutcome` s.
+        self.runs: dict[int, RunOutcome] = {}
+        self._ids = itertools.count(1)
+        self._versions = itertools.count(1)
+        self._listeners: set[_Listener] = set()
+
+    # -- helpers for tests: rows as another process would write them ------------------
+    def add_schedule(
+        self,
+        name: str,
+        function: str,
+        schedule: str,
+        *,
+        args: tuple[Any, ...] | list[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        next_run_at: datetime | None = None,
+        **fields: Any,
+    ) -> int:
+        """A schedule, as ``Schedule(...).save()`` makes it (``next_run_at``: the next
+        occurrence after now, unless given). Return its id."""
+        tz = fields.get("timezone", "UTC")
+        if next_run_at is None and fields.get("enabled", True):
+            next_run_at = parse_schedule(schedule, tz=tz or None).next_after(self.clock.now())
+        with self._lock:
+            row = ScheduleRecord(
+                next(self._ids),
+                name,
+                function,
+                schedule,
+                payload=encode_call(function, tuple(args), dict(kwargs or {})),
+                next_run_at=next_run_at,
+                version=next(self._versions),
+                **fields,
+            )
+            self.schedules[row.id] = row
+        self._notify("schedule")
+        return row.id
+
+    def update_schedule(self, schedule_id: int, **changes: Any) -> None:
+        """Change a schedule's fields, as ``QuerySet.update()`` or raw SQL would (its
+        version rises)."""
+        with self._lock:
+            row = self.schedules[schedule_id]
+            for key, value in changes.items():
+                setattr(row, key, value)
+            row.version = next(self._versions)
+        self._notify("schedule")
+
+    def add_task(
+        self,
+        function: str,
+        *args: Any,
+        run_at: datetime | None = None,
+        max_attempts: int = 1,
+        priority: int = 0,
+        queue_name: str = DEFAULT_QUEUE,
+        **kwargs: Any,
+    ) -> int:
+        """A pending one-off task ``function(*args, **kwargs)``, as ``schedule()`` makes
+        it (due now unless ``run_at``). Return its id."""
+        with self._lock:
+            task = TaskRecord(
+                next(self._ids),
+                function,
+                encode_call(function, args, kwargs),
+                run_at or self.clock.now(),
+                max_attempts=max_attempts,
+                priority=priority,
+                queue_name=queue_name,
+            )
+            self.tasks[task.id] = task
+        self._notify("task")
+        return task.id
+
+    def cancel_task(self, task_id: int) -> bool:
+        """Cancel a pending task (``cancel(token)``); False if it is not pending."""
+        with self._lock:
+            task = self.tasks[task_id]
+            if task.status != TaskStatus.PENDING:
+                return False
+            task.status, task.finished_at = TaskStatus.CANCELLED, self.clock.now()
+            task.locked_by = task.lease_expires_at = None
+        self._notify("task")
+        return True
+
+    def runs_of(
+        self, *, schedule_id: int | None = None, task_id: int | None = None
+    ) -> list[RunOutcome]:
+        """The runs of a schedule or a task, in the order they were written (copies)."""
+        with self._lock:
+            return [
+                dataclasses.replace(r)
+                for r in self.runs.values()
+                if (schedule_id is None or r.schedule_id == schedule_id)
+                and (task_id is None or r.task_id == task_id)
+            ]
+
+    def _notify(self, payload: str) -> None:
+        for listener in list(self._listeners):
+            listener.callbacks[0](payload)
+
+    # -- the store -------------------------------------------------------------------
+    def _listen(self, to: base.ListenTo) -> _Listener:
+        on_notify, on_reconnect = to.on_notify, to.on_reconnect
+        listener = _Listener(self, (on_notify, on_reconnect))
+        self._listeners.add(listener)
+        return listener
+
+    def check_migrated(self) -> None:
+        pass
+
+    def install(self) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "memory (django_htask.testing.InMemoryStore)"
+
+    def close(self) -> None:
+        pass
+
+    def refresh(self) -> None:
+        pass
+
+    def _fence(self, node_id: str) -> NodeRecord:
+        node = self.nodes.get(node_id)
+        if node is None or node.stopped_at is not None:
+            raise NodeFenced(node_id, None if node is None else node.stopped_at)
+        return node
+
+    def _run(self, o: RunOutcome, schedule_id: int | None = None) -> int:
+        """Write a run row (a copy of ``o``); return its id."""
+        run_id = next(self._ids)
+        self.runs[run_id] = dataclasses.replace(
+            o, run_id=run_id, schedule_id=schedule_id or o.schedule_id, extra={}
+        )
+        return run_id
+
+    # -- nodes -----------------------------------------------------------------------
+    def _register(self, r: base.Registration) -> None:
+        node_id, hostname, pid, version, now, queues = r
+        with self._lock:
+            self.nodes[node_id] = NodeRecord(node_id, hostname, pid, version, now, now, str(queues))
+        self._notify("node")
+
+    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
+        with self._lock:
+            self._fence(node_id).last_heartbeat = now
+            return self._renew(node_id, lease_until)
+
+    def _renew(self, node_id: str, lease_until: datetime) -> int:
+        renewed = 0
+        for task in self.tasks.values():
+            if task.locked_by == node_id and task.status in (
+                TaskStatus.PENDING,
+                TaskStatus.RUNNING,
+            ):
+                task.lease_expires_at = lease_until
+                renewed += 1
+        return renewed
+
+    def stop_node(self, node_id: str, now: datetime) -> None:
+        with self._lock:
+            node = self.nodes.get(node_id)
+            if node is not None and node.stopped_at is None:
+                node.stopped_at = now
+        self._notify("node")
+
+    def _abandon(self, d: base.Departure) -> None:
+        node_id, now, abandoned, dead_at, heartbeat_at = d
+        with self._lock:
+            node = self._fence(node_id)
+            for a in abandoned:
+                if a.run_id is not None:
+                    run = self.runs.get(a.run_id)
+                    if run is None or run.status != RunStatus.RUNNING:
+                        continue
+                    run.error = a.error
+                    if not a.started:
+                        run.status, run.finished_at = RunStatus.FAILED, now
+                    continue
+                task = self.tasks.get(a.task_id or 0)
+                if task is None or task.locked_by != node_id or task.status != TaskStatus.RUNNING:
+                    continue
+                task.locked_by = task.lease_expires_at = None
+                if not a.started:  # never called: pending again as it was
+                    task.status, task.attempts = TaskStatus.PENDING, task.attempts - 1
+                    continue
+                self._crashed_run(task, node_id, now, a.error)
+                task.last_error, task.traceback = a.error, ""
+                if a.retry_at is not None:
+                    task.status, task.run_at = TaskStatus.PENDING, max(a.retry_at, dead_at)
+                else:
+                    task.status, task.finished_at = TaskStatus.FAILED, now
+            node.last_heartbeat = heartbeat_at
+
+    def _crashed_run(self, task: TaskRecord, node_id: str, now: datetime, error: str) -> None:
+        self._run(
+            RunOutcome(
+                RunStatus.FAILED,
+                task.function,
+                task.function,
+                node_id,
+                task.attempts,
+                task.run_at,
+                task.started_at,
+                now,
+                error=error,
+                task_id=task.id,
+            )
+        )
+
+    def _live(self, dead_before: datetime) -> set[str]:
+        return {
+            n.id
+            for n in self.nodes.values()
+            if n.stopped_at is None and n.last_heartbeat >= dead_before
+        }
+
+    def live_nodes(self, dead_before: datetime) -> dict[str, tuple[datetime, QueueFilter]]:
+        with self._lock:
+            live = sorted(self._live(dead_before))
+            return {
+                i: (self.nodes[i].last_heartbeat, QueueFilter.parse(self.nodes[i].queues))
+                for i in live
+            }
+
+    def nodes_on_host(self, hostname: str) -> list[tuple[str, int]]:
+        with self._lock:
+            return [
+                (n.id, n.pid)
+                for n in self.nodes.values()
+                if n.hostname == hostname and n.stopped_at is None
+            ]
+
+    def declare_dead(self, node_ids: list[str], now: datetime) -> int:
+        with self._lock:
+            dead = [self.nodes[i] for i in node_ids if i in self.nodes]
+            count = 0
+            for node in dead:
+                if node.stopped_at is None:
+                    node.stopped_at = now
+                    count += 1
+            return count
+
+    def reap(self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
+        with self._lock:
+            self._fence(node_id)
+            count = 0
+            for node in self.nodes.values():
+                if node.stopped_at is None and node.last_heartbeat < dead_before:
+                    node.stopped_at = now
+                    count += 1
+            dead_nodes = count
+            live = self._live(dead_before)
+            for task in self.tasks.values():
+                lost = (
+                    task.lease_expires_at is not None and task.lease_expires_at < now
+                ) or task.locked_by not in live
+                if not lost:
+                    continue
+                if task.status == TaskStatus.RUNNING:
+                    holder = task.locked_by or "?"
+                    error = (
+                        f"the node running it ({holder}) stopped answering during attempt "
+                        f"{task.attempts} of {task.max_attempts}: killed, crashed or out of "
+                        "memory"
+                    )
+                    self._crashed_run(task, holder, now, error)
+                    task.locked_by = task.lease_expires_at = None
+                    task.last_error, task.traceback = error, ""
+                    if task.attempts < task.max_attempts:
+                        delay = timedelta(seconds=retry.delay(max(task.attempts, 1)))
+                        task.status, task.run_at = TaskStatus.PENDING, now + delay
+                    else:
+                        task.status, task.finished_at = TaskStatus.FAILED, now
+                    count += 1
+                elif task.status == TaskStatus.PENDING and task.locked_by is not None:
+                    task.locked_by = task.lease_expires_at = None
+                    count += 1
+            for run in self.runs.values():
+                if run.status == RunStatus.RUNNING and run.node not in live:
+                    run.status, run.finished_at = RunStatus.FAILED, now
+                    run.error = run.error or _RUN_LOST
+                    count += 1
+        if count > dead_nodes:
+            self._notify("task")
+        if dead_nodes:
+            self._notify("node")
+        return count
+
+    # -- schedules -------------------------------------------------------------------
+    def load_schedules(self) -> tuple[list[ScheduleRef], int]:
+        with self._lock:
+            refs = [
+                ScheduleRef(s.id, s.next_run_at, s.version, queue=s.queue_name)
+                for s in self.schedules.values()
+                if s.enabled and s.next_run_at is not None
+            ]
+            return refs, self._top()
+
+    def _top(self) -> int:
+        return max((s.version for s in self.schedules.values()), default=0)
+
+    def changed_schedules(self, since: int) -> tuple[list[ScheduleRef], int]:
+        with self._lock:
+            changed = sorted(
+                (s for s in self.schedules.values() if s.version > since), key=lambda s: s.version
+            )
+            refs = [
+                ScheduleRef(s.id, s.next_run_at, s.version, s.enabled, s.queue_name)
+                for s in changed
+            ]
+            return refs, max([since, *(r.version for r in refs)])
+
+    def get_schedule(self, schedule_id: int) -> ScheduleRow | None:
+        with self._lock:
+            s = self.schedules.get(schedule_id)
+            if s is None:
+                return None
+            return ScheduleRow(
+                s.id,
+                s.name,
+                s.function,
+                s.schedule,
+                s.timezone,
+                s.payload,
+                s.enabled,
+                s.next_run_at,
+                s.grace,
+                s.catch_up,
+                s.overlap,
+                s.max_attempts,
+                s.retry_backoff,
+                s.version,
+                s.queue_name,
+            )
+
+    def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> int:
+        with self._lock:
+            live = self._live(dead_before)
+            return sum(
+                1
+                for r in self.runs.values()
+                if r.schedule_id == schedule_id
+                and r.status == RunStatus.RUNNING
+                and r.node != node_id
+                and r.node in live
+            )
+
+    def _claim_occurrence(self, o: base.Occurrence) -> list[int] | None:
+        node_id, row, next_run_at, now, runs = o
+        with self._lock:
+            self._fence(node_id)
+            s = self.schedules.get(row.id)
+            if (
+                s is None
+                or not s.enabled
+                or (s.next_run_at, s.version) != (row.next_run_at, row.version)
+            ):
+                return None
+            s.next_run_at = next_run_at
+            if runs:
+                s.last_run_at, s.last_status = now, runs[-1].status
+            s.version = next(self._versions)
+            return [self._run(o, schedule_id=row.id) for o in runs]
+
+    def _mark_broken(self, b: base.Breakage) -> bool:
+        node_id, schedule_id, version, reason, run = b
+        with self._lock:
+            self._fence(node_id)
+            s = self.schedules.get(schedule_id)
+            if s is None or (version is not None and s.version != version):
+                return False
+            s.next_run_at, s.broken = None, reason
+            s.last_status, s.last_run_at = run.status, run.finished_at
+            s.version = next(self._versions)
+            self._run(run, schedule_id=schedule_id)
+            return True
+
+    def start_schedule_run(self, node_id: str, outcome: RunOutcome) -> int:
+        with self._lock:
+            self._fence(node_id)
+            return self._run(outcome)
+
+    # -- one-off tasks ---------------------------------------------------------------
+    @staticmethod
+    def _served(task: TaskRecord, serving: base.Serving) -> bool:
+        if serving.backend is not None and task.backend != serving.backend:
+            return False
+        return serving.queues.serves(task.queue_name)
+
+    @staticmethod
+    def _claimable(task: TaskRecord, now: datetime) -> bool:
+        return (
+            task.status == TaskStatus.PENDING
+            and task.run_at <= now
+            and (
+                task.locked_by is None
+                or (task.lease_expires_at is not None and task.lease_expires_at < now)
+            )
+        )
+
+    def task_outlook(
+        self, now: datetime, serving: base.Serving = base.SERVE_ALL
+    ) -> tuple[bool, datetime | None]:
+        with self._lock:
+            served = [t for t in self.tasks.values() if self._served(t, serving)]
+            due = any(self._claimable(t, now) for t in served)
+            later = [t.run_at for t in served if t.status == TaskStatus.PENDING and t.run_at > now]
+            return due, min(later, default=None)
+
+    def _start_tasks(self, c: base.Claim) -> list[StartedTask]:
+        node_id, now, limit, lease_until, finished, serving = c
+        with self._lock:
+            self._fence(node_id)
+            self._record(node_id, finished)
+            due = sorted(
+                (
+                    t
+                    for t in self.tasks.values()
+                    if self._claimable(t, now) and self._served(t, serving)
+                ),
+                key=lambda t: (-t.priority, t.run_at, t.id),
+            )[:limit]
+            started = []
+            for task in due:
+                task.status, task.attempts, task.started_at = (
+                    TaskStatus.RUNNING,
+                    task.attempts + 1,
+                    now,
+                )
+                task.locked_by, task.lease_expires_at = node_id, lease_until
+                started.append(
+                    StartedTask(
+                        task.id,
+                        task.token,
+                        task.function,
+                        task.payload,
+                        task.run_at,
+                        task.attempts,
+                        task.max_attempts,
+                        task.priority,
+                    )
+                )
+            return started
+
+    def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:
+        if not outcomes:
+            return
+        with self._lock:
+            self._fence(node_id)
+            self._record(node_id, outcomes)
+
+    def _record(self, node_id: str, outcomes: list[RunOutcome]) -> None:
+        for o in outcomes:
+            if o.task_id is not None:
+                task = self.tasks.get(o.task_id)
+                if task is None or task.locked_by != node_id or task.status != TaskStatus.RUNNING:
+                    continue  # reaped meanwhile: the survivors' record stands
+                task.locked_by = task.lease_expires_at = None
+                task.last_error, task.traceback = o.error, o.traceback
+                if o.retry_at is not None:
+                    task.status, task.run_at = TaskStatus.PENDING, o.retry_at
+                else:
+                    task.status, task.finished_at = o.status, o.finished_at
+                self._run(o)
+            elif o.run_id is not None:
+                run = self.runs.get(o.run_id)
+                if run is not None and run.status == RunStatus.RUNNING:
+                    run.status, run.finished_at, run.duration = o.status, o.finished_at, o.duration
+                    run.error, run.traceback = o.error, o.traceback
+        for schedule_id, (status, when) in base.last_statuses(outcomes).items():
+            s = self.schedules.get(schedule_id)
+            if s is not None and (s.last_run_at is None or s.last_run_at <= when):
+                s.last_status, s.last_run_at = status, when
+
+    def count_pending_tasks(self) -> int:
+        with self._lock:
+            return sum(1 for t in self.tasks.values() if t.status == TaskStatus.PENDING)
+
+    # -- maintenance -----------------------------------------------------------------
+    def prune_runs(self, days: int) -> int:
+        cutoff = self.clock.now() - timedelta(days=days)
+        with self._lock:
+            old = [
+                i
+                for i, r in self.runs.items()
+                if r.finished_at is not None
+                and r.finished_at < cutoff
+                and r.status != RunStatus.RUNNING
+            ]
+            for i in old:
+                del self.runs[i]
+            return len(old)

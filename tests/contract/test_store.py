@@ -1,0 +1,283 @@
+"""The store contract: what every store does, run on the in-memory store and on the
+database of this pass of the suite (SQLite, or PostgreSQL in the PostgreSQL pass).
+
+The node's logic is tested on the in-memory store (``tests/unit/node``); this suite
+is what makes that mean something for the database stores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from django_htask.engine import FakeClock
+from django_htask.enums import RunStatus, TaskStatus
+from django_htask.exceptions import NodeFenced
+from django_htask.queues import QueueFilter
+from django_htask.retry import RetryPolicy
+from django_htask.store import Abandoned, RunOutcome, Serving, Store, get_store
+from django_htask.testing import InMemoryStore
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+LEASE = NOW + timedelta(seconds=60)
+ADD = "tests.integration.testapp.tasks:add"
+RETRY = RetryPolicy(10, 60)
+
+
+@dataclass
+class Kit:
+    """A store and what another process would do to its rows, and read back."""
+
+    store: Store
+    memory: InMemoryStore | None
+
+    def add_schedule(self, name: str = "s", text: str = "@every 1m", **fields: Any) -> int:
+        if self.memory is not None:
+            return self.memory.add_schedule(name, ADD, text, args=(1,), **fields)
+        from django_htask.models import Schedule
+
+        row = Schedule(name=name, function=ADD, schedule=text, **fields)
+        row.set_call((1,))
+        row.save()
+        return row.pk
+
+    def add_tasks(self, n: int, run_at: datetime = NOW, **fields: Any) -> list[int]:
+        if self.memory is not None:
+            return [self.memory.add_task(ADD, 1, run_at=run_at, **fields) for _ in range(n)]
+        from django_htask.engine import encode_call
+        from django_htask.models import Task
+
+        payload = encode_call(ADD, (1,), {})
+        rows = [Task(function=ADD, payload=payload, run_at=run_at, **fields) for _ in range(n)]
+        return [t.pk for t in Task.objects.bulk_create(rows)]
+
+    def task(self, task_id: int) -> Any:
+        if self.memory is not None:
+            return self.memory.tasks[task_id]
+        from django_htask.models import Task
+
+        return Task.objects.get(pk=task_id)
+
+    def schedule(self, schedule_id: int) -> Any:
+        if self.memory is not None:
+            return self.memory.schedules[schedule_id]
+        from django_htask.models import Schedule
+
+        return Schedule.objects.get(pk=schedule_id)
+
+    def node(self, node_id: str) -> Any:
+        if self.memory is not None:
+            return self.memory.nodes[node_id]
+        from django_htask.models import Node
+
+        return Node.objects.get(pk=node_id)
+
+    def runs(self, **where: int) -> list[Any]:
+        if self.memory is not None:
+            return self.memory.runs_of(**where)
+        from django_htask.models import Run
+
+        return list(Run.objects.filter(**where).order_by("id"))
+
+    def register(self, *node_ids: str, at: datetime = NOW) -> None:
+        for n, node_id in enumerate(node_ids):
+            self.store.register_node(node_id, "host", n + 1, "0", at)
+
+
+@pytest.fixture(
+    params=["memory", pytest.param("database", marks=pytest.mark.django_db(transaction=True))]
+)
+def kit(request: pytest.FixtureRequest) -> Iterator[Kit]:
+    if request.param == "memory":
+        memory = InMemoryStore(FakeClock(NOW))
+        yield Kit(memory, memory)
+        return
+    from django_htask.clock import use_clock
+
+    with use_clock(FakeClock(NOW)):
+        yield Kit(get_store(), None)
+
+
+def outcome(task_or_schedule: dict[str, Any], **fields: Any) -> RunOutcome:
+    base: dict[str, Any] = {
+        "status": RunStatus.SUCCEEDED,
+        "function": ADD,
+        "name": "s",
+        "node": "n1",
+        "attempt": 1,
+        "scheduled_for": NOW,
+        "started_at": NOW,
+        "finished_at": NOW + timedelta(seconds=1),
+    }
+    return RunOutcome(**{**base, **task_or_schedule, **fields})
+
+
+# -- schedules -------------------------------------------------------------------------
+def test_versions_rise_and_a_sync_reads_only_what_changed(kit: Kit) -> None:
+    a, b = kit.add_schedule("a"), kit.add_schedule("b")
+    refs, top = kit.store.load_schedules()
+    assert {r.id for r in refs} == {a, b}
+    changed, top2 = kit.store.changed_schedules(top)
+    assert changed == [] and top2 >= top
+    kit.register("n1")
+    row = kit.store.get_schedule(a)
+    assert row is not None and row.next_run_at is not None
+    kit.store.claim_occurrence("n1", row, row.next_run_at + timedelta(minutes=1), NOW, [])
+    changed, top3 = kit.store.changed_schedules(top2)
+    assert [r.id for r in changed] == [a] and top3 > top2
+
+
+def test_an_occurrence_is_claimed_once(kit: Kit) -> None:
+    sid = kit.add_schedule()
+    kit.register("n1", "n2")
+    row = kit.store.get_schedule(sid)
+    assert row is not None and row.next_run_at is not None
+    later = row.next_run_at + timedelta(minutes=1)
+    run = outcome({"schedule_id": sid}, status=RunStatus.RUNNING)
+    ids = kit.store.claim_occurrence("n1", row, later, NOW, [run])
+    assert ids is not None and len(ids) == 1
+    assert kit.store.claim_occurrence("n2", row, later, NOW, [run]) is None  # the second node
+    assert kit.schedule(sid).next_run_at == later
+    assert [r.status for r in kit.runs(schedule_id=sid)] == ["running"]
+
+
+def test_a_broken_schedule_stops_with_its_reason_and_a_failed_run(kit: Kit) -> None:
+    sid = kit.add_schedule()
+    kit.register("n1")
+    row = kit.store.get_schedule(sid)
+    assert row is not None
+    run = outcome({"schedule_id": sid}, status=RunStatus.FAILED, error="broken: bad")
+    assert not kit.store.mark_broken("n1", sid, row.version + 1_000_000, "bad", run)
+    assert kit.store.mark_broken("n1", sid, row.version, "bad", run)
+    broken = kit.schedule(sid)
+    assert (broken.next_run_at, broken.broken, broken.last_status) == (None, "bad", "failed")
+    assert [r.error for r in kit.runs(schedule_id=sid)] == ["broken: bad"]
+
+
+# -- claims ------------------------------------------------------------------------------
+def test_claims_take_due_tasks_by_priority_then_age_and_start_them(kit: Kit) -> None:
+    kit.register("n1")
+    late = kit.add_tasks(2, NOW - timedelta(seconds=1))
+    early = kit.add_tasks(2, NOW - timedelta(seconds=5))
+    urgent = kit.add_tasks(1, NOW, priority=5)
+    future = kit.add_tasks(1, NOW + timedelta(seconds=1))
+    first = kit.store.start_tasks("n1", NOW, 3, LEASE)
+    assert [t.id for t in first] == [*urgent, *early]
+    second = kit.store.start_tasks("n1", NOW, 3, LEASE)
+    assert [t.id for t in second] == late
+    for task_id in [*late, *early, *urgent]:
+        task = kit.task(task_id)
+        assert (task.status, task.attempts, task.locked_by) == (TaskStatus.RUNNING, 1, "n1")
+        assert (task.started_at, task.lease_expires_at) == (NOW, LEASE)
+    assert kit.task(future[0]).status == TaskStatus.PENDING
+    assert kit.store.task_outlook(NOW) == (False, NOW + timedelta(seconds=1))
+
+
+def test_claims_serve_only_their_queues_and_backend(kit: Kit) -> None:
+    kit.register("n1")
+    default, mails = kit.add_tasks(1), kit.add_tasks(1, queue_name="emails")
+    only_mails = Serving(QueueFilter.of(["emails"]))
+    assert kit.store.task_outlook(NOW, only_mails) == (True, None)
+    assert [t.id for t in kit.store.start_tasks("n1", NOW, 5, LEASE, serving=only_mails)] == mails
+    other_backend = Serving(backend="other")
+    assert kit.store.start_tasks("n1", NOW, 5, LEASE, serving=other_backend) == []
+    assert [t.id for t in kit.store.start_tasks("n1", NOW, 5, LEASE)] == default
+
+
+def test_results_are_written_with_the_next_claim_and_retries_wait(kit: Kit) -> None:
+    kit.register("n1")
+    done, retried = kit.add_tasks(2, max_attempts=3)
+    kit.store.start_tasks("n1", NOW, 2, LEASE)
+    later = NOW + timedelta(seconds=30)
+    finished = [
+        outcome({"task_id": done}),
+        outcome({"task_id": retried}, status=RunStatus.FAILED, error="no", retry_at=later),
+    ]
+    assert kit.store.start_tasks("n1", NOW, 5, LEASE, finished=finished) == []
+    assert (kit.task(done).status, kit.task(done).locked_by) == (TaskStatus.SUCCEEDED, None)
+    waiting = kit.task(retried)
+    assert (waiting.status, waiting.run_at, waiting.last_error) == (TaskStatus.PENDING, later, "no")
+    assert len(kit.runs(task_id=done)) == len(kit.runs(task_id=retried)) == 1
+
+
+# -- fencing and reaping -------------------------------------------------------------------
+def test_the_writes_of_a_node_declared_dead_are_refused(kit: Kit) -> None:
+    kit.register("n1")
+    kit.add_tasks(1)
+    sid = kit.add_schedule()
+    assert kit.store.declare_dead(["n1"], NOW) == 1
+    row = kit.store.get_schedule(sid)
+    assert row is not None
+    with pytest.raises(NodeFenced, match="n1 was declared dead"):
+        kit.store.start_tasks("n1", NOW, 5, LEASE)
+    with pytest.raises(NodeFenced):
+        kit.store.claim_occurrence("n1", row, None, NOW, [])
+    with pytest.raises(NodeFenced):
+        kit.store.heartbeat("n1", NOW, LEASE)
+    with pytest.raises(NodeFenced):
+        kit.store.record("n1", [outcome({"schedule_id": sid})])
+    with pytest.raises(NodeFenced):
+        kit.store.start_tasks("never-registered", NOW, 5, LEASE)
+    assert kit.node("n1").stopped_at == NOW  # the heartbeat did not revive it
+
+
+def test_the_reaper_hands_back_what_a_dead_node_held(kit: Kit) -> None:
+    later = NOW + timedelta(seconds=61)
+    kit.register("dead")
+    kit.register("alive", at=later - timedelta(seconds=1))  # punctual: no database outage
+    retried, last = kit.add_tasks(1, max_attempts=2), kit.add_tasks(1, priority=-1)
+    waiting = kit.add_tasks(1, NOW + timedelta(seconds=5))
+    kit.store.start_tasks("dead", NOW, 10, NOW + timedelta(seconds=30))
+    kit.store.heartbeat("alive", later, later + timedelta(seconds=30))
+    assert kit.store.reap("alive", later, later - timedelta(seconds=60), RETRY) == 3
+    again = kit.task(retried[0])
+    assert (again.status, again.attempts, again.locked_by) == (TaskStatus.PENDING, 1, None)
+    assert again.run_at == later + timedelta(seconds=10)
+    failed = kit.task(last[0])
+    assert (failed.status, failed.attempts) == (TaskStatus.FAILED, 1)
+    assert "stopped answering during attempt 1 of 1" in failed.last_error
+    assert (kit.task(waiting[0]).status, kit.task(waiting[0]).attempts) == ("pending", 0)
+    assert kit.node("dead").stopped_at == later and kit.node("alive").stopped_at is None
+    assert list(kit.store.live_nodes(later - timedelta(seconds=60))) == ["alive"]
+    assert kit.store.reap("alive", later, later - timedelta(seconds=60), RETRY) == 0
+
+
+def test_a_node_leaving_runs_going_is_dead_only_from_the_instant_it_names(kit: Kit) -> None:
+    kit.register("leaving", "other")
+    sid = kit.add_schedule()
+    row = kit.store.get_schedule(sid)
+    assert row is not None
+    [run_id] = kit.store.claim_occurrence(
+        "leaving", row, None, NOW, [outcome({"schedule_id": sid}, node="leaving", status="running")]
+    ) or [0]
+    [started, queued] = kit.add_tasks(2, max_attempts=2)
+    kit.store.start_tasks("leaving", NOW, 2, LEASE)
+    dead_at = NOW + timedelta(seconds=2)
+    left = [
+        Abandoned("interrupted", True, run_id=run_id),
+        Abandoned("interrupted", True, task_id=started, retry_at=NOW + timedelta(seconds=1)),
+        Abandoned("not run", False, task_id=queued),
+    ]
+    kit.store.abandon("leaving", NOW, left, dead_at, dead_at - timedelta(seconds=60))
+    assert (kit.task(started).status, kit.task(started).run_at) == ("pending", dead_at)
+    assert (kit.task(queued).status, kit.task(queued).attempts) == ("pending", 0)
+    assert kit.store.running_elsewhere(sid, "other", NOW - timedelta(seconds=60)) == 1
+    after = dead_at + timedelta(seconds=1)
+    kit.store.heartbeat("other", after, after + timedelta(seconds=60))
+    kit.store.reap("other", after, after - timedelta(seconds=60), RETRY)
+    [run] = kit.runs(schedule_id=sid)
+    assert (run.status, run.error) == ("failed", "interrupted")
+
+
+def test_nodes_on_a_host_and_their_queues(kit: Kit) -> None:
+    kit.store.register_node("a", "h1", 10, "0", NOW, QueueFilter.of(["emails"]))
+    kit.store.register_node("b", "h2", 11, "0", NOW)
+    assert kit.store.nodes_on_host("h1") == [("a", 10)]
+    live = kit.store.live_nodes(NOW - timedelta(seconds=60))
+    assert {node: str(queues) for node, (_beat, queues) in live.items()} == {
+        "a": "emails",
+        "b": "*",
+    }

@@ -1,0 +1,266 @@
+"""The node's logic on the in-memory store: firing, misfires, overlap, retries, claims,
+leases, reaping, standby, fencing, hand-back at stop. No database, no sleep: the fake
+clock moves time, and jobs that must be running wait on events."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from django_htask.engine import FakeClock
+from django_htask.enums import RunStatus, TaskStatus
+from django_htask.node import EXIT_GRACE, Node
+from django_htask.retry import RetryPolicy
+from django_htask.testing import InMemoryStore
+
+from . import jobs
+from .conftest import ADD, BOOM, HOLD, START
+
+MakeNode = Callable[..., Node]
+SECOND = timedelta(seconds=1)
+
+
+def statuses(store: InMemoryStore, schedule_id: int) -> list[str]:
+    return [r.status for r in store.runs_of(schedule_id=schedule_id)]
+
+
+# -- schedules ---------------------------------------------------------------------------
+def test_a_schedule_fires_at_its_time_and_moves_on(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
+) -> None:
+    sid = store.add_schedule("s", ADD, "@every 1m", args=(1,))
+    node = make_node()
+    clock.advance(59)
+    assert calls["add"] == []
+    clock.advance(1)
+    assert calls["add"] == [1]
+    [run] = store.runs_of(schedule_id=sid)
+    assert (run.status, run.node, run.scheduled_for) == ("succeeded", node.node_id, clock.now())
+    assert store.schedules[sid].next_run_at == clock.now() + timedelta(minutes=1)
+    assert store.schedules[sid].last_status == "succeeded"
+
+
+@pytest.mark.parametrize(
+    ("catch_up", "grace", "runs", "recorded"),
+    [
+        ("latest", None, [1], ["succeeded"]),
+        ("all", None, [1] * 6, ["succeeded"] * 6),
+        ("skip", None, [], ["missed"]),
+        ("latest", 30.0, [], ["missed"]),
+        ("all", 150.0, [1, 1], ["missed", "succeeded", "succeeded"]),
+    ],
+)
+def test_misfire_policies(
+    make_node: MakeNode,
+    clock: FakeClock,
+    store: InMemoryStore,
+    calls: Any,
+    catch_up: str,
+    grace: float | None,
+    runs: list[int],
+    recorded: list[str],
+) -> None:
+    behind = START - timedelta(minutes=5, seconds=45)  # the node was down
+    sid = store.add_schedule(
+        "s", ADD, "@every 1m", args=(1,), next_run_at=behind, catch_up=catch_up, grace=grace,
+        overlap="allow",
+    )  # fmt: skip
+    make_node(workers=6)
+    assert calls["add"] == runs
+    assert sorted(statuses(store, sid)) == sorted(recorded)
+    assert store.schedules[sid].next_run_at == START + timedelta(seconds=15)
+
+
+def test_overlap_skip_and_delay_hold_for_caught_up_occurrences(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore
+) -> None:
+    behind = START - timedelta(minutes=5, seconds=45)
+    skip = store.add_schedule(
+        "skip", HOLD, "@every 1m", args=("skip",), next_run_at=behind, catch_up="all"
+    )
+    delay = store.add_schedule(
+        "delay", HOLD, "@every 1m", args=("delay",), next_run_at=behind, catch_up="all",
+        overlap="delay",
+    )  # fmt: skip
+    jobs.running.update(now=0, most=0)
+    node = make_node(workers=8, start=False)
+    node.start()
+    clock.advance(0, wait=False)
+    for name in ("skip", "delay"):
+        assert jobs.gate(name)[0].wait(5)
+    assert statuses(store, skip) == ["skipped", "running"]
+    assert statuses(store, delay) == ["running"]  # the others wait for it
+    for name in ("skip", "delay"):
+        jobs.gate(name)[1].set()
+    clock.advance(0)
+    assert statuses(store, delay) == ["succeeded"] * 6  # one after another
+    assert jobs.running["most"] == 2  # one of each at a time
+    assert statuses(store, skip) == ["skipped", "succeeded"]
+
+
+def test_a_failing_schedule_run_is_retried_after_the_backoff(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
+) -> None:
+    sid = store.add_schedule("b", BOOM, "@every 1h", max_attempts=3, retry_backoff=5.0)
+    make_node()
+    clock.advance(3600)
+    clock.advance(5)
+    clock.advance(10)
+    runs = store.runs_of(schedule_id=sid)
+    assert [(r.status, r.attempt) for r in runs] == [("failed", 1), ("failed", 2), ("failed", 3)]
+    assert [r.started_at for r in runs] == [
+        START + timedelta(hours=1),
+        START + timedelta(hours=1, seconds=5),
+        START + timedelta(hours=1, seconds=15),
+    ]
+
+
+def test_a_schedule_the_node_cannot_use_is_broken_once(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
+) -> None:
+    sid = store.add_schedule("bad", ADD, "@every 1m", args=(1,))
+    node = make_node()
+    store.update_schedule(sid, catch_up="bogus")
+    clock.advance(60)
+    clock.advance(600)
+    assert store.schedules[sid].broken.startswith("catch_up 'bogus' is not one of")
+    assert statuses(store, sid) == ["failed"]
+    assert node.held_schedules() == {}
+
+
+def test_an_edit_by_another_process_is_seen_within_the_poll_interval(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
+) -> None:
+    sid = store.add_schedule("s", ADD, "@every 1h", args=(2,))
+    node = make_node(poll_interval=2.0)
+    soon = START + timedelta(seconds=5)
+    store.update_schedule(sid, next_run_at=soon)
+    clock.advance(2)
+    assert node.held_schedules() == {sid: soon}
+    clock.advance(3)
+    assert calls["add"] == [2]
+
+
+# -- one-off tasks -------------------------------------------------------------------------
+def test_tasks_are_claimed_only_as_workers_take_them(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore
+) -> None:
+    ids = [store.add_task(HOLD, "claims") for _ in range(5)]
+    make_node(workers=2, start=False).start()
+    clock.advance(0, wait=False)
+    assert jobs.gate("claims")[0].wait(5)
+    assert sorted(store.tasks[i].status for i in ids) == ["pending"] * 3 + ["running"] * 2
+    assert all(store.tasks[i].attempts == 0 for i in ids if store.tasks[i].status == "pending")
+    jobs.gate("claims")[1].set()
+    clock.advance(0)
+    assert {store.tasks[i].status for i in ids} == {TaskStatus.SUCCEEDED}
+
+
+def test_a_failing_task_is_retried_with_backoff_then_fails(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
+) -> None:
+    tid = store.add_task(BOOM, "no", max_attempts=3)
+    make_node()
+    retry = RetryPolicy(1.0, 3600.0)  # RETRY_BACKOFF is 1 s in the test settings
+    clock.advance(retry.delay(1))
+    clock.advance(retry.delay(2))
+    task = store.tasks[tid]
+    assert (task.status, task.attempts) == (TaskStatus.FAILED, 3)
+    assert calls["boom"] == ["no"] * 3
+    assert [r.attempt for r in store.runs_of(task_id=tid)] == [1, 2, 3]
+
+
+def test_a_task_due_later_waits_on_a_timer_nothing_claimed(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
+) -> None:
+    tid = store.add_task(ADD, 7, run_at=START + timedelta(seconds=5))
+    node = make_node()
+    assert node.next_task_wake() == START + timedelta(seconds=5)
+    assert store.tasks[tid].locked_by is None
+    clock.advance(5)
+    assert calls["add"] == [7]
+
+
+# -- several nodes -------------------------------------------------------------------------
+def test_a_dead_nodes_running_task_is_reaped_and_retried(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
+) -> None:
+    store.register_node("ghost", "host", 1, "0", START)
+    tid = store.add_task(ADD, 3, max_attempts=2)
+    store.start_tasks("ghost", START, 1, START + timedelta(seconds=60))  # then it died
+    node = make_node()
+    timeout = node.settings.node_timeout
+    clock.advance(timeout + node.settings.heartbeat_interval)
+    assert store.nodes["ghost"].stopped_at is not None
+    assert store.tasks[tid].status == TaskStatus.PENDING  # retried after the backoff (1 s)
+    clock.advance(1)
+    task = store.tasks[tid]
+    assert (task.status, task.attempts) == (TaskStatus.SUCCEEDED, 2)
+    crashed, retried = store.runs_of(task_id=tid)
+    assert "(ghost) stopped answering during attempt 1 of 2" in crashed.error
+    assert (retried.status, retried.node) == ("succeeded", node.node_id)
+
+
+def test_the_standby_fires_what_a_dead_owner_left(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
+) -> None:
+    ids = [store.add_schedule(f"s{i}", ADD, "@every 1s", args=(i,)) for i in range(10)]
+    a, b = make_node(), make_node()
+    clock.advance(a.settings.heartbeat_interval)  # members settled, handover done
+    victim, survivor = (a, b) if a.owned_schedules() else (b, a)
+    lost = set(victim.owned_schedules())
+    assert lost and set(survivor.held_schedules()) == set(ids)  # standby for the rest
+    victim.parts.ctx.control.close(wait=False)  # it dies: fires nothing more
+    victim.parts.liveness.close(wait=False)
+    died = clock.now()
+    for _ in range(6):
+        clock.advance(1)
+    for sid in lost:
+        fired = [r.scheduled_for for r in store.runs_of(schedule_id=sid) if r.started_at]
+        later = [f for f in fired if f > died]
+        assert later and later[0] - died <= timedelta(seconds=3), (sid, fired)
+        assert len(fired) == len(set(fired))
+
+
+def test_a_node_declared_dead_stops_and_writes_nothing(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
+) -> None:
+    node = make_node()
+    store.nodes[node.node_id].stopped_at = clock.now()  # the reaper of another node
+    tid = store.add_task(ADD, 1)
+    clock.advance(node.settings.heartbeat_interval)
+    assert node.fenced is not None and node.stop_requested
+    assert store.tasks[tid].status == TaskStatus.PENDING  # it claimed nothing
+
+
+# -- stopping --------------------------------------------------------------------------------
+def test_stop_past_its_timeout_ends_the_attempt_and_keeps_the_node_alive_a_moment(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore
+) -> None:
+    tid = store.add_task(HOLD, "stop", max_attempts=2)
+    node = make_node(start=False)
+    node.start()
+    clock.advance(0, wait=False)
+    assert jobs.gate("stop")[0].wait(5)
+    stopped = clock.now()
+    node.stop(timeout=0.1)
+    assert node.unfinished == 1
+    task = store.tasks[tid]
+    assert (task.status, task.attempts) == (TaskStatus.PENDING, 1)
+    assert task.run_at == stopped + timedelta(seconds=EXIT_GRACE)  # after the exit
+    timeout = timedelta(seconds=node.settings.node_timeout)
+    assert store.nodes[node.node_id].last_heartbeat + timeout == task.run_at
+    jobs.gate("stop")[1].set()
+
+
+def test_a_clean_stop_marks_the_node_stopped(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore
+) -> None:
+    node = make_node()
+    node.stop(timeout=1)
+    assert node.unfinished == 0
+    assert store.nodes[node.node_id].stopped_at == clock.now()
+    assert RunStatus.RUNNING not in {r.status for r in store.runs.values()}

@@ -173,7 +173,7 @@ def test_a_cancelled_task_is_failed_and_unknown_ids_raise(fake_clock: FakeClock)
     assert cancel(result.id)
     got = django_tasks.double.get_result(result.id)
     assert got.status == TaskResultStatus.FAILED
-    assert got.errors[0].exception_class_path == "django_htask.backends.TaskCancelled"
+    assert got.errors[0].exception_class_path == "django_htask.exceptions.TaskCancelled"
     with pytest.raises(TaskResultDoesNotExist):
         default_task_backend.get_result("no-such-id")
 

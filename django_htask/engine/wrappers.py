@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from .backoff import RetryPolicy
 from .clock import SystemClock
 from .errors import HtaskError, SchedulerClosed, TokenCancelled
 from .interfaces import Clock
@@ -250,20 +251,20 @@ def timeout(seconds: float) -> Wrapper:
     return wrap
 
 
-def retry(times: int, backoff: float = 1.0) -> Wrapper:
+def retry(times: int, backoff: float = 1.0, max_delay: float = math.inf) -> Wrapper:
     """Run a failing job again up to ``times`` more times.
 
-    Waits ``backoff`` seconds before the first retry, doubling each time, on the
-    runner's clock. Stops early if the run's token is cancelled. The last failure
-    propagates (to :func:`recover`, say).
+    Waits ``backoff`` seconds before the first retry, doubling each time up to
+    ``max_delay`` (:class:`~django_htask.engine.backoff.RetryPolicy`), on the runner's
+    clock. Stops early if the run's token is cancelled. The last failure propagates (to
+    :func:`recover`, say).
     """
     if isinstance(times, bool) or not isinstance(times, int) or times < 0:
         raise ValueError(f"times must be a whole number >= 0, got {times!r}")
-    pause = _check_seconds(backoff, "backoff", allow_zero=True)
+    policy = RetryPolicy(_check_seconds(backoff, "backoff", allow_zero=True), max_delay)
 
     def wrap(job: Job) -> Job:
         def retrying() -> object:
-            delay = pause
             attempt = 0
             while True:
                 run = _current.get()
@@ -278,6 +279,7 @@ def retry(times: int, backoff: float = 1.0) -> Wrapper:
                     if attempt >= times or (token is not None and token.cancelled):
                         raise
                     attempt += 1
+                    delay = policy.delay(attempt)
                     logger.warning(
                         "job %s failed (%s); retry %d of %d in %gs",
                         _job_name(job),
@@ -288,7 +290,6 @@ def retry(times: int, backoff: float = 1.0) -> Wrapper:
                         extra={"action": "job_retry"},
                     )
                     _wait(delay)
-                    delay *= 2
 
         return retrying
 

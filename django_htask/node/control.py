@@ -4,7 +4,7 @@ A node makes every decision against the database on one thread, in order (see
 :mod:`django_htask.node`). :class:`ControlThread` wraps that thread's engine
 scheduler: it runs a call later, runs a call once however often it is asked for
 (:class:`Once`), retries after a growing delay while the database is away
-(:class:`Backoff`), and handles what can go wrong in a step (:meth:`ControlThread.guarded`).
+(:class:`DatabaseBackoff`), and handles what can go wrong in a step (:meth:`ControlThread.guarded`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from django.db import DatabaseError
 from django_htask.engine import Clock, SchedulerClosed, TimerHandle
 from django_htask.engine import Scheduler as EngineScheduler
 from django_htask.exceptions import NodeFenced
+from django_htask.retry import Backoff, RetryPolicy
 
-__all__ = ["Backoff", "ControlThread", "Once", "database_lost"]
+__all__ = ["ControlThread", "DatabaseBackoff", "Once", "database_lost"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,32 +42,35 @@ def database_lost(exc: BaseException, retry_in: float, close: Callable[[], objec
         close()
 
 
-class Backoff:
-    """A delay that doubles from ``first`` up to ``most`` at each failure, and starts over
-    after a success. It logs the database going away and coming back."""
+class DatabaseBackoff:
+    """Waits while the database is away: each failure waits longer (the one formula,
+    :class:`~django_htask.retry.RetryPolicy`, from ``first`` up to ``most``), a success
+    starts over. It logs the database going away and coming back."""
 
-    __slots__ = ("_close", "delay", "first", "most")
+    __slots__ = ("_close", "_failures")
 
     def __init__(self, first: float, most: float, close: Callable[[], object]) -> None:
-        self.first = first
-        self.most = most
-        self.delay = 0.0
+        self._failures = Backoff(RetryPolicy(first, most))
         self._close = close
+
+    @property
+    def delay(self) -> float:
+        """The seconds the last failure waits (0 while the database answers)."""
+        return self._failures.delay
 
     def failed(self, exc: BaseException) -> float:
         """Count a failure; return the seconds to wait before trying again."""
-        self.delay = self.first if not self.delay else min(self.delay * 2, self.most)
-        self.lost(exc, self.delay)
-        return self.delay
+        delay = self._failures.failed()
+        self.lost(exc, delay)
+        return delay
 
     def lost(self, exc: BaseException, retry_in: float) -> None:
         """Say the database is away and drop this thread's connection."""
         database_lost(exc, retry_in, self._close)
 
     def succeeded(self) -> None:
-        if self.delay:
+        if self._failures.succeeded():
             logger.info("database back", extra={"action": "db_back"})
-            self.delay = 0.0
 
 
 class ControlThread:
@@ -76,7 +80,7 @@ class ControlThread:
         self,
         name: str,
         clock: Clock,
-        backoff: Backoff,
+        backoff: DatabaseBackoff,
         on_fenced: Callable[[NodeFenced], None],
         on_thread_exit: Callable[[], object],
     ) -> None:

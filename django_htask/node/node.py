@@ -33,7 +33,7 @@ from django_htask.retry import RetryPolicy
 from django_htask.store import Serving, Store, get_store
 
 from .context import NodeContext
-from .control import Backoff, ControlThread, Once, database_lost
+from .control import ControlThread, DatabaseBackoff, Once
 from .firing import Firing
 from .liveness import Liveness
 from .membership import Membership
@@ -170,7 +170,9 @@ class Node:
 
     def _wire(self) -> _Parts:
         """Make the threads and the parts."""
-        backoff = Backoff(self.settings.db_retry, self.settings.db_retry_max, self.store.close)
+        backoff = DatabaseBackoff(
+            self.settings.db_retry, self.settings.db_retry_max, self.store.close
+        )
         close = connections.close_all  # each thread closes its connections as it ends
         control = ControlThread(self.node_id, self.clock, backoff, self._on_fenced, close)
         jobs = EngineScheduler(
@@ -201,18 +203,19 @@ class Node:
     def _with_retry(self, fn: Callable[[], Any]) -> Any:
         """Run a start-up step, retrying while the database is unavailable (until a stop
         is requested: then :class:`StartAborted`)."""
-        delay = self.settings.db_retry
+        backoff = DatabaseBackoff(
+            self.settings.db_retry, self.settings.db_retry_max, self.store.close
+        )
         while True:
             try:
                 return fn()
             except DatabaseError as exc:
                 if self._stopping or self.stop_requested:
                     raise StartAborted(f"node {self.node_id}: stopped before it started") from exc
-                database_lost(exc, delay, self.store.close)
+                delay = backoff.failed(exc)
                 deadline = time.monotonic() + delay
                 while not self.stop_requested and time.monotonic() < deadline:
                     time.sleep(min(0.05, delay))
-                delay = min(delay * 2, self.settings.db_retry_max)
 
     def request_stop(self) -> None:
         """Ask the process running the node to stop (safe in a signal handler: a flag)."""
@@ -325,7 +328,7 @@ class Node:
             self.store.record(self.node_id, outcomes)
             if left:
                 dead_at = now + timedelta(seconds=EXIT_GRACE)
-                heartbeat_at = dead_at - timedelta(seconds=self.settings.node_timeout)
+                heartbeat_at = self.settings.dead_before(dead_at)
                 self.store.abandon(self.node_id, now, left, dead_at, heartbeat_at)
             else:
                 self.store.stop_node(self.node_id, now)

@@ -10,6 +10,8 @@ from typing import Any
 
 from django.db import connections
 
+from django_htask.retry import Backoff, RetryPolicy
+
 __all__ = ["CHANNEL", "Listener", "connection_params"]
 
 logger = logging.getLogger(__name__)
@@ -53,6 +55,7 @@ class Listener(threading.Thread):
             self.join(timeout)
 
     def run(self) -> None:
+        backoff = Backoff(RetryPolicy(self._retry, self._retry_max))
         delay = 0.0
         first = True
         while not self._stop_event.is_set():
@@ -65,7 +68,7 @@ class Listener(threading.Thread):
                 first = False
             except Exception as exc:  # any driver error: reconnect
                 self.listening.clear()
-                delay = self._retry if not delay else min(delay * 2, self._retry_max)
+                delay = backoff.failed()
                 logger.warning(
                     "LISTEN connection lost (%s: %s), reconnecting in %.1fs",
                     type(exc).__name__,

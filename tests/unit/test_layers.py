@@ -2,7 +2,7 @@
 level or inside functions (``TYPE_CHECKING`` blocks included), and the layers hold.
 
 Layers, bottom up: the engine; leaf modules (settings, signals, clock, change notices,
-errors, enums, queues, partition, retry, limits); models; the store; the node; and on
+errors, enums, queues, partition, retry); models; the store; the node; and on
 top what users call and the surface (api, decorators, admin, commands, backends,
 checks, operations). A module only imports downward.
 """
@@ -121,7 +121,6 @@ LAYERS = [
         "queues",
         "partition",
         "retry",
-        "limits",
     ),
     ("models",),
     ("store",),
@@ -163,3 +162,9 @@ def test_what_users_call_never_loads_the_node() -> None:
                     reached.add(target)
                     todo.append(target)
         assert not {m for m in reached if m.startswith(f"{PACKAGE}.node")}, module
+
+
+def test_the_layers_name_every_module_and_only_modules() -> None:
+    named = {name for layer in LAYERS for name in layer}
+    tops = {m.removeprefix(f"{PACKAGE}.").split(".")[0] for m in MODULES if m != PACKAGE}
+    assert named == tops

@@ -260,3 +260,25 @@ def test_delay_in_the_runner_runs_every_occurrence_in_turn() -> None:
     assert wait_for(lambda: len(order) == 4)
     assert order == ["start", "end", "start", "end"]
     assert cron.stop().wait(5)
+
+
+def test_retry_caps_its_backoff_at_max_delay() -> None:
+    clock = FakeClock(T0)
+    cron = Cron(clock=clock, wrappers=(recover(), retry(3, backoff=10, max_delay=15)))
+    attempts: list[datetime] = []
+    after: list[RunEvent] = []
+    cron.on("after_run", after.append)
+
+    def failing() -> None:
+        attempts.append(clock.now())
+        raise ConnectionError("down")
+
+    cron.add("@once 2030-01-01T00:00:01Z", failing, name="failing")
+    cron.start()
+    clock.advance(1, wait=False)
+    for seconds, until in ((10, 11), (15, 26), (15, 41)):
+        assert wait_for(lambda until=until: waiting_until(clock, T0 + timedelta(seconds=until)))
+        clock.advance(seconds, wait=False)
+    assert wait_for(lambda: len(after) == 1)
+    assert [(a - T0).total_seconds() for a in attempts] == [1, 11, 26, 41]
+    assert cron.stop().wait(5)

@@ -53,6 +53,7 @@ pytest: $(STAMP) system-deps
 # the whole of it again on a throw-away PostgreSQL, as for Django 5.2 above.
 COMPAT_ENVS := py312-django60,py313-django61
 compat: $(STAMP) system-deps
+	@test -n "$(TOX_PYTHONS)" || { echo "make compat: no Python 3.12/3.13 under $(PYENV_ROOT)/versions (Django 6 needs them)"; exit 1; }
 	$(BIN)/tox -e $(COMPAT_ENVS) --discover $(TOX_PYTHONS) -- -m "not postgres"
 	$(BIN)/python -m tests.pgcluster -- $(BIN)/tox -e $(COMPAT_ENVS) --discover $(TOX_PYTHONS)
 

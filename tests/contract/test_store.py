@@ -281,3 +281,58 @@ def test_nodes_on_a_host_and_their_queues(kit: Kit) -> None:
         "a": "emails",
         "b": "*",
     }
+
+
+# -- runs, counts, stopping, pruning ---------------------------------------------------------
+def test_a_retry_run_is_started_then_recorded_and_fenced(kit: Kit) -> None:
+    kit.register("n1")
+    sid = kit.add_schedule()
+    retry = outcome({"schedule_id": sid}, status=RunStatus.RUNNING, attempt=2)
+    run_id = kit.store.start_schedule_run("n1", retry)
+    [running] = kit.runs(schedule_id=sid)
+    assert (running.status, running.attempt) == ("running", 2)
+    done = outcome({"run_id": run_id, "schedule_id": sid}, status=RunStatus.FAILED, error="no")
+    kit.store.record("n1", [done])
+    [failed] = kit.runs(schedule_id=sid)
+    assert (failed.status, failed.error) == ("failed", "no")
+    assert kit.schedule(sid).last_status == "failed"
+    kit.store.declare_dead(["n1"], NOW)
+    with pytest.raises(NodeFenced):
+        kit.store.start_schedule_run("n1", retry)
+
+
+def test_pending_tasks_are_counted_whatever_their_due_time(kit: Kit) -> None:
+    kit.register("n1")
+    assert kit.store.count_pending_tasks() == 0
+    kit.add_tasks(2)
+    kit.add_tasks(1, NOW + timedelta(days=1))
+    kit.store.start_tasks("n1", NOW, 1, LEASE)
+    assert kit.store.count_pending_tasks() == 2
+
+
+def test_a_stopped_node_is_no_longer_live_and_stopping_twice_keeps_the_first_time(
+    kit: Kit,
+) -> None:
+    kit.register("n1", "n2")
+    kit.store.stop_node("n1", NOW)
+    kit.store.stop_node("n1", NOW + timedelta(seconds=5))
+    assert kit.node("n1").stopped_at == NOW
+    assert list(kit.store.live_nodes(NOW - timedelta(seconds=60))) == ["n2"]
+
+
+def test_pruning_deletes_finished_runs_older_than_the_days_given(kit: Kit) -> None:
+    kit.register("n1")
+    sid = kit.add_schedule()
+    old = NOW - timedelta(days=10)
+    running = outcome({"schedule_id": sid}, status=RunStatus.RUNNING, started_at=old)
+    ids = [kit.store.start_schedule_run("n1", running) for _ in range(3)]
+    kit.store.record(
+        "n1",
+        [
+            outcome({"schedule_id": sid, "run_id": ids[0]}, started_at=old, finished_at=old),
+            outcome({"schedule_id": sid, "run_id": ids[1]}, started_at=old, finished_at=NOW),
+        ],
+    )
+    assert kit.store.prune_runs(7) == 1
+    assert sorted(r.status for r in kit.runs(schedule_id=sid)) == ["running", "succeeded"]
+    assert kit.store.prune_runs(7) == 0

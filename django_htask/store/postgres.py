@@ -42,6 +42,7 @@ functions and triggers; it is idempotent. PostgreSQL 13 or later.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sys
 from datetime import datetime, timedelta
@@ -124,15 +125,48 @@ def _statements() -> tuple[str, ...]:
 
 
 STATEMENTS = _statements()
+#: Names the triggers :data:`STATEMENTS` create and their text: stored as the comment of
+#: ``django_htask_notify()``, so a node starting finds them current without a lock.
+TRIGGERS = (
+    f"{NODE}_notify",
+    f"{SCHEDULE}_notify",
+    f"{SCHEDULE}_version",
+    f"{TASK}_notify",
+)
+FINGERPRINT = "django_htask triggers " + hashlib.sha256("\n".join(STATEMENTS).encode()).hexdigest()
+
+
+def _current(cursor: CursorWrapper) -> bool:
+    """Whether the triggers are in place and are the ones this code creates (reads
+    only the catalogue: takes no lock on the tables)."""
+    cursor.execute(
+        "SELECT obj_description(to_regprocedure('django_htask_notify()'), 'pg_proc'),"
+        " (SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal AND tgname = ANY(%s))",
+        [list(TRIGGERS)],
+    )
+    row = cursor.fetchone()
+    return row is not None and row[0] == FINGERPRINT and row[1] == len(TRIGGERS)
 
 
 def install(connection: BaseDatabaseWrapper) -> None:
-    """Create (or replace) the version and notify triggers, in one transaction."""
+    """Create (or replace) the version and notify triggers when they are missing or
+    outdated, in one transaction.
+
+    Replacing a trigger locks its table against every other statement (an ACCESS
+    EXCLUSIVE lock), so nodes already claiming would wait or deadlock: a node starting
+    next to running ones finds the triggers current and changes nothing."""
+    with connection.cursor() as cursor:
+        if _current(cursor):
+            return
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        # several nodes may start at once: serialise the DROP/CREATE pairs
+        # several nodes may start at once: one installs, the others find it done
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK + 1])
+        if _current(cursor):
+            return
         for statement in STATEMENTS:
             cursor.execute(statement)
+        cursor.execute(f"COMMENT ON FUNCTION django_htask_notify() IS '{FINGERPRINT}'")
+        logger.info("installed the triggers (%s)", FINGERPRINT, extra={"action": "install"})
 
 
 class _QuietAtomic(transaction.Atomic):

@@ -68,6 +68,44 @@ def test_install_is_idempotent_and_creates_the_triggers(store: PostgresStore) ->
     ]
 
 
+def test_install_leaves_current_triggers_alone_and_locks_nothing(store: PostgresStore) -> None:
+    """A node starting next to running ones must not take the lock that replacing a
+    trigger takes (it would wait for, or deadlock with, their claims)."""
+    store.install()
+    other = connection.copy()  # another node's connection, in a claim's transaction
+    try:
+        other.set_autocommit(False)
+        with other.cursor() as cursor:
+            cursor.execute("UPDATE django_htask_task SET priority = priority WHERE false")
+            cursor.execute("LOCK TABLE django_htask_schedule IN ROW EXCLUSIVE MODE")
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")
+        try:
+            store.install()  # with the old code: canceling statement due to lock timeout
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = 0")
+    finally:
+        other.rollback()
+        other.close()
+
+
+def test_install_replaces_missing_or_outdated_triggers(store: PostgresStore) -> None:
+    store.install()
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER django_htask_task_notify ON django_htask_task")
+    store.install()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_trigger WHERE tgname = 'django_htask_task_notify'")
+        assert cursor.fetchone() == (1,)
+        cursor.execute("COMMENT ON FUNCTION django_htask_notify() IS 'an older version'")
+    store.install()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT obj_description('django_htask_notify()'::regprocedure)")
+        [(comment,)] = cursor.fetchall()
+    assert comment.startswith("django_htask triggers ")
+
+
 # -- versions --------------------------------------------------------------------------
 def test_every_kind_of_write_raises_the_version(store: PostgresStore) -> None:
     row = make_schedule()

@@ -136,6 +136,9 @@ LAYERS = [
         "apps",
         "tasks",
         "testing",
+        "health",
+        "views",
+        "urls",
     ),
 ]
 

@@ -11,8 +11,13 @@
     the nodes (live or dead), pending tasks, broken schedules and recent failures.
 ``htask prune [--days N]``
     delete finished runs older than ``RUN_RETENTION_DAYS`` (or N) days.
+``htask health [--node ID] [--max-late SECONDS]``
+    one line, ``healthy: …`` (exit 0) or ``unhealthy: …`` (exit 1): the database
+    answers, a node (or node ID) is live and no due work waits longer than SECONDS
+    (60); for probes and cron (see :mod:`django_htask.health`).
 
-Exit codes: 0 done; 1 the run failed; 2 bad usage or an unknown schedule name.
+Exit codes: 0 done; 1 the run failed or the scheduler is unhealthy; 2 bad usage or an
+unknown schedule name.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from django.db.models import Count
 from django_htask import clock
 from django_htask.conf import get_settings
 from django_htask.decorators import sync_schedules
+from django_htask.health import DEFAULT_MAX_LATE, check_health, parse_max_late, parse_node
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.operations import (
     describe_schedule,
@@ -39,6 +45,8 @@ from django_htask.queues import DEFAULT_QUEUE
 
 #: Exit code of a run that failed.
 RUN_FAILED = 1
+#: Exit code of ``htask health`` when the scheduler is unhealthy.
+UNHEALTHY = 1
 #: Exit code of bad usage (an unknown name, a bad option value).
 USAGE = 2
 #: Rows listed in one section of ``htask status``, at most.
@@ -48,7 +56,7 @@ SHOWN = 10
 class Command(BaseCommand):
     help = (
         "django-htask from the shell: list schedules, run one now, sync code-defined "
-        "schedules, show the status, prune old runs."
+        "schedules, show the status, prune old runs, check health."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -65,6 +73,16 @@ class Command(BaseCommand):
         prune = sub.add_parser("prune", help="delete old finished runs")
         prune.add_argument(
             "--days", type=int, default=None, help="keep this many days (RUN_RETENTION_DAYS)"
+        )
+        health = sub.add_parser(
+            "health", help="exit 0 if the database answers, a node is live, nothing late"
+        )
+        health.add_argument("--node", default=None, metavar="ID", help="this node must be live")
+        health.add_argument(
+            "--max-late",
+            default=DEFAULT_MAX_LATE,
+            metavar="SECONDS",
+            help=f"due work waiting longer is late ({DEFAULT_MAX_LATE:g})",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -199,3 +217,17 @@ class Command(BaseCommand):
         old = Run.objects.filter(finished_at__lt=cutoff).exclude(status=RunStatus.RUNNING)
         count, _ = old.delete()
         self.stdout.write(f"deleted {count} runs finished before {cutoff:%Y-%m-%d %H:%M}")
+
+    # -- health ----------------------------------------------------------------------
+    def do_health(self, node: str | None, max_late: object, **options: Any) -> None:
+        try:
+            seconds = parse_max_late(max_late, "--max-late")
+            if node is not None:
+                node = parse_node(node, "--node")
+        except ValueError as exc:
+            raise CommandError(str(exc), returncode=USAGE) from exc
+        verdict = check_health(max_late=seconds, node=node)
+        if not verdict.healthy:
+            self.stderr.write(verdict.line())
+            raise SystemExit(UNHEALTHY)  # one line, no "CommandError:" prefix (cf. --check)
+        self.stdout.write(verdict.line())

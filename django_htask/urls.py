@@ -1,0 +1,19 @@
+"""Optional URLs: the scheduler's health as JSON, for load balancers and probes.
+
+Mount them in the project's URLconf::
+
+    path("htask/", include("django_htask.urls")),
+
+``htask/health/`` (URL name ``htask:health``) answers ``GET`` and ``HEAD`` with
+:func:`django_htask.views.health`: 200 when healthy, 503 when not.
+"""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from django_htask import views
+
+app_name = "htask"
+
+urlpatterns = [path("health/", views.health, name="health")]

@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -123,9 +124,9 @@ def load(raw: object) -> HtaskSettings:
             raise ImproperlyConfigured(f"HTASK has an unknown key {key!r} (known: {known})")
         values[name] = _check(key, value, field.default)
     result = HtaskSettings(**values)
-    if result.poll_interval <= 0:
+    if not 0 < result.poll_interval < math.inf:
         raise ImproperlyConfigured(
-            f"HTASK['POLL_INTERVAL'] must be > 0, got {result.poll_interval!r}"
+            f"HTASK['POLL_INTERVAL'] must be a finite number > 0, got {result.poll_interval!r}"
         )
     if result.claim_batch < 1:
         raise ImproperlyConfigured(f"HTASK['CLAIM_BATCH'] must be >= 1, got {result.claim_batch!r}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import secrets
 import socket
@@ -89,8 +90,8 @@ class Node:
         self.node_id = node_id or new_node_id()
         self.workers = s.workers if workers is None else workers
         self.poll_interval = s.poll_interval if poll_interval is None else float(poll_interval)
-        if not self.poll_interval > 0:
-            raise ValueError(f"poll_interval must be > 0, got {poll_interval!r}")
+        if not 0 < self.poll_interval < math.inf:
+            raise ValueError(f"poll_interval must be a finite number > 0, got {poll_interval!r}")
         if self.poll_interval != s.poll_interval:
             self.settings = s = dataclasses.replace(s, poll_interval=self.poll_interval)
         self.store = store or get_store()

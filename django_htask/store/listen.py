@@ -90,7 +90,8 @@ class Listener(threading.Thread):
                 logger.info("LISTEN connection back", extra={"action": "listen_back"})
                 self._on_reconnect()
             while not self._stop_event.is_set():
-                for notify in conn.notifies(timeout=0.5):
+                # a short wait: stop() (a node's SIGTERM) is seen within 0.1 s
+                for notify in conn.notifies(timeout=0.1):
                     self.received += 1
                     self._on_notify(notify.payload)
                     if self._stop_event.is_set():

@@ -515,7 +515,7 @@ def test_the_node_prunes_old_runs_at_start(
 def test_runscheduler_rejects_bad_options() -> None:
     with pytest.raises(CommandError, match="--workers must be >= 0, got -1"):
         call_command("runscheduler", "--workers", "-1")
-    with pytest.raises(CommandError, match="--poll-interval must be > 0, got 0"):
+    with pytest.raises(CommandError, match="--poll-interval must be a finite number > 0, got 0"):
         call_command("runscheduler", "--poll-interval", "0")
 
 

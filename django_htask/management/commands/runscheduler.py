@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import sys
@@ -11,6 +12,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 import django_htask
@@ -18,6 +20,7 @@ from django_htask.apps import HTASK_BACKEND, is_htask_backend
 from django_htask.conf import get_settings
 from django_htask.decorators import sync_schedules
 from django_htask.exceptions import NotMigrated
+from django_htask.metrics import MetricsServer, require_prometheus, serve
 from django_htask.models import Node as NodeRow
 from django_htask.node import Node, NodeStats, StartAborted
 from django_htask.queues import QueueFilter
@@ -25,6 +28,8 @@ from django_htask.queues import QueueFilter
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: The exit status of a node that found it had been declared dead by the others.
 EXIT_FENCED = 3
+#: The highest TCP port.
+PORT_MAX = 65535
 #: The longest node id (the width of the column).
 NODE_ID_MAX = NodeRow._meta.get_field("id").max_length or 100
 
@@ -92,14 +97,28 @@ class Command(BaseCommand):
             action="store_true",
             help="exit once nothing is due and nothing runs (for cron jobs and tests)",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=None,
+            metavar="PORT",
+            help="serve Prometheus metrics (the database's and this node's) at "
+            "http://ADDR:PORT/metrics (needs django-htask[metrics]; 0: any free port)",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="127.0.0.1",
+            metavar="ADDR",
+            help="the address the metrics are served on (127.0.0.1; 0.0.0.0: every one)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         workers: int = options["workers"]
         poll: float = options["poll_interval"]
         if workers < 0:
             raise CommandError(f"--workers must be >= 0, got {workers}")
-        if not poll > 0:
-            raise CommandError(f"--poll-interval must be > 0, got {poll}")
+        if not 0 < poll < math.inf:
+            raise CommandError(f"--poll-interval must be a finite number > 0, got {poll}")
         node_id: str | None = options["node_id"]
         if node_id is not None and not 0 < len(node_id) <= NODE_ID_MAX:
             raise CommandError(
@@ -115,6 +134,14 @@ class Command(BaseCommand):
         backend: str | None = options["backend"]
         if backend is not None:
             self._check_backend(backend)
+        metrics_port: int | None = options["metrics_port"]
+        if metrics_port is not None:
+            if not 0 <= metrics_port <= PORT_MAX:
+                raise CommandError(f"--metrics-port must be 0 to {PORT_MAX}, got {metrics_port}")
+            try:
+                require_prometheus()
+            except ImproperlyConfigured as exc:
+                raise CommandError(f"--metrics-port: {exc}") from exc
         self._configure_logging(options["log_level"])
         node = Node(
             node_id=node_id,
@@ -125,6 +152,15 @@ class Command(BaseCommand):
             max_tasks=max_tasks,
             batch=options["batch"],
         )
+        metrics: MetricsServer | None = None
+        if metrics_port is not None:
+            addr: str = options["metrics_addr"]
+            try:
+                metrics = serve(metrics_port, addr, node_id=node.node_id)
+            except OSError as exc:
+                raise CommandError(
+                    f"--metrics-port: cannot serve metrics on {addr}:{metrics_port}: {exc}"
+                ) from exc
         signals_seen = 0
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -146,7 +182,7 @@ class Command(BaseCommand):
                 return
             except NotMigrated as exc:
                 raise CommandError(str(exc)) from exc
-            self.stdout.write(self._banner(node, workers, poll, stats))
+            self.stdout.write(self._banner(node, workers, poll, stats, metrics))
             self.stdout.flush()
             while not node.stop_requested:
                 time.sleep(0.1)
@@ -158,6 +194,8 @@ class Command(BaseCommand):
                 self.stdout.flush()
         finally:
             node.stop()
+            if metrics is not None:
+                metrics.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if node.fenced:
@@ -201,7 +239,9 @@ class Command(BaseCommand):
             )
 
     @staticmethod
-    def _banner(node: Node, workers: int, poll: float, stats: NodeStats) -> str:
+    def _banner(
+        node: Node, workers: int, poll: float, stats: NodeStats, metrics: MetricsServer | None
+    ) -> str:
         serving = node.serving
         queues = "every queue" if serving.queues.serves_all else str(serving.queues)
         if serving.backend is not None:
@@ -223,7 +263,8 @@ class Command(BaseCommand):
             f"  poll:      every {poll:g}s\n"
             f"  loaded:    {stats.schedules} schedules, {stats.pending_tasks} pending "
             f"tasks{Command._next_due(stats)}\n"
-            "  stop:      Ctrl-C or SIGTERM (a second one exits at once)"
+            + (f"  metrics:   {metrics.url}\n" if metrics is not None else "")
+            + "  stop:      Ctrl-C or SIGTERM (a second one exits at once)"
         )
 
     @staticmethod

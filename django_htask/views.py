@@ -1,17 +1,18 @@
-"""The health endpoint (see :mod:`django_htask.urls` for how to mount it)."""
+"""The health and metrics endpoints (see :mod:`django_htask.urls` for how to mount them)."""
 
 from __future__ import annotations
 
 import logging
 
 from django.db import transaction
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from django_htask.health import DEFAULT_MAX_LATE, check_health, parse_max_late, parse_node
+from django_htask.metrics import render
 
-__all__ = ["health"]
+__all__ = ["health", "metrics"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,3 +43,15 @@ def health(request: HttpRequest) -> JsonResponse:
         )
     body = verdict.as_json()
     return JsonResponse(body, status=200 if body["healthy"] else UNAVAILABLE)
+
+
+@never_cache
+@require_safe
+@transaction.non_atomic_requests
+def metrics(request: HttpRequest) -> HttpResponse:
+    """``GET`` (or ``HEAD``): what the database knows, in Prometheus' text format
+    (:class:`~django_htask.metrics.DatabaseCollector`). It only reads the database; a
+    database error is ``django_htask_database_up 0``, not an error response. Without
+    prometheus-client it raises ImproperlyConfigured naming what to install."""
+    body, content_type = render()
+    return HttpResponse(body, content_type=content_type)

@@ -137,6 +137,7 @@ LAYERS = [
         "tasks",
         "testing",
         "health",
+        "metrics",
         "views",
         "urls",
     ),

@@ -59,7 +59,7 @@ from .api import due_time
 from .conf import get_settings, is_dotted_name
 from .decorators import task as htask_task
 from .exceptions import RunInterrupted, TaskCancelled, UnknownDjangoTask
-from .models import Run, RunStatus, Task, TaskStatus, new_token
+from .models import MAX_ATTEMPTS_MAX, Run, RunStatus, Task, TaskStatus, new_token
 
 __all__ = [
     "RUNNER",
@@ -287,11 +287,15 @@ class HtaskBackend(BaseTaskBackend):
                 )
             )
         attempts = self.max_attempts
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        if (
+            isinstance(attempts, bool)
+            or not isinstance(attempts, int)
+            or not 1 <= attempts <= MAX_ATTEMPTS_MAX
+        ):
             found.append(
                 checks.Error(
-                    f"TASKS[{self.alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be an int >= 1, "
-                    f"got {attempts!r}",
+                    f"TASKS[{self.alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be an int from 1 "
+                    f"to {MAX_ATTEMPTS_MAX}, got {attempts!r}",
                     id="django_htask.E006",
                 )
             )

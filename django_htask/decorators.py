@@ -36,7 +36,16 @@ from django_htask.engine import FunctionNotRegistered, encode_call, parse_schedu
 from django_htask.engine.registry import default_name
 
 from . import notices
-from .models import CatchUp, Origin, Overlap, Schedule
+from .models import (
+    GRACE_MAX,
+    MAX_ATTEMPTS_MAX,
+    RETRY_BACKOFF_MAX,
+    CatchUp,
+    InRange,
+    Origin,
+    Overlap,
+    Schedule,
+)
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
 
@@ -178,12 +187,17 @@ def periodic(
         raise ValueError(f"overlap must be one of {Overlap.values}, got {overlap!r}")
     if catch_up not in CatchUp.values:
         raise ValueError(f"catch_up must be one of {CatchUp.values}, got {catch_up!r}")
-    if grace is not None and (isinstance(grace, bool) or not grace >= 0):
-        raise ValueError(f"grace must be a number of seconds >= 0 or None, got {grace!r}")
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
-    if not retry_backoff >= 0:
-        raise ValueError(f"retry_backoff must be a number of seconds >= 0, got {retry_backoff!r}")
+    for what, seconds in (("grace", grace), ("retry_backoff", retry_backoff)):
+        if seconds is not None and (
+            isinstance(seconds, bool) or not isinstance(seconds, int | float)
+        ):
+            raise ValueError(f"{what} must be a number of seconds, got {seconds!r}")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+        raise ValueError(f"max_attempts must be an int, got {max_attempts!r}")
+    InRange("max_attempts", 1, MAX_ATTEMPTS_MAX).check(max_attempts)
+    InRange("retry_backoff", 0, RETRY_BACKOFF_MAX, "seconds").check(retry_backoff)
+    if grace is not None:
+        InRange("grace", 0, GRACE_MAX, "seconds").check(grace)
 
     def decorate(fn: F) -> F:
         registered = _register(fn, function_name)

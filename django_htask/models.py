@@ -10,19 +10,28 @@ the last one it saw.
 
 from __future__ import annotations
 
+import math
 import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
+from django.db.models import Q
+from django.utils.deconstruct import deconstructible
 
 from . import clock, notices
 from .enums import CatchUp, Origin, Overlap, RunStatus, TaskStatus
 from .queues import DEFAULT_QUEUE
 
 __all__ = [
+    "GRACE_MAX",
+    "MAX_ATTEMPTS_MAX",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
+    "RETRY_BACKOFF_MAX",
     "CatchUp",
+    "InRange",
     "Node",
     "Origin",
     "Overlap",
@@ -34,6 +43,74 @@ __all__ = [
     "new_token",
     "prune_runs",
 ]
+
+
+#: The ranges of the numbers a schedule or a task holds. The model fields refuse a value
+#: outside them (the admin, ``full_clean()``, model forms) and so do the database's CHECK
+#: constraints (raw SQL); a node marks a schedule row that still holds one broken.
+MAX_ATTEMPTS_MAX = 1000  # runs of one occurrence or task, retries included (min 1)
+RETRY_BACKOFF_MAX = 86_400.0  # seconds before the first retry: one day (min 0)
+GRACE_MAX = 31_536_000.0  # seconds an occurrence may be late: 365 days (min 0, or empty)
+PRIORITY_MIN, PRIORITY_MAX = -100, 100  # as django.tasks
+
+
+@deconstructible
+class InRange:
+    """Refuse a number outside ``low`` to ``high`` (or not finite), naming the value:
+    ``retry_backoff must be from 0 to 86400 seconds, got -100.0``."""
+
+    code = "out_of_range"
+
+    def __init__(self, name: str, low: float, high: float, unit: str = "") -> None:
+        self.name, self.low, self.high, self.unit = name, low, high, unit
+
+    def __call__(self, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return  # the field's own type check says what is wrong
+        if not (math.isfinite(value) and self.low <= value <= self.high):
+            unit = f" {self.unit}" if self.unit else ""
+            raise ValidationError(
+                f"{self.name} must be from {_num(self.low)} to {_num(self.high)}{unit}, "
+                "got %(value)r",
+                code=self.code,
+                params={"value": value},
+            )
+
+    def check(self, value: float) -> None:
+        """The same test for code (``schedule()``, ``@periodic``): a ``ValueError``."""
+        try:
+            self(value)
+        except ValidationError as exc:
+            raise ValueError(exc.messages[0]) from None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, InRange) and (
+            (self.name, self.low, self.high, self.unit)
+            == (other.name, other.low, other.high, other.unit)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.low, self.high, self.unit))
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def _in_range(name: str, low: float, high: float, *, null: bool = False) -> Q:
+    """The CHECK condition of :class:`InRange` (``NaN`` fails it on PostgreSQL; SQLite
+    stores no ``NaN``, and an infinity is out of range)."""
+    condition = Q(**{f"{name}__gte": low, f"{name}__lte": high})
+    return Q(**{f"{name}__isnull": True}) | condition if null else condition
+
+
+def _constraint(table: str, name: str, low: float, high: float, *, null: bool = False) -> Any:
+    empty = " or empty" if null else ""
+    return models.CheckConstraint(
+        condition=_in_range(name, low, high, null=null),
+        name=f"htask_{table}_{name}_range",
+        violation_error_message=f"{name} must be from {_num(low)} to {_num(high)}{empty}",
+    )
 
 
 def new_token() -> str:
@@ -70,7 +147,9 @@ class Schedule(models.Model):
     grace = models.FloatField(
         null=True,
         blank=True,
-        help_text="seconds an occurrence may be late and still run (empty: no limit)",
+        validators=[InRange("grace", 0, GRACE_MAX, "seconds")],
+        help_text="seconds an occurrence may be late and still run, at most 365 days "
+        "(empty: no limit)",
     )
     catch_up = models.CharField(max_length=8, choices=CatchUp.choices, default=CatchUp.LATEST)
     overlap = models.CharField(max_length=8, choices=Overlap.choices, default=Overlap.SKIP)
@@ -82,8 +161,16 @@ class Schedule(models.Model):
         help_text="only the nodes serving this queue fire it (runscheduler --queue); "
         "empty: default",
     )
-    max_attempts = models.PositiveSmallIntegerField(default=1)
-    retry_backoff = models.FloatField(default=10.0, help_text="seconds before the first retry")
+    max_attempts = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[InRange("max_attempts", 1, MAX_ATTEMPTS_MAX)],
+        help_text="runs of one occurrence, retries included (1 to 1000)",
+    )
+    retry_backoff = models.FloatField(
+        default=10.0,
+        validators=[InRange("retry_backoff", 0, RETRY_BACKOFF_MAX, "seconds")],
+        help_text="seconds before the first retry, doubled after each (0 to 86400: a day)",
+    )
     origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.ADMIN)
     orphaned = models.BooleanField(
         default=False, editable=False, help_text="declared in code once, no longer"
@@ -103,6 +190,11 @@ class Schedule(models.Model):
     class Meta:
         ordering = ("name",)
         indexes = (models.Index(fields=("enabled", "next_run_at"), name="htask_sched_due"),)
+        constraints = (
+            _constraint("schedule", "max_attempts", 1, MAX_ATTEMPTS_MAX),
+            _constraint("schedule", "retry_backoff", 0, RETRY_BACKOFF_MAX),
+            _constraint("schedule", "grace", 0, GRACE_MAX, null=True),
+        )
 
     def __str__(self) -> str:
         return self.name
@@ -225,7 +317,11 @@ class Task(models.Model):
         max_length=16, choices=TaskStatus.choices, default=TaskStatus.PENDING, db_index=True
     )
     attempts = models.PositiveSmallIntegerField(default=0)
-    max_attempts = models.PositiveSmallIntegerField(default=1)
+    max_attempts = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[InRange("max_attempts", 1, MAX_ATTEMPTS_MAX)],
+        help_text="runs in all, retries included (1 to 1000)",
+    )
     queue_name = models.CharField(
         max_length=100,
         default=DEFAULT_QUEUE,
@@ -244,6 +340,7 @@ class Task(models.Model):
     priority = models.SmallIntegerField(
         default=0,
         db_default=0,  # rows inserted by raw SQL or another language's producer
+        validators=[InRange("priority", PRIORITY_MIN, PRIORITY_MAX)],
         help_text="among tasks due together, a higher priority starts first (-100 to 100)",
     )
     locked_by = models.CharField(max_length=100, blank=True, null=True, db_index=True)
@@ -265,6 +362,10 @@ class Task(models.Model):
     class Meta:
         ordering = ("run_at", "id")
         indexes = (models.Index(fields=("status", "run_at"), name="htask_task_due"),)
+        constraints = (
+            _constraint("task", "max_attempts", 1, MAX_ATTEMPTS_MAX),
+            _constraint("task", "priority", PRIORITY_MIN, PRIORITY_MAX),
+        )
 
     def __str__(self) -> str:
         return f"{self.function} at {self.run_at:%Y-%m-%d %H:%M:%S} ({self.status})"

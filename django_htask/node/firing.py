@@ -374,6 +374,15 @@ def _problem(row: ScheduleRow) -> str:
         return f"retry_backoff {row.retry_backoff!r} is not a finite number >= 0"
     if row.grace is not None and not (row.grace >= 0 and math.isfinite(row.grace)):
         return f"grace {row.grace!r} is not empty or a finite number >= 0"
+    from django_htask.models import GRACE_MAX, MAX_ATTEMPTS_MAX, RETRY_BACKOFF_MAX  # noqa: PLC0415
+
+    for name, value, limit in (
+        ("max_attempts", row.max_attempts, MAX_ATTEMPTS_MAX),
+        ("retry_backoff", row.retry_backoff, RETRY_BACKOFF_MAX),
+        ("grace", row.grace, GRACE_MAX),
+    ):
+        if value is not None and value > limit:  # the models' ranges, CHECK constraints too
+            return f"{name} {value!r} is over the limit of {limit:.0f}"
     try:
         if row.timezone:
             zoneinfo.ZoneInfo(row.timezone)

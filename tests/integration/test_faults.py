@@ -180,17 +180,18 @@ def test_a_row_the_node_cannot_use_is_marked_broken_and_costs_nothing_more(
     bad = make_schedule("bad", args=(2,))
     node = make_node()
     # What a producer in another language might write, on a database migrated before
-    # the CHECK constraints that refuse most of these values existed.
-    with without_check_constraints("django_htask_schedule"), connection.cursor() as cursor:
-        undecodable = [b"\xc1"] if "%s" in change else []  # 0xc1: never used in msgpack
-        cursor.execute(
-            f"UPDATE django_htask_schedule SET {change}, next_run_at = %s WHERE id = %s",
-            [*undecodable, connection.ops.adapt_datetimefield_value(fake_clock.now()), bad.pk],
-        )
-    with caplog.at_level(logging.ERROR, logger="django_htask"):
-        fake_clock.advance(1)  # the poll sees the change; the row fires and breaks
-        for _ in range(3):
-            fake_clock.advance(60)
+    # the CHECK constraints that refuse the numbers out of range (0004) existed.
+    with without_check_constraints("django_htask_schedule"):
+        with connection.cursor() as cursor:
+            undecodable = [b"\xc1"] if "%s" in change else []  # 0xc1: never used in msgpack
+            cursor.execute(
+                f"UPDATE django_htask_schedule SET {change}, next_run_at = %s WHERE id = %s",
+                [*undecodable, connection.ops.adapt_datetimefield_value(fake_clock.now()), bad.pk],
+            )
+        with caplog.at_level(logging.ERROR, logger="django_htask"):
+            fake_clock.advance(1)  # the poll sees the change; the row fires and breaks
+            for _ in range(3):
+                fake_clock.advance(60)
     bad.refresh_from_db()
     assert reason in bad.broken
     assert bad.next_run_at is None
@@ -220,9 +221,14 @@ def test_a_row_the_node_cannot_use_is_marked_broken_and_costs_nothing_more(
 
 @contextlib.contextmanager
 def without_check_constraints(table: str) -> Iterator[None]:
-    """The table's CHECK constraints off while the block runs, as on a database
-    migrated before they existed (SQLite: a pragma of this connection; PostgreSQL: the
-    constraints dropped, then added back unchecked)."""
+    """The table's CHECK constraints (migration 0004) off while the block runs, as on a
+    database migrated before they existed: keep the node's look at the row inside it.
+
+    SQLite: a pragma of this connection (SQLite checks a constraint only when a statement
+    writes one of its columns, so the node's own writes pass). PostgreSQL: the
+    constraints dropped, then added back ``NOT VALID`` (PostgreSQL checks every
+    constraint on every row an ``UPDATE`` writes, so a node could not mark the row
+    broken with them back)."""
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
             cursor.execute("PRAGMA ignore_check_constraints = ON")

@@ -1,5 +1,6 @@
-"""Faults with real ``runscheduler`` processes on PostgreSQL: ``kill -9`` mid-batch, the
-node holding a schedule killed, a SIGTERM past ``SHUTDOWN_TIMEOUT``, a node paused
+"""Faults with real ``runscheduler`` processes on PostgreSQL: ``kill -9`` mid-batch, a
+task that takes its process down, a task raising SystemExit, the node holding a
+schedule killed, a SIGTERM past ``SHUTDOWN_TIMEOUT``, a node paused
 (SIGSTOP) past ``NODE_TIMEOUT``, caught-up occurrences under the overlap policy.
 
 The nodes share the suite's PostgreSQL server (a database of their own, emptied
@@ -38,10 +39,15 @@ class Site(ClusterSite):
         super().__init__(SimpleNamespace(url=url), log, SETTINGS)  # type: ignore[arg-type]
         self.started: list[Scheduler] = []
 
-    def node(self, *args: str, **env: str) -> Scheduler:
-        """A ``runscheduler`` process, once it printed its banner."""
+    def spawn(self, *args: str, **env: str) -> Scheduler:
+        """A ``runscheduler`` process, just started (it may die before its banner)."""
         scheduler = Scheduler(Path("unused"), list(args), {**self.env, **env})
         self.started.append(scheduler)
+        return scheduler
+
+    def node(self, *args: str, **env: str) -> Scheduler:
+        """A ``runscheduler`` process, once it printed its banner."""
+        scheduler = self.spawn(*args, **env)
         scheduler.wait_ready(60)
         return scheduler
 
@@ -149,6 +155,94 @@ def test_kill_9_charges_only_the_tasks_whose_function_had_started(site: Site) ->
                 assert (status, attempts) == ("succeeded", 2)
         else:
             assert (status, attempts, crashed[task_id]) == ("succeeded", 1, 0), n
+
+
+# -- 2. a task that takes its process down, or raises SystemExit -----------------------------
+# RETRY_BACKOFF is 0.5 s here (HTASK_CLUSTER_RETRY_BACKOFF): a retry comes 0.5 s, then 1 s,
+# after a failed attempt. On PostgreSQL a node never declares its predecessor dead by its pid: a
+# node that died is reaped when its heartbeat is NODE_TIMEOUT (6 s) old.
+TASKS = "tests.cluster.clusterapp.tasks"
+
+
+def started_by(site: Site, function: str) -> list[str]:
+    """The processes that started ``function`` (``die`` or ``exits``), in order."""
+    return [parts[2] for parts in site.lines() if parts[:2] == ["start", function]]
+
+
+def test_a_task_that_takes_its_process_down_is_tried_max_attempts_times_then_fails(
+    site: Site,
+) -> None:
+    site.django(f"from django_htask import schedule\nschedule('{TASKS}:die', max_attempts=2)\n")
+    dead: list[str] = []
+    for _attempt in (1, 2):  # each start (as systemd would) tries it again, and dies
+        node = site.spawn()
+        # the first at once; the second once the first is reaped (6 s) and 10 s later
+        assert node.wait_exit(timeout=90) == 1, node.stderr
+        dead.append(str(node.process.pid))
+        assert started_by(site, "die") == dead  # once in each node, which it took down
+    survivor = site.node()
+    wait_until(
+        lambda: site.sql("SELECT status FROM django_htask_task") == [("failed",)],
+        60,
+        "the poison task failed",
+    )
+    [(attempts, error)] = site.sql("SELECT attempts, last_error FROM django_htask_task")
+    assert attempts == 2
+    assert "stopped answering during attempt 2 of 2: killed, crashed or out of memory" in error
+    runs = site.sql("SELECT status, attempt FROM django_htask_run ORDER BY attempt")
+    assert runs == [("failed", 1), ("failed", 2)]
+    site.django(f"from django_htask import schedule\nschedule('{TASKS}:noop', 1)\n")
+    wait_until(
+        lambda: site.sql("SELECT 1 FROM django_htask_task WHERE status = 'succeeded'"),
+        30,
+        "the next task",
+    )
+    assert len(started_by(site, "die")) == 2  # never a third time
+    assert survivor.process.poll() is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"), [("system", "SystemExit: 1"), ("keyboard", "KeyboardInterrupt")]
+)
+def test_a_task_raising_system_exit_fails_and_the_node_goes_on(
+    site: Site, kind: str, error: str
+) -> None:
+    node = site.node(HTASK_CLUSTER_RETRY_BACKOFF="0.5")
+    site.django(
+        "from django_htask import schedule\n"
+        f"schedule('{TASKS}:exits', {kind!r}, max_attempts=3)\n"
+        f"schedule('{TASKS}:noop', 1, delay=1)\n"
+    )
+    wait_until(
+        lambda: site.sql(
+            "SELECT 1 FROM django_htask_task WHERE function LIKE '%%noop' AND status = 'succeeded'"
+        ),
+        30,
+        "the task after it",
+    )
+    failed = "SELECT status FROM django_htask_task WHERE function LIKE '%%exits'"
+    # attempts at once, 0.5 s and 1.5 s later
+    wait_until(lambda: site.sql(failed) == [("failed",)], 30, "three attempts")
+    runs = site.sql(
+        "SELECT status, error, traceback FROM django_htask_run WHERE function LIKE '%%exits'"
+    )
+    assert len(runs) == 3  # retried like any failure, then failed: never an endless loop
+    for status, message, traceback in runs:
+        assert status == "failed" and message.startswith(error), message
+        assert "Traceback" in traceback and error.partition(":")[0] in traceback, traceback
+    assert started_by(site, "exits") == [str(node.process.pid)] * 3  # the node went on
+    node.send(signal.SIGTERM)
+    assert node.wait_exit() == 0, node.stderr
+    # The next node runs what comes after, and never the failed task again.
+    site.node()
+    site.django(f"from django_htask import schedule\nschedule('{TASKS}:noop', 2)\n")
+    wait_until(
+        lambda: len(site.sql("SELECT 1 FROM django_htask_task WHERE status = 'succeeded'")) == 2,
+        30,
+        "the task after the restart",
+    )
+    assert site.sql(failed) == [("failed",)]
+    assert len(started_by(site, "exits")) == 3
 
 
 # -- 9. the node holding a schedule is killed: the schedule goes on within seconds ---------

@@ -86,7 +86,9 @@ def test_a_stopped_nodes_share_is_taken_over(make_node: MakeNode, fake_clock: Fa
     assert held(a)[0] != set(ids)
     b.stop(timeout=5)
     wait_for(lambda: a.membership.members == ("node-a",))  # told by a notification
-    assert held(a) == [set(ids)]
+    # The control thread sets the members, then reads the schedules it gained: wait for
+    # that read too (no clock advance: the notification alone brings b's share to a).
+    wait_for(lambda: held(a) == [set(ids)])
 
 
 def test_a_dead_nodes_share_is_taken_over_after_the_node_timeout(

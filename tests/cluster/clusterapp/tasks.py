@@ -56,3 +56,21 @@ def slow(n: int, seconds: float) -> None:
     _log(f"start {n} {os.getpid()} {time.time():.6f}\n")
     time.sleep(seconds)
     _log(f"end {n} {os.getpid()} {time.time():.6f}\n")
+
+
+@task
+def die() -> None:
+    """Take the whole node down, as a segfault or the OOM killer would: logs
+    ``start die`` with its process first."""
+    _log(f"start die {os.getpid()} {time.time():.6f}\n")
+    os._exit(1)
+
+
+@task
+def exits(kind: str) -> None:
+    """Raise SystemExit (``system``) or KeyboardInterrupt (``keyboard``): logs
+    ``start exits`` with its process first."""
+    _log(f"start exits {os.getpid()} {time.time():.6f}\n")
+    if kind == "keyboard":
+        raise KeyboardInterrupt
+    raise SystemExit(1)

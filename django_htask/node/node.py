@@ -136,6 +136,19 @@ class Node:
         store, now = self.store, self.clock.now()
         self._with_retry(store.check_migrated)
         self._with_retry(store.install)
+        taken = self._with_retry(
+            lambda: store.take_over(
+                self.node_id, now, self.settings.dead_before(now), self.task_retry
+            )
+        )
+        if taken:
+            logger.warning(
+                "node %s: a process that ran under this id did not stop (killed?): "
+                "handed back what it held (%d rows)",
+                self.node_id,
+                taken,
+                extra={"action": "took_over", "rows": taken},
+            )
         self._with_retry(
             lambda: store.register_node(
                 self.node_id,

@@ -331,6 +331,17 @@ class Store(abc.ABC):
         so) and is retried after ``retry``'s delay or fails; their schedule runs fail.
         Return how many rows changed. ``node_id`` is the reaper (fenced)."""
 
+    @abc.abstractmethod
+    def take_over(
+        self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy
+    ) -> int:
+        """Before a node registers under ``node_id`` (``runscheduler --node-id``, a
+        container restarted under its pod's name): if a process that used that id never
+        stopped (killed, crashed), it is dead now, and what it held is handed back as
+        :meth:`reap` does, at once. Without this the new process would renew the dead
+        one's leases as its own, and its started tasks would stay running for ever.
+        Return how many rows changed (0: the id was free, or stopped cleanly)."""
+
     # -- schedules -------------------------------------------------------------------
     @abc.abstractmethod
     def load_schedules(self) -> tuple[list[ScheduleRef], int]:

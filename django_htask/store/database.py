@@ -301,6 +301,21 @@ class DatabaseStore(Store):
             self._fence(node_id)
             return self._reap(now, dead_before, retry)
 
+    def take_over(
+        self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy
+    ) -> int:
+        with self._atomic():
+            self._lock_reaper()
+            stopped = (
+                Node.objects.using(self.using)
+                .filter(id=node_id, stopped_at__isnull=True)
+                .update(stopped_at=now)
+            )
+            return self._reap(now, dead_before, retry) if stopped else 0
+
+    def _lock_reaper(self) -> None:
+        """Keep other reapers out until the transaction ends (one database: nothing)."""
+
     def _reap(self, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
         """The reaper's work, in the caller's transaction (see :meth:`Store.reap`).
 

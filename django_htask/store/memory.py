@@ -362,51 +362,72 @@ class InMemoryStore(Store):
                     count += 1
             return count
 
+    def take_over(
+        self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy
+    ) -> int:
+        with self._lock:
+            node = self.nodes.get(node_id)
+            if node is None or node.stopped_at is not None:
+                return 0
+            node.stopped_at = now
+            count, _dead_nodes = self._reap(now, dead_before, retry)
+        self._reaped(count, 1)
+        return count
+
     def reap(self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
         with self._lock:
             self._fence(node_id)
-            count = 0
-            for node in self.nodes.values():
-                if node.stopped_at is None and node.last_heartbeat < dead_before:
-                    node.stopped_at = now
-                    count += 1
-            dead_nodes = count
-            live = self._live(dead_before)
-            for task in self.tasks.values():
-                lost = (
-                    task.lease_expires_at is not None and task.lease_expires_at < now
-                ) or task.locked_by not in live
-                if not lost:
-                    continue
-                if task.status == TaskStatus.RUNNING:
-                    holder = task.locked_by or "?"
-                    error = (
-                        f"the node running it ({holder}) stopped answering during attempt "
-                        f"{task.attempts} of {task.max_attempts}: killed, crashed or out of "
-                        "memory"
-                    )
-                    self._crashed_run(task, holder, now, error)
-                    task.locked_by = task.lease_expires_at = None
-                    task.last_error, task.traceback = error, ""
-                    if task.attempts < task.max_attempts:
-                        delay = timedelta(seconds=retry.delay(max(task.attempts, 1)))
-                        task.status, task.run_at = TaskStatus.PENDING, now + delay
-                    else:
-                        task.status, task.finished_at = TaskStatus.FAILED, now
-                    count += 1
-                elif task.status == TaskStatus.PENDING and task.locked_by is not None:
-                    task.locked_by = task.lease_expires_at = None
-                    count += 1
-            for run in self.runs.values():
-                if run.status == RunStatus.RUNNING and run.node not in live:
-                    run.status, run.finished_at = RunStatus.FAILED, now
-                    run.error = run.error or _RUN_LOST
-                    count += 1
+            count, dead_nodes = self._reap(now, dead_before, retry)
+        self._reaped(count, dead_nodes)
+        return count
+
+    def _reaped(self, count: int, dead_nodes: int) -> None:
         if count > dead_nodes:
             self._notify("task")
         if dead_nodes:
             self._notify("node")
-        return count
+
+    def _reap(self, now: datetime, dead_before: datetime, retry: RetryPolicy) -> tuple[int, int]:
+        """The reaper's work, with the lock held (see :meth:`reap`): the rows changed and
+        the nodes declared dead."""
+        count = 0
+        for node in self.nodes.values():
+            if node.stopped_at is None and node.last_heartbeat < dead_before:
+                node.stopped_at = now
+                count += 1
+        dead_nodes = count
+        live = self._live(dead_before)
+        for task in self.tasks.values():
+            lost = (
+                task.lease_expires_at is not None and task.lease_expires_at < now
+            ) or task.locked_by not in live
+            if not lost:
+                continue
+            if task.status == TaskStatus.RUNNING:
+                holder = task.locked_by or "?"
+                error = (
+                    f"the node running it ({holder}) stopped answering during attempt "
+                    f"{task.attempts} of {task.max_attempts}: killed, crashed or out of "
+                    "memory"
+                )
+                self._crashed_run(task, holder, now, error)
+                task.locked_by = task.lease_expires_at = None
+                task.last_error, task.traceback = error, ""
+                if task.attempts < task.max_attempts:
+                    delay = timedelta(seconds=retry.delay(max(task.attempts, 1)))
+                    task.status, task.run_at = TaskStatus.PENDING, now + delay
+                else:
+                    task.status, task.finished_at = TaskStatus.FAILED, now
+                count += 1
+            elif task.status == TaskStatus.PENDING and task.locked_by is not None:
+                task.locked_by = task.lease_expires_at = None
+                count += 1
+        for run in self.runs.values():
+            if run.status == RunStatus.RUNNING and run.node not in live:
+                run.status, run.finished_at = RunStatus.FAILED, now
+                run.error = run.error or _RUN_LOST
+                count += 1
+        return count, dead_nodes
 
     # -- schedules -------------------------------------------------------------------
     def load_schedules(self) -> tuple[list[ScheduleRef], int]:

@@ -286,6 +286,10 @@ class PostgresStore(DatabaseStore):
         self._heartbeat_gap = now - row[0]
         return renewed
 
+    def _lock_reaper(self) -> None:
+        with self._cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK])
+
     def reap(self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
         """As the generic reaper, one node at a time (the others skip), and the other
         nodes are notified.

@@ -196,3 +196,39 @@ def test_runscheduler_on_a_database_never_migrated_exits_and_says_so(tmp_path: P
     assert "run `manage.py migrate`" in result.stderr
     assert "0001_initial" in result.stderr
     assert "retrying" not in result.stderr
+
+
+def test_a_node_killed_and_started_again_under_the_same_id_hands_back_its_tasks(
+    start_scheduler: Callable[..., Scheduler],
+    django_code: Callable[[str], str],
+    query: Query,
+    tmp_path: Path,
+) -> None:
+    """``--node-id web-1`` (a container restarted under its pod's name): the task the
+    killed process had started is charged its attempt and run again at once, not
+    held for ever by the new process renewing the dead one's lease as its own."""
+    log = tmp_path / "jobs.log"
+    django_code(
+        "from django_htask import schedule\n"
+        "from tests.acceptance.app.tasks import slow\n"
+        f"schedule(slow, 0, 3.0, {str(log)!r}, max_attempts=2)\n"
+    )
+    first = start_scheduler("--node-id", "web-1", "--poll-interval", "0.2")
+    wait_until(lambda: counted(log, "start")["0"] == 1, 30, "the task started")
+    first.process.send_signal(signal.SIGKILL)
+    first.wait_exit()
+    second = start_scheduler("--node-id", "web-1", "--poll-interval", "0.2")
+    wait_until(
+        lambda: query("SELECT status FROM django_htask_task") == [("succeeded",)],
+        30,
+        "the task run again by the new process",
+    )
+    [(attempts,)] = query("SELECT attempts FROM django_htask_task")
+    assert attempts == 2 == counted(log, "start")["0"]
+    runs = query("SELECT status, node, error FROM django_htask_run ORDER BY id")
+    assert [(status, node) for status, node, _error in runs] == [
+        ("failed", "web-1"),
+        ("succeeded", "web-1"),
+    ]
+    assert "stopped answering during attempt 1 of 2" in runs[0][2]
+    assert "handed back what it held" in second.stderr

@@ -336,3 +336,30 @@ def test_pruning_deletes_finished_runs_older_than_the_days_given(kit: Kit) -> No
     assert kit.store.prune_runs(7) == 1
     assert sorted(r.status for r in kit.runs(schedule_id=sid)) == ["running", "succeeded"]
     assert kit.store.prune_runs(7) == 0
+
+
+def test_taking_over_an_id_that_never_stopped_hands_back_what_it_held(kit: Kit) -> None:
+    """``runscheduler --node-id web-1`` killed, then started again under the same id."""
+    kit.register("web-1", "other")
+    started, claimed = kit.add_tasks(2, max_attempts=2)
+    kit.store.start_tasks("web-1", NOW, 1, LEASE)  # the first one started
+    assert kit.task(started).locked_by == "web-1"
+    sid = kit.add_schedule()
+    row = kit.store.get_schedule(sid)
+    assert row is not None
+    running = outcome({"schedule_id": sid}, node="web-1", status=RunStatus.RUNNING)
+    kit.store.claim_occurrence("web-1", row, None, NOW, [running])
+    later = NOW + timedelta(seconds=2)  # well within the node timeout
+    assert kit.store.take_over("web-1", later, later - timedelta(seconds=60), RETRY) >= 2
+    again = kit.task(started)
+    assert (again.status, again.attempts, again.locked_by) == (TaskStatus.PENDING, 1, None)
+    assert "stopped answering during attempt 1 of 2" in again.last_error
+    assert (kit.task(claimed).status, kit.task(claimed).attempts) == (TaskStatus.PENDING, 0)
+    [run] = kit.runs(schedule_id=sid)
+    assert run.status == "failed"
+    assert kit.node("other").stopped_at is None  # only that id
+    kit.register("web-1", at=later)  # the new process registers afresh
+    assert "web-1" in kit.store.live_nodes(later - timedelta(seconds=60))
+    kit.store.stop_node("web-1", later)  # a clean stop: nothing to take over next time
+    assert kit.store.take_over("web-1", later, later - timedelta(seconds=60), RETRY) == 0
+    assert kit.node("web-1").stopped_at == later

@@ -11,11 +11,17 @@ Schedules
     disable.
 Runs
     read-only, with status, duration, node, error and traceback.
+    Each schedule's last 20 runs are a strip of coloured marks linking to the runs (a
+    column of the list, read for the whole page in one query, and on its page).
 Tasks
     status, due time, attempts, last error; a pending task's time can be changed;
-    action: cancel.
+    actions: cancel, send again (failed ones).
 Nodes
     live or dead from the heartbeat, with the work each holds.
+Scheduler overview
+    one page (:class:`OverviewAdmin`, on the proxy model ``Overview``): the nodes, the
+    last 24 hours and the next 24 hours, drawn as inline SVG (:mod:`django_htask.charts`)
+    from :func:`django_htask.overview.read_overview`.
 
 Every state-changing action is an admin action (a POST with the CSRF token) that
 needs the model's *change* permission.
@@ -25,30 +31,43 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC
+from datetime import UTC, timedelta
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, JsonResponse
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from . import clock
-from .models import Node, Origin, Run, RunStatus, Schedule, Task, TaskStatus
+from . import charts, clock
+from .models import Node, Origin, Overview, Run, RunStatus, Schedule, Task, TaskStatus
 from .operations import (
     describe_schedule,
     edited_runs,
     live_nodes,
     node_state,
     run_schedule_soon,
+    send_again,
     validate_zone,
 )
+from .overview import OUTCOMES, STRIP, RunMark, read_overview, recent_runs
+from .overview import Overview as OverviewData
 
-__all__ = ["NodeAdmin", "RunAdmin", "ScheduleAdmin", "ScheduleForm", "TaskAdmin"]
+__all__ = [
+    "NodeAdmin",
+    "OverviewAdmin",
+    "RunAdmin",
+    "ScheduleAdmin",
+    "ScheduleForm",
+    "TaskAdmin",
+    "can_view_overview",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -228,6 +247,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "next_run_at",
         "last_run_at",
         "last_status",
+        "last_runs",
         "enabled",
         "problem",
     )
@@ -248,6 +268,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         js = ("django_htask/schedule_preview.js",)
 
     _info_fields = (
+        "last_runs",
         "broken",
         "origin",
         "orphaned",
@@ -304,7 +325,20 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             ]
         return fields
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return _ScheduleChangeList
+
     # -- columns and read-only values --------------------------------------------------
+    @admin.display(description=f"last {STRIP} runs")
+    def last_runs(self, obj: Schedule) -> SafeString:
+        """The schedule's last runs, oldest left, each a mark linking to the run; read
+        for the whole page at once by :class:`_ScheduleChangeList` (one query), or here
+        for one schedule's page."""
+        marks: list[RunMark] | None = getattr(obj, "htask_recent_runs", None)
+        if marks is None:
+            marks = recent_runs([obj.pk])[obj.pk] if obj.pk else []
+        return run_strip(self.admin_site.name, obj.pk, marks)
+
     @admin.display(description="broken", ordering="broken")
     def problem(self, obj: Schedule) -> str:
         """Why the scheduler stopped firing it (a value it cannot use), or nothing."""
@@ -548,7 +582,7 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = ("status", "queue_name", "run_at")
     search_fields = ("function", "token", "last_error")
     date_hierarchy = "run_at"
-    actions = ("cancel_tasks",)
+    actions = ("cancel_tasks", "send_tasks_again")
     _info = (
         "function",
         "status",
@@ -626,6 +660,28 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 request,
                 f"{skipped} task(s) not cancelled: already running or finished",
                 messages.WARNING,
+            )
+
+    @admin.action(description="Send the selected failed tasks again", permissions=["change"])
+    def send_tasks_again(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        """Failed tasks only: pending again now, with a fresh attempt count; their runs
+        are kept (:func:`~django_htask.operations.send_again`)."""
+        result = send_again(queryset.values_list("pk", flat=True))
+        self.message_user(
+            request, f"{len(result.sent)} failed task(s) sent again", messages.SUCCESS
+        )
+        if result.not_failed:
+            self.message_user(
+                request,
+                f"{len(result.not_failed)} task(s) not sent again: they had not failed",
+                messages.WARNING,
+            )
+        if result.sent:
+            logger.info(
+                "send again: %d task(s) by %s",
+                len(result.sent),
+                request.user,
+                extra={"action": "admin_send_again"},
             )
 
 
@@ -710,3 +766,179 @@ def _with_work(nodes: QuerySet[Node]) -> QuerySet[Node]:
         n_running_tasks=_count(mine.filter(status=TaskStatus.RUNNING), "locked_by"),
         n_running_runs=_count(runs, "node"),
     )
+
+
+# -- a schedule's last runs ------------------------------------------------------------
+class _ScheduleChangeList(ChangeList):
+    """The schedule list, with the last runs of every schedule on the page read in one
+    query (:func:`~django_htask.overview.recent_runs`), not one per row."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        rows = list(self.result_list)  # evaluates (and caches) the page's rows
+        marks = recent_runs([row.pk for row in rows])
+        for row in rows:
+            row.htask_recent_runs = marks.get(row.pk, [])
+
+
+def run_strip(site: str, schedule_id: int | None, marks: list[RunMark]) -> SafeString:
+    """The strip of ``marks`` (oldest left), each linking to its run, and a link to all
+    the schedule's runs."""
+    runs_url = reverse(f"{site}:django_htask_run_changelist")
+    shown = [(mark.status, f"{runs_url}{mark.id}/change/", _mark_title(mark)) for mark in marks]
+    strip = charts.run_strip(shown, slots=STRIP)
+    if schedule_id is None:
+        return strip
+    return format_html(
+        '<span class="htask-runs">{} <a href="{}?schedule__id__exact={}">all</a></span>',
+        strip,
+        runs_url,
+        schedule_id,
+    )
+
+
+def _mark_title(mark: RunMark) -> str:
+    when = f"{mark.started_at:%Y-%m-%d %H:%M:%S} UTC" if mark.started_at else "not started"
+    took = "" if mark.duration is None else f", {mark.duration:.3g} s"
+    error = f": {mark.error}" if mark.error else ""
+    return f"{mark.status} {when}{took}{error}"
+
+
+# -- the overview page -----------------------------------------------------------------
+#: The models whose *view* (or *change*) permission the overview needs: it shows them all.
+OVERVIEW_MODELS = ("schedule", "run", "task", "node")
+
+
+def can_view_overview(user: Any) -> bool:
+    """Staff with the view (or change) permission of every django_htask model; a
+    superuser has them all."""
+    if not (user.is_active and user.is_staff):
+        return False
+    return all(
+        user.has_perm(f"django_htask.view_{name}") or user.has_perm(f"django_htask.change_{name}")
+        for name in OVERVIEW_MODELS
+    )
+
+
+@admin.register(Overview)
+class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """*Scheduler overview* in the admin index: one read-only page, no rows of its own
+    (``Overview`` is a proxy model so that the index lists the page)."""
+
+    def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return can_view_overview(request.user)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return can_view_overview(request.user)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view(self.overview_view)
+        return [path("", view, name="django_htask_overview_changelist")]
+
+    def overview_view(self, request: HttpRequest) -> TemplateResponse:
+        """``GET``: the overview, read now (see :mod:`django_htask.overview`)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        data = read_overview()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Scheduler overview",
+            "opts": self.model._meta,
+            "app_label": self.model._meta.app_label,
+            "overview": data,
+            **overview_charts(data, self.admin_site.name),
+        }
+        return TemplateResponse(request, "admin/django_htask/overview.html", context)
+
+
+#: The busiest minutes looked at to mark five apart on the timeline.
+PEAK_CANDIDATES = 500
+
+
+def _spread(peaks: list[tuple[int, str]], count: int = 5, apart: int = 90) -> list[tuple[int, str]]:
+    """Up to ``count`` of the busiest minutes (busiest first), each at least ``apart``
+    minutes from those kept, so that their labels do not overlap."""
+    kept: list[tuple[int, str]] = []
+    for index, label in peaks:
+        if all(abs(index - other) >= apart for other, _ in kept):
+            kept.append((index, label))
+        if len(kept) == count:
+            break
+    return kept
+
+
+def overview_charts(data: OverviewData, site: str) -> dict[str, Any]:
+    """The overview's charts (inline SVG) and the rows of its tables."""
+    columns = [f"{hour.start:%H:00}" for hour in data.hours]
+    runs = charts.stacked_bars(
+        "htask-runs-chart",
+        "runs per hour by outcome, last 24 hours (UTC)",
+        columns,
+        [
+            charts.Series(
+                str(status), [h.counts[status] for h in data.hours], charts.COLOURS[status]
+            )
+            for status in OUTCOMES
+        ],
+    )
+    lateness = charts.line_chart(
+        "htask-lateness-chart",
+        "lateness per hour, p50 and p99, last 24 hours (UTC)",
+        columns,
+        [
+            charts.Series("p50", [h.p50 for h in data.hours], charts.COLOURS["p50"]),
+            charts.Series("p99", [h.p99 for h in data.hours], charts.COLOURS["p99"]),
+        ],
+    )
+    timeline = data.timeline
+    busiest = timeline.busiest()
+    start = timeline.start
+    peaks = _spread(
+        [
+            (int((when - start).total_seconds() // 60), f"{when:%H:%M}")
+            for when, _n in timeline.busiest(PEAK_CANDIDATES)
+        ]
+    )
+    first_hour = 60 - start.minute if start.minute else 0
+    x_labels = [
+        (i, f"{start + timedelta(minutes=i):%H:%M}")
+        for i in range(first_hour, len(timeline.per_minute), 180)
+    ]
+    upcoming = charts.area_chart(
+        "htask-timeline-chart",
+        "occurrences per minute, next 24 hours (UTC)",
+        timeline.per_minute,
+        peaks=peaks,
+        x_labels=x_labels,
+    )
+    runs_url = reverse(f"{site}:django_htask_run_changelist")
+    schedules_url = reverse(f"{site}:django_htask_schedule_changelist")
+    failing = [
+        {
+            "row": row,
+            "schedule_url": f"{schedules_url}{row.schedule_id}/change/",
+            "runs_url": f"{runs_url}?schedule__id__exact={row.schedule_id}&status__exact=failed",
+        }
+        for row in data.failing
+    ]
+    return {
+        "runs_chart": runs,
+        "lateness_chart": lateness,
+        "timeline_chart": upcoming,
+        "busiest": busiest,
+        "failing": failing,
+        "legend": [(str(s), charts.COLOURS[s]) for s in OUTCOMES],
+        "nodes_url": reverse(f"{site}:django_htask_node_changelist"),
+        "meter_low": data.node_timeout / 3,
+        "meter_high": data.node_timeout * 2 / 3,
+        "runs_url": runs_url,
+    }

@@ -35,6 +35,7 @@ __all__ = [
     "Node",
     "Origin",
     "Overlap",
+    "Overview",
     "Run",
     "RunStatus",
     "Schedule",
@@ -402,6 +403,12 @@ class Run(models.Model):
 
     class Meta:
         ordering = ("-started_at", "-id")
+        indexes = (
+            # A schedule's last runs (the admin's strip of marks): an index range each.
+            models.Index(fields=("schedule", "started_at"), name="htask_run_recent"),
+            # The runs of one outcome in a time range (the overview's failures).
+            models.Index(fields=("status", "started_at"), name="htask_run_outcome"),
+        )
 
     def __str__(self) -> str:
         return f"{self.name} {self.status}"
@@ -451,3 +458,14 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class Overview(Node):
+    """No table of its own: the admin's *Scheduler overview* page hangs on it, since a
+    model is what gets a line in the admin index (see ``admin.OverviewAdmin``)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "scheduler overview"
+        verbose_name_plural = "scheduler overview"
+        default_permissions = ()

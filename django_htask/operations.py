@@ -5,6 +5,9 @@ A preview shows the occurrences the scheduler will fire: a saved schedule's star
 its stored ``next_run_at`` (:func:`upcoming_runs`), an edited or new one's from the
 time of the save (:func:`edited_runs`, :func:`preview_runs`).
 
+Failed one-off tasks are sent again with :func:`send_again` (the admin's *Send again*
+action and ``manage.py htask retry``).
+
 Running now comes in two kinds:
 
 :func:`run_schedule_soon`
@@ -20,19 +23,24 @@ Running now comes in two kinds:
 from __future__ import annotations
 
 import logging
+import re
 import zoneinfo
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from django.db import transaction
+from django.db import router, transaction
 from django.db.models import Q
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from . import clock, notices
 from .conf import get_settings
-from .models import Node, Run, RunStatus, Schedule
+from .models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 
 __all__ = [
+    "SentAgain",
     "Upcoming",
     "describe_schedule",
     "edited_runs",
@@ -42,6 +50,8 @@ __all__ = [
     "preview_runs",
     "run_schedule_inline",
     "run_schedule_soon",
+    "send_again",
+    "since_time",
     "upcoming_runs",
     "validate_zone",
 ]
@@ -246,3 +256,106 @@ def node_state(node: Node, now: datetime | None = None) -> str:
     if node.stopped_at is not None:
         return "stopped"
     return "live" if node_alive(node, now) else "dead"
+
+
+# -- sending failed tasks again ------------------------------------------------------------
+@dataclass(frozen=True)
+class SentAgain:
+    """What :func:`send_again` did: the tasks ``sent`` (ids), the ones left alone
+    because they had not failed (id: status) and the ids that name no task."""
+
+    sent: tuple[int, ...]
+    not_failed: dict[int, str]
+    unknown: tuple[int, ...]
+
+
+_CHUNK = 500  # ids in one ``IN (…)``, well under SQLite's limit of bound variables
+
+
+def send_again(
+    task_ids: Iterable[int], *, now: datetime | None = None, using: str | None = None
+) -> SentAgain:
+    """Send the failed one-off tasks among ``task_ids`` again, as django-q2's
+    *resubmit* does.
+
+    The same row is put back: ``pending``, due ``now``, with a fresh attempt count
+    (``attempts = 0``, so it gets its ``max_attempts`` again) and the same function,
+    arguments, queue, priority and token (so ``get_task(token)`` and a django.tasks
+    result follow it). Its error, traceback and finish time are cleared; its run
+    history is kept: the ``Run`` rows of the earlier attempts stay linked to the task,
+    and the new attempts add theirs (numbered from 1 again). Tasks that are not
+    ``failed`` (pending, running, succeeded, cancelled) are left alone. One
+    transaction; a node in this process is told after the commit (another one sees
+    the task at its next poll, or through PostgreSQL's ``NOTIFY``)."""
+    ids = sorted({int(pk) for pk in task_ids})
+    now = now or clock.now()
+    using = using or router.db_for_write(Task)
+    sent: list[int] = []
+    statuses: dict[int, str] = {}
+    with transaction.atomic(using=using):
+        for i in range(0, len(ids), _CHUNK):
+            chunk = ids[i : i + _CHUNK]
+            rows = Task.objects.using(using).filter(pk__in=chunk).values_list("pk", "status")
+            statuses.update((pk, str(status)) for pk, status in rows)
+            failed = [pk for pk in chunk if statuses.get(pk) == TaskStatus.FAILED]
+            if not failed:
+                continue
+            Task.objects.using(using).filter(pk__in=failed, status=TaskStatus.FAILED).update(
+                status=TaskStatus.PENDING,
+                attempts=0,
+                run_at=now,
+                locked_by=None,
+                lease_expires_at=None,
+                started_at=None,
+                finished_at=None,
+                last_error="",
+                traceback="",
+                return_value=None,
+            )
+            sent.extend(failed)
+        if sent:
+            transaction.on_commit(notices.notify_local_change, using=using)
+    result = SentAgain(
+        sent=tuple(sent),
+        not_failed={pk: status for pk, status in statuses.items() if pk not in set(sent)},
+        unknown=tuple(pk for pk in ids if pk not in statuses),
+    )
+    if sent:
+        logger.info(
+            "sent again: %d failed task(s): %s",
+            len(sent),
+            ", ".join(map(str, sent[:20])) + (" …" if len(sent) > 20 else ""),
+            extra={"action": "send_again"},
+        )
+    return result
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
+_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+
+
+def since_time(text: str, now: datetime | None = None) -> datetime:
+    """The instant ``text`` names: a duration back from ``now`` (``90s``, ``30m``,
+    ``2h``, ``1d``, ``1w``, or seconds) or a date and time in ISO 8601 (``2026-11-24``,
+    ``2026-11-24T18:00``, ``2026-11-24 18:00+01:00``; without an offset, in the
+    ``TIME_ZONE`` setting). ValueError naming ``text`` otherwise."""
+    now = now or clock.now()
+    match = _DURATION.match(text)
+    if match:
+        seconds = float(match.group(1)) * _UNIT[match.group(2).lower()]
+        try:
+            return now - timedelta(seconds=seconds)
+        except OverflowError:
+            raise ValueError(f"{text!r} is too far back") from None
+    try:
+        when = parse_datetime(text.strip()) or parse_datetime(f"{text.strip()}T00:00")
+    except ValueError:
+        when = None
+    if when is None:
+        raise ValueError(
+            f"{text!r} is neither a duration (90s, 30m, 2h, 1d, 1w) nor an ISO 8601 date "
+            "and time (2026-11-24T18:00)"
+        )
+    if timezone.is_naive(when):
+        when = timezone.make_aware(when, timezone.get_default_timezone())
+    return when

@@ -140,6 +140,9 @@ LAYERS = [
         "metrics",
         "views",
         "urls",
+        "overview",
+        "charts",
+        "celery_beat",
     ),
 ]
 

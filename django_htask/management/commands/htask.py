@@ -15,6 +15,12 @@
     one line, ``healthy: …`` (exit 0) or ``unhealthy: …`` (exit 1): the database
     answers, a node (or node ID) is live and no due work waits longer than SECONDS
     (60); for probes and cron (see :mod:`django_htask.health`).
+``htask import-celery-beat [--dry-run] [--map CELERY_NAME=module:function …]``
+    create a schedule for each of django-celery-beat's periodic tasks, listing what
+    is not carried over and why (see :mod:`django_htask.celery_beat`).
+``htask retry ID… | --failed-since WHEN``
+    send failed one-off tasks again (the admin's *Send again*): a fresh attempt count,
+    their run history kept (see :func:`django_htask.operations.send_again`).
 
 Exit codes: 0 done; 1 the run failed or the scheduler is unhealthy; 2 bad usage or an
 unknown schedule name.
@@ -38,6 +44,8 @@ from django_htask.operations import (
     node_alive,
     node_state,
     run_schedule_inline,
+    send_again,
+    since_time,
     upcoming_runs,
     validate_zone,
 )
@@ -84,10 +92,32 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help=f"due work waiting longer is late ({DEFAULT_MAX_LATE:g})",
         )
+        beat = sub.add_parser(
+            "import-celery-beat", help="create schedules from django-celery-beat's tasks"
+        )
+        beat.add_argument("--dry-run", action="store_true", help="show what, write nothing")
+        beat.add_argument(
+            "--map",
+            dest="mapping",
+            nargs="+",
+            action="extend",
+            default=[],
+            metavar="CELERY_NAME=module:function",
+            help="run this celery task name as this registered function",
+        )
+
+        retry = sub.add_parser("retry", help="send failed one-off tasks again")
+        retry.add_argument("ids", nargs="*", type=int, metavar="ID", help="the tasks' ids")
+        retry.add_argument(
+            "--failed-since",
+            default=None,
+            metavar="WHEN",
+            help="every task failed since WHEN: a duration back (2h, 1d) or ISO 8601",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
-        getattr(self, f"do_{action}")(**options)
+        getattr(self, f"do_{action.replace('-', '_')}")(**options)
 
     # -- list ------------------------------------------------------------------------
     def do_list(self, runs: int, **options: Any) -> None:
@@ -231,3 +261,52 @@ class Command(BaseCommand):
             self.stderr.write(verdict.line())
             raise SystemExit(UNHEALTHY)  # one line, no "CommandError:" prefix (cf. --check)
         self.stdout.write(verdict.line())
+
+    # -- retry -----------------------------------------------------------------------
+    def do_retry(self, ids: list[int], failed_since: str | None, **options: Any) -> None:
+        if bool(ids) == (failed_since is not None):
+            raise CommandError("give task ids or --failed-since WHEN (not both)", returncode=USAGE)
+        if failed_since is not None:
+            try:
+                cutoff = since_time(failed_since)
+            except ValueError as exc:
+                raise CommandError(f"--failed-since: {exc}", returncode=USAGE) from exc
+            ids = list(
+                Task.objects.filter(status=TaskStatus.FAILED, finished_at__gte=cutoff)
+                .order_by("pk")
+                .values_list("pk", flat=True)
+            )
+            if not ids:
+                self.stdout.write(f"no task failed since {cutoff:%Y-%m-%d %H:%M:%S %Z}")
+                return
+        else:
+            known = set(Task.objects.filter(pk__in=ids).values_list("pk", flat=True))
+            unknown = [pk for pk in ids if pk not in known]
+            if unknown:
+                raise CommandError(
+                    f"no task with id {', '.join(map(str, unknown))}: nothing sent",
+                    returncode=USAGE,
+                )
+        result = send_again(ids)
+        for pk, status in sorted(result.not_failed.items()):
+            self.stderr.write(f"task {pk} is {status}, not failed: left alone")
+        sent = ", ".join(map(str, result.sent)) or "none"
+        self.stdout.write(f"sent again: {len(result.sent)} task(s) ({sent})")
+
+    # -- import-celery-beat ----------------------------------------------------------
+    def do_import_celery_beat(self, dry_run: bool, mapping: list[str], **options: Any) -> None:
+        from django_htask.celery_beat import import_celery_beat, parse_map  # noqa: PLC0415
+
+        try:
+            report = import_celery_beat(parse_map(mapping), dry_run=dry_run)
+        except ImportError as exc:
+            raise CommandError(str(exc), returncode=USAGE) from exc
+        except ValueError as exc:
+            raise CommandError(str(exc), returncode=USAGE) from exc
+        for item in report.items:
+            self.stdout.write(item.line())
+            for note in item.notes:
+                self.stdout.write(f"    note: {note}")
+            for note in item.not_carried:
+                self.stdout.write(f"    not carried over: {note}")
+        self.stdout.write(report.summary())

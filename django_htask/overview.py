@@ -1,0 +1,549 @@
+"""What the admin's overview page shows, read in a few bounded queries.
+
+:func:`read_overview`
+    the nodes, the last 24 hours (runs per hour by outcome, lateness p50/p99 per
+    hour, the schedules failing most) and the next 24 hours (upcoming occurrences
+    per minute, the busiest minutes).
+:func:`recent_runs`
+    the last runs of several schedules (the strip of marks in the schedule list and
+    on a schedule's page), in one query.
+
+Every query is bounded so that 100k schedules and 1M runs stay fast (see "Queries at
+scale" in ``docs/admin.md`` and ``bench/overview.py``):
+
+- the runs of the last 24 h are counted by the database, grouped by hour and status,
+  through the index on ``Run.started_at``; lateness percentiles are computed here from
+  at most :data:`LATENESS_SAMPLE` rows (every k-th run by id when there are more);
+- the next 24 h are computed from each enabled schedule's stored ``next_run_at``
+  (index ``htask_sched_due``) and its text: schedules sharing text, zone and
+  ``next_run_at`` are counted once (a ``GROUP BY``); an ``@every`` of whole minutes is
+  added up once per first minute and interval (no ``next_after`` call); any other
+  group follows its schedule for at most :data:`OCCURRENCE_CAP` occurrences, and all
+  of those together for at most :data:`OCCURRENCE_BUDGET`; past it, a group counts
+  only its stored ``next_run_at`` and the page says the timeline is partial;
+- a schedule's last runs are read through the index ``htask_run_recent``
+  (``schedule``, ``started_at``): one ``SELECT … LIMIT 20`` per schedule of the page,
+  joined by ``UNION ALL`` in one query.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db.models import (
+    Case,
+    Count,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce, Mod
+
+from . import clock
+from .conf import get_settings
+from .models import Node, Run, RunStatus, Schedule, Task, TaskStatus
+from .operations import node_state
+
+__all__ = [
+    "FAILING_SHOWN",
+    "HOURS",
+    "LATENESS_SAMPLE",
+    "NODES_SHOWN",
+    "OCCURRENCE_BUDGET",
+    "OCCURRENCE_CAP",
+    "OUTCOMES",
+    "STRIP",
+    "Failing",
+    "Hour",
+    "NodeLine",
+    "Overview",
+    "RunMark",
+    "Timeline",
+    "next_hours",
+    "read_overview",
+    "recent_runs",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Hours looked back and ahead.
+HOURS = 24
+#: Runs in a schedule's strip.
+STRIP = 20
+#: Schedules listed as failing most.
+FAILING_SHOWN = 10
+#: Nodes listed (the most recent heartbeats first).
+NODES_SHOWN = 50
+#: Runs read, at most, for the lateness percentiles of the last 24 h.
+LATENESS_SAMPLE = 10_000
+#: Occurrences followed, at most, per group of schedules in the next 24 h (one a
+#: minute; a schedule firing more often is counted for its first 1440).
+OCCURRENCE_CAP = 1440
+#: Occurrences computed, at most, for the whole timeline.
+OCCURRENCE_BUDGET = 200_000
+#: Busiest minutes listed.
+BUSIEST_SHOWN = 10
+#: The outcomes of runs, in the order the charts stack them.
+OUTCOMES = (
+    RunStatus.SUCCEEDED,
+    RunStatus.FAILED,
+    RunStatus.MISSED,
+    RunStatus.SKIPPED,
+    RunStatus.RUNNING,
+)
+#: Outcomes whose lateness (started minus scheduled) is a scheduler's delay; a missed
+#: or skipped occurrence is recorded when it is noticed, not started.
+_STARTED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.RUNNING)
+
+
+@dataclass(frozen=True)
+class NodeLine:
+    """A node as the overview lists it: its state, heartbeat age and work."""
+
+    id: str
+    hostname: str
+    pid: int
+    state: str  # live, dead, stopped
+    heartbeat_age: float  # seconds
+    queues: str
+    leased_tasks: int  # tasks it holds (locked_by), whatever their status
+    running_tasks: int
+    running_runs: int  # schedule runs it is running
+
+    @property
+    def heartbeat_text(self) -> str:
+        """The heartbeat's age in words: ``4.2 s``, ``12 min``, ``3 h``, ``2 days``."""
+        age = self.heartbeat_age
+        if age < 90:
+            return f"{age:.1f} s"
+        if age < 90 * 60:
+            return f"{age / 60:.0f} min"
+        if age < 48 * 3600:
+            return f"{age / 3600:.0f} h"
+        return f"{age / 86400:.0f} days"
+
+
+@dataclass(frozen=True)
+class Hour:
+    """One hour of the last 24: runs started in it by outcome, and their lateness."""
+
+    start: datetime
+    counts: dict[str, int]
+    p50: float | None  # seconds from due to started, of runs started in the hour
+    p99: float | None
+    lateness_runs: int  # the runs the percentiles were computed from
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class Failing:
+    """A schedule with failed runs in the last 24 h."""
+
+    schedule_id: int
+    name: str
+    failed: int
+    runs: int  # all its runs in the window
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Upcoming occurrences of the enabled schedules, per minute, from ``start``.
+
+    ``per_minute[i]`` counts the occurrences due in minute ``start + i``.
+    ``overdue``: schedules whose stored ``next_run_at`` is already past (the
+    scheduler fires them as soon as it sees them; they are not in ``per_minute``).
+    ``capped``: schedules followed for :data:`OCCURRENCE_CAP` occurrences only.
+    ``partial``: the :data:`OCCURRENCE_BUDGET` ran out; later groups count only their
+    stored ``next_run_at``. ``invalid``: schedules whose text no longer parses.
+    """
+
+    start: datetime
+    per_minute: list[int]
+    schedules: int
+    overdue: int = 0
+    capped: int = 0
+    partial: bool = False
+    invalid: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.per_minute)
+
+    def busiest(self, count: int = BUSIEST_SHOWN) -> list[tuple[datetime, int]]:
+        """The ``count`` busiest minutes, busiest first (earliest first among equals)."""
+        ranked = sorted(
+            ((n, i) for i, n in enumerate(self.per_minute) if n), key=lambda p: (-p[0], p[1])
+        )
+        return [(self.start + timedelta(minutes=i), n) for n, i in ranked[:count]]
+
+
+@dataclass(frozen=True)
+class RunMark:
+    """One run in a schedule's strip."""
+
+    id: int
+    status: str
+    started_at: datetime | None
+    scheduled_for: datetime | None
+    duration: float | None
+    error: str
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Everything the overview page shows, read at ``now``."""
+
+    now: datetime
+    nodes: list[NodeLine]
+    node_timeout: float
+    hours: list[Hour]
+    failing: list[Failing]
+    timeline: Timeline
+    lateness_sampled: bool = False
+    tasks: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def live_nodes(self) -> int:
+        return sum(1 for n in self.nodes if n.state == "live")
+
+    @property
+    def runs_total(self) -> dict[str, int]:
+        totals: Counter[str] = Counter()
+        for hour in self.hours:
+            totals.update(hour.counts)
+        return {status: totals[status] for status in OUTCOMES}
+
+
+def read_overview(now: datetime | None = None, *, using: str = "default") -> Overview:
+    """The overview at ``now`` (default: the clock's)."""
+    now = now or clock.now()
+    hours, sampled = last_hours(now, using=using)
+    return Overview(
+        now=now,
+        nodes=nodes(now, using=using),
+        node_timeout=get_settings().node_timeout,
+        hours=hours,
+        failing=failing_most(now, using=using),
+        timeline=next_hours(now, using=using),
+        lateness_sampled=sampled,
+        tasks=task_counts(using=using),
+    )
+
+
+# -- nodes -------------------------------------------------------------------------------
+def _count(queryset: QuerySet[Any], by: str) -> Subquery:
+    grouped = queryset.order_by().values(by).annotate(c=Count("pk")).values("c")
+    return Subquery(grouped[:1], output_field=IntegerField())
+
+
+def nodes(now: datetime, *, using: str = "default") -> list[NodeLine]:
+    """The :data:`NODES_SHOWN` nodes heard from last, with their work (one query)."""
+    mine = Task.objects.using(using).filter(locked_by=OuterRef("id"))
+    runs = Run.objects.using(using).filter(node=OuterRef("id"), status=RunStatus.RUNNING, task=None)
+    rows = (
+        Node.objects.using(using)
+        .annotate(
+            n_leased=_count(mine, "locked_by"),
+            n_tasks=_count(mine.filter(status=TaskStatus.RUNNING), "locked_by"),
+            n_runs=_count(runs, "node"),
+        )
+        .order_by("-last_heartbeat")[:NODES_SHOWN]
+    )
+    return [
+        NodeLine(
+            id=row.id,
+            hostname=row.hostname,
+            pid=row.pid,
+            state=node_state(row, now),
+            heartbeat_age=max(0.0, (now - row.last_heartbeat).total_seconds()),
+            queues=row.queues,
+            leased_tasks=row.n_leased or 0,
+            running_tasks=row.n_tasks or 0,
+            running_runs=row.n_runs or 0,
+        )
+        for row in rows
+    ]
+
+
+def task_counts(*, using: str = "default") -> dict[str, int]:
+    """One-off tasks pending and running (index on ``status``)."""
+    rows = (
+        Task.objects.using(using)
+        .filter(status__in=(TaskStatus.PENDING, TaskStatus.RUNNING))
+        .order_by()
+        .values_list("status")
+        .annotate(n=Count("id"))
+    )
+    counts = {TaskStatus.PENDING.value: 0, TaskStatus.RUNNING.value: 0}
+    counts.update({str(status): n for status, n in rows})
+    return counts
+
+
+# -- the last 24 hours -------------------------------------------------------------------
+def window_start(now: datetime, hours: int = HOURS) -> datetime:
+    """The start of the first of ``hours`` whole hours ending with the current one."""
+    top = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return top - timedelta(hours=hours - 1)
+
+
+def last_hours(
+    now: datetime, hours: int = HOURS, *, using: str = "default"
+) -> tuple[list[Hour], bool]:
+    """The runs started in each of the last ``hours`` hours (the current one last),
+    by outcome, with lateness p50/p99; and whether the lateness was sampled."""
+    since = window_start(now, hours)
+    recent = Run.objects.using(using).filter(started_at__gte=since).order_by()
+    # The hour of each run as a number from a CASE over the hours' bounds (plain
+    # comparisons, no date function per row); grouped by it alone, the outcomes counted
+    # apart: grouped by status too, SQLite would scan the status index (the whole
+    # table) rather than the range of started_at.
+    hour = Case(
+        *[
+            When(started_at__lt=since + timedelta(hours=i + 1), then=Value(i))
+            for i in range(hours - 1)
+        ],
+        default=Value(hours - 1),
+        output_field=IntegerField(),
+    )
+    counts: dict[int, Counter[str]] = {}
+    per_hour = (
+        recent.annotate(hour=hour)
+        .values("hour")
+        .annotate(**{str(s): Count("id", filter=Q(status=s)) for s in OUTCOMES})
+    )
+    for row in per_hour:
+        values: dict[str, Any] = dict(row)
+        counts[values.pop("hour")] = Counter(values)
+    started = sum(c[s] for c in counts.values() for s in _STARTED)
+    timed = recent.filter(status__in=_STARTED, scheduled_for__isnull=False)
+    step = math.ceil(started / LATENESS_SAMPLE) if started > LATENESS_SAMPLE else 1
+    if step > 1:
+        timed = timed.alias(bucket=Mod("id", step)).filter(bucket=0)
+    lateness: dict[int, list[float]] = {}
+    for index, started_at, scheduled_for in timed.annotate(hour=hour).values_list(
+        "hour", "started_at", "scheduled_for"
+    ):
+        if started_at is None or scheduled_for is None:  # excluded by the filter
+            continue
+        delay = max(0.0, (started_at - scheduled_for).total_seconds())
+        lateness.setdefault(index, []).append(delay)
+    result = []
+    for i in range(hours):
+        start = since + timedelta(hours=i)
+        late = sorted(lateness.get(i, []))
+        by_status = counts.get(i, Counter())
+        result.append(
+            Hour(
+                start=start,
+                counts={status: by_status[status] for status in OUTCOMES},
+                p50=_percentile(late, 0.50),
+                p99=_percentile(late, 0.99),
+                lateness_runs=len(late),
+            )
+        )
+    return result, step > 1
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile of sorted values, nearest rank (None for no values)."""
+    if not ordered:
+        return None
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
+
+
+def failing_most(
+    now: datetime, hours: int = HOURS, limit: int = FAILING_SHOWN, *, using: str = "default"
+) -> list[Failing]:
+    """The schedules with the most failed runs started in the last ``hours`` hours."""
+    since = window_start(now, hours)
+    recent = Run.objects.using(using).filter(started_at__gte=since).order_by()
+    # Through the index htask_run_outcome (status, started_at). Grouped by a plain
+    # schedule_id, SQLite would rather scan the whole of htask_run_recent in schedule
+    # order (to group without sorting) than sort the few failures: COALESCE hides that
+    # order from it. Tasks' runs (no schedule, 0 here) are dropped after.
+    top = [
+        {"schedule_id": row["sid"], "failed": row["failed"]}
+        for row in recent.filter(status=RunStatus.FAILED)
+        .values(sid=Coalesce("schedule_id", 0))
+        .annotate(failed=Count("id"))
+        .order_by("-failed", "sid")[: limit + 1]
+        if row["sid"]
+    ][:limit]
+    # All runs of those few only (index htask_run_recent), not of every schedule.
+    totals = dict(
+        recent.filter(schedule_id__in=[r["schedule_id"] for r in top])
+        .values_list("schedule_id")
+        .annotate(n=Count("id"))
+    )
+    rows = [{**r, "runs": totals.get(r["schedule_id"], r["failed"])} for r in top]
+    names = dict(
+        Schedule.objects.using(using)
+        .filter(pk__in=[r["schedule_id"] for r in rows])
+        .values_list("pk", "name")
+    )
+    return [
+        Failing(
+            schedule_id=r["schedule_id"],
+            name=names.get(r["schedule_id"], f"#{r['schedule_id']}"),
+            failed=r["failed"],
+            runs=r["runs"],
+        )
+        for r in rows
+    ]
+
+
+# -- the next 24 hours -------------------------------------------------------------------
+def next_hours(
+    now: datetime,
+    hours: int = HOURS,
+    *,
+    cap: int = OCCURRENCE_CAP,
+    budget: int = OCCURRENCE_BUDGET,
+    using: str = "default",
+) -> Timeline:
+    """The occurrences the enabled schedules fire in the next ``hours`` hours, per
+    minute from the current minute (see the module's docstring for the bounds).
+
+    Each occurrence follows the stored ``next_run_at`` with the schedule's own
+    ``next_after``, as the scheduler does; an overdue schedule is counted in
+    ``overdue`` and then from its next occurrence after ``now``."""
+    from django_htask.engine import parse_schedule  # noqa: PLC0415
+
+    start = now.astimezone(UTC).replace(second=0, microsecond=0)
+    horizon = start + timedelta(hours=hours)
+    minutes = hours * 60
+    per_minute = [0] * minutes
+    groups = (
+        Schedule.objects.using(using)
+        .filter(enabled=True, broken="", next_run_at__lt=horizon)
+        .order_by()
+        .values_list("schedule", "timezone", "next_run_at")
+        .annotate(n=Count("id"))
+        .order_by("next_run_at")
+    )
+    schedules = overdue = capped = invalid = 0
+    partial = False
+    left = budget
+    combs: Counter[tuple[int, int]] = Counter()
+    for text, zone, stored, n in groups:
+        schedules += n
+        if stored <= now:
+            overdue += n
+        if left <= 0:  # the budget is spent: the stored occurrence only
+            partial = True
+            _add(per_minute, start, stored, horizon, n)
+            continue
+        try:
+            parsed = parse_schedule(text, tz=zone or None)
+        except (ValueError, LookupError):
+            invalid += n
+            _add(per_minute, start, stored, horizon, n)
+            continue
+        when: datetime | None = stored
+        if stored <= now:
+            when = parsed.next_after(now)
+            left -= 1
+        minutes_apart = _whole_minutes_apart(parsed)
+        if minutes_apart and when is not None and start <= when < horizon:
+            # Every m minutes from the first: added up once per (first minute, m).
+            first = int((when - start).total_seconds() // 60)
+            combs[(first, minutes_apart)] += n
+            continue
+        followed = 0
+        while when is not None and when < horizon:
+            if followed >= cap:
+                capped += n
+                break
+            if left <= 0:
+                partial = True
+                break
+            _add(per_minute, start, when, horizon, n)
+            followed += 1
+            left -= 1
+            when = parsed.next_after(when)
+    for (first, apart), n in combs.items():  # at most 1440 steps per distinct m
+        for i in range(first, minutes, apart):
+            per_minute[i] += n
+    return Timeline(
+        start=start,
+        per_minute=per_minute,
+        schedules=schedules,
+        overdue=overdue,
+        capped=capped,
+        partial=partial,
+        invalid=invalid,
+    )
+
+
+def _whole_minutes_apart(parsed: Any) -> int:
+    """``m`` when every occurrence of ``parsed`` is ``m`` whole minutes after the one
+    before (an ``@every`` of whole minutes, without jitter or end), else 0."""
+    from django_htask.engine import IntervalSchedule  # noqa: PLC0415
+
+    if not isinstance(parsed, IntervalSchedule) or parsed.jitter or parsed.end is not None:
+        return 0
+    seconds = parsed.seconds
+    if seconds < 60 or seconds % 60:
+        return 0
+    return int(seconds // 60)
+
+
+def _add(
+    per_minute: list[int], start: datetime, when: datetime | None, horizon: datetime, n: int
+) -> None:
+    if when is None or not start <= when < horizon:
+        return
+    per_minute[int((when - start).total_seconds() // 60)] += n
+
+
+# -- a schedule's last runs --------------------------------------------------------------
+def recent_runs(
+    schedule_ids: Iterable[int], count: int = STRIP, *, using: str = "default"
+) -> dict[int, list[RunMark]]:
+    """The last ``count`` runs of each schedule (oldest first), in one query:
+    ``id IN (… UNION ALL …)`` of one ``SELECT id … ORDER BY started_at DESC LIMIT count``
+    per schedule, each an index range on ``(schedule, started_at)``."""
+    ids = sorted(set(schedule_ids))
+    found: dict[int, list[RunMark]] = {pk: [] for pk in ids}
+    if not ids:
+        return found
+    runs = Run.objects.using(using)
+    # One subquery compiled once, repeated per schedule: compiling a hundred through the
+    # ORM would cost more than running them. Each is wrapped so that its LIMIT is
+    # allowed in a UNION ALL (SQLite, PostgreSQL).
+    inner = runs.filter(schedule_id=0).order_by("-started_at", "-id").values("id")[:count]
+    sql, params = inner.query.sql_with_params()
+    if list(params) != [0]:  # pragma: no cover - Django inlines the LIMIT
+        raise AssertionError(f"unexpected parameters {params!r} in {sql}")
+    union = " UNION ALL ".join(f"SELECT * FROM ({sql}) AS htask_last_{i}" for i in range(len(ids)))
+    rows = (
+        runs.filter(id__in=RawSQL(union, ids))  # our own SQL, the ids as parameters
+        .order_by()
+        .values_list(
+            "id", "schedule_id", "status", "started_at", "scheduled_for", "duration", "error"
+        )
+    )
+    for run_id, schedule_id, status, started_at, scheduled_for, duration, error in rows:
+        first = error.splitlines()[0][:200] if error else ""
+        found[schedule_id].append(
+            RunMark(run_id, status, started_at, scheduled_for, duration, first)
+        )
+    oldest = datetime.min.replace(tzinfo=UTC)
+    for marks in found.values():
+        marks.sort(key=lambda m: (m.started_at or oldest, m.id))
+    return found

@@ -5,6 +5,7 @@ The SQLite test database is a file (not ``:memory:``): the scheduler's threads a
 SQLite's ordinary locking with a busy timeout.
 """
 
+import importlib.util
 import os
 import tempfile
 
@@ -20,6 +21,10 @@ INSTALLED_APPS = [
     "django_htask",
     "tests.integration.testapp",
 ]
+# tests/integration/test_celery_beat.py imports from django-celery-beat's real tables
+# (a test-only dependency, absent where it does not support the Django version).
+if importlib.util.find_spec("django_celery_beat") is not None:
+    INSTALLED_APPS.append("django_celery_beat")
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",

@@ -36,6 +36,7 @@ from .schedules import (
     IntervalSchedule,
     OnceSchedule,
     Schedule,
+    SolarSchedule,
     describe,
     parse_schedule,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "Scheduler",
     "SchedulerClosed",
     "SchedulerFull",
+    "SolarSchedule",
     "SystemClock",
     "TaskContainer",
     "TimerHandle",

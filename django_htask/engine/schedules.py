@@ -8,6 +8,8 @@ canonical ``str()`` that :func:`parse_schedule` reads back to an equal value.
   of Vixie/ISC cron (see :meth:`CronSchedule.next_after`).
 * :class:`IntervalSchedule`: elapsed time, unaffected by DST.
 * :class:`OnceSchedule`: one instant.
+* :class:`SolarSchedule`: a solar event (sunrise, sunset, a dawn …) at a place, by the
+  optional astral library.
 
 Text forms read by :func:`parse_schedule`::
 
@@ -18,6 +20,7 @@ Text forms read by :func:`parse_schedule`::
     @every 90s   @every 5m   @every 1h30m   @every 500ms   @every 14d
     CRON_TZ=Asia/Tokyo 30 4 * * *  (or TZ=Asia/Tokyo)
     @once 2027-01-01T09:00+09:00
+    @solar sunset 48.85 2.35       event latitude longitude (needs astral)
 
 and optional prefixes ``FROM=<iso>`` and ``UNTIL=<iso>`` (no occurrence before / after
 these instants), and, after ``@every``, ``anchor=<iso>``, ``jitter=<duration>`` and
@@ -30,17 +33,19 @@ import functools
 import math
 import re
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import TypeAlias
+from typing import SupportsFloat, TypeAlias
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .cron_expression import CronExpression, compile_cron, split_fields
 from .errors import InvalidSchedule
+from .solar import EVENTS, event_on, local_mean_time, require_astral
 
 __all__ = [
     "CronSchedule",
     "IntervalSchedule",
     "OnceSchedule",
     "Schedule",
+    "SolarSchedule",
     "describe",
     "format_duration",
     "parse_duration",
@@ -472,7 +477,97 @@ class OnceSchedule(_Bounded):
         return (self.at.astimezone(UTC), self.at.utcoffset())
 
 
-Schedule: TypeAlias = CronSchedule | IntervalSchedule | OnceSchedule
+class SolarSchedule(_Bounded):
+    """A solar event at a place, every day it happens.
+
+    ``event`` is one of django-celery-beat's names (``dawn_astronomical``,
+    ``dawn_nautical``, ``dawn_civil``, ``sunrise``, ``solar_noon``, ``sunset``,
+    ``dusk_civil``, ``dusk_nautical``, ``dusk_astronomical``); ``latitude`` is north
+    positive (-90 to 90) and ``longitude`` east positive (-180 to 180). The times are
+    the astral library's (an optional dependency: ``pip install django-htask[solar]``).
+    A day on which the event does not happen (the polar day or night) is skipped.
+    """
+
+    __slots__ = ("event", "latitude", "longitude")
+
+    event: str
+    latitude: float
+    longitude: float
+
+    #: Days searched for the next event before giving up (more than a year: at
+    #: the poles some events happen once a year).
+    SEARCH_DAYS = 400
+
+    def __init__(
+        self,
+        event: str,
+        latitude: SupportsFloat | str,
+        longitude: SupportsFloat | str,
+        *,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> None:
+        if not isinstance(event, str) or event.lower() not in EVENTS:
+            raise InvalidSchedule(
+                f"unknown solar event {event!r}; expected one of {', '.join(EVENTS)}"
+            )
+        lat = _coordinate(latitude, "latitude", 90)
+        lon = _coordinate(longitude, "longitude", 180)
+        require_astral()
+        object.__setattr__(self, "event", event.lower())
+        object.__setattr__(self, "latitude", lat)
+        object.__setattr__(self, "longitude", lon)
+        self._set_bounds(start, end)
+
+    def next_after(self, dt: datetime) -> datetime | None:
+        """The first event strictly after ``dt`` (aware), as UTC; None if never."""
+        after = self._floor(_instant(dt, "dt"))
+        if self.end is not None and after >= self.end:
+            return None
+        # Local mean time days, in order: each holds at most one event, and a later
+        # day's event is later (see solar.local_mean_time).
+        day = after.astimezone(local_mean_time(self.longitude)).date() - timedelta(days=1)
+        try:
+            for _ in range(self.SEARCH_DAYS):
+                found = event_on(self.event, self.latitude, self.longitude, day)
+                if found is not None and found > after:
+                    return self._clip(found)
+                day += timedelta(days=1)
+        except OverflowError:
+            return None
+        return None
+
+    def __str__(self) -> str:
+        return (
+            f"{self._bounds_prefix()}@solar {self.event} "
+            f"{_format_coordinate(self.latitude)} {_format_coordinate(self.longitude)}"
+        )
+
+    def __repr__(self) -> str:
+        return f"SolarSchedule({str(self)!r})"
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.event, self.latitude, self.longitude, self.start, self.end)
+
+
+def _coordinate(value: SupportsFloat | str, what: str, limit: int) -> float:
+    if isinstance(value, bool):
+        raise InvalidSchedule(f"{what} must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidSchedule(f"{what} {value!r} is not a number") from None
+    if not math.isfinite(number) or not -limit <= number <= limit:
+        raise InvalidSchedule(f"{what} must be from -{limit} to {limit} degrees, got {value!r}")
+    return number + 0.0  # -0.0 is 0.0
+
+
+def _format_coordinate(value: float) -> str:
+    text = repr(value)
+    return text.removesuffix(".0")
+
+
+Schedule: TypeAlias = CronSchedule | IntervalSchedule | OnceSchedule | SolarSchedule
 
 
 # -- DST helpers ----------------------------------------------------------------------
@@ -635,6 +730,13 @@ def _parse(text: str, default_zone: ZoneInfo) -> Schedule:
         return OnceSchedule(_parse_instant(words[1], zone, "@once time"), zone)
     if head == "@every":
         return _parse_every(words[1:], text, zone, start, end)
+    if head == "@solar":
+        if len(words) != 4:
+            raise InvalidSchedule(
+                "@solar takes an event, a latitude and a longitude, such as "
+                f"'@solar sunset 48.85 2.35'; got {text!r}"
+            )
+        return SolarSchedule(words[1], words[2], words[3], start=start, end=end)
     return CronSchedule(" ".join(words), zone, start=start, end=end)
 
 
@@ -689,6 +791,12 @@ def describe(schedule: object) -> str:
             text += f" (up to {_describe_seconds(schedule.jitter)} later)"
     elif isinstance(schedule, OnceSchedule):
         return f"once at {schedule.at.isoformat()}"
+    elif isinstance(schedule, SolarSchedule):
+        text = (
+            f"every day at {EVENTS[schedule.event]} (latitude "
+            f"{_format_coordinate(schedule.latitude)}, longitude "
+            f"{_format_coordinate(schedule.longitude)})"
+        )
     else:
         raise TypeError(f"expected a schedule, got {schedule!r}")
     if schedule.start is not None:
@@ -709,6 +817,9 @@ def _describe_cron(cron: CronExpression) -> str:
         text = str(ExpressionDescriptor(" ".join(cron.fields), options).get_description())
     except Exception:  # cron-descriptor does not know every croniter form
         return f"cron {cron.text}"
+    # cron-descriptor 1.x says "At 08:30, every day, only on Monday" where 2.x says
+    # "At 08:30, only on Monday": the same sentence from either.
+    text = text.replace(", every day, ", ", ")
     for suffix in (", every day", ", every hour", ", every minute"):
         text = text.removesuffix(suffix)
     match = re.fullmatch(r"At (\d\d:\d\d(?::\d\d)?)", text)

@@ -2,10 +2,9 @@
 
 ``task_scheduled(sender=Task, task=...)``
     after a one-off task is stored and committed (from :func:`django_htask.schedule`).
-``run_started(sender=Run, name=..., function=..., node=..., schedule_id=..., task_id=...,
-scheduled_for=..., attempt=...)``
+``run_started(sender=Run, name, function, node, schedule_id, task_id, scheduled_for, attempt)``
     in ``runscheduler``, on the worker thread, just before the function is called.
-``run_finished(sender=Run, ..., status=..., error=..., duration=...)``
+``run_finished(sender=Run, ..., status, error, duration)``
     in ``runscheduler``, on the worker thread, when the call returned or raised.
 
 Receivers run on the thread that sends; an exception in one is logged, never raised

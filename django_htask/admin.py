@@ -550,14 +550,21 @@ class RunAdmin(_ReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="error")
     def short_error(self, obj: Run) -> str:
-        first = obj.error.splitlines()[0] if obj.error else ""
-        return first if len(first) <= 80 else first[:79] + "…"
+        return _first_line(obj.error)
 
     @admin.display(description="traceback")
     def traceback_text(self, obj: Run) -> SafeString | str:
-        if not obj.traceback:
-            return "-"
-        return format_html("<pre>{}</pre>", obj.traceback)
+        return _preformatted(obj.traceback)
+
+
+def _first_line(error: str) -> str:
+    """An error's first line, cut at 80 characters (a changelist column)."""
+    first = error.splitlines()[0] if error else ""
+    return first if len(first) <= 80 else first[:79] + "…"
+
+
+def _preformatted(traceback: str) -> SafeString | str:
+    return format_html("<pre>{}</pre>", traceback) if traceback else "-"
 
 
 # -- tasks -------------------------------------------------------------------------------
@@ -616,8 +623,7 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="last error")
     def short_error(self, obj: Task) -> str:
-        first = obj.last_error.splitlines()[0] if obj.last_error else ""
-        return first if len(first) <= 80 else first[:79] + "…"
+        return _first_line(obj.last_error)
 
     @admin.display(description="call")
     def call(self, obj: Task) -> str:
@@ -631,7 +637,7 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="traceback")
     def traceback_text(self, obj: Task) -> SafeString | str:
-        return format_html("<pre>{}</pre>", obj.traceback) if obj.traceback else "-"
+        return _preformatted(obj.traceback)
 
     def save_model(self, request: HttpRequest, obj: Task, form: Any, change: bool) -> None:
         from .api import reschedule  # noqa: PLC0415

@@ -128,6 +128,7 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
         model = Schedule
         fields = (
             "name",
+            "description",
             "function",
             "schedule",
             "timezone",
@@ -281,7 +282,8 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     )
 
     def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
-        main = ["name", "function", "schedule", "timezone", "enabled", "call_args", "call_kwargs"]
+        main = ["name", "description", "function", "schedule", "timezone", "enabled"]
+        main += ["call_args", "call_kwargs"]
         fieldsets: list[tuple[str | None, dict[str, Any]]] = [
             (None, {"fields": main}),
             (

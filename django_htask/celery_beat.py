@@ -17,6 +17,7 @@ clocked                    ``@once`` at that time
 solar                      ``@solar EVENT LAT LON``
 ``args``, ``kwargs``       the call, checked against the function's signature
 ``enabled``                ``enabled``
+``description``            ``description``
 ``one_off``                ``@once`` at the schedule's first occurrence
 ``start_time``             ``FROM=`` (a clocked one runs at the later of the two)
 ``expires``                ``UNTIL=`` (a clocked one: ``grace`` up to it)
@@ -24,7 +25,7 @@ solar                      ``@solar EVENT LAT LON``
 =========================  ============================================================
 
 Anything else set on a periodic task (``queue``, ``exchange``, ``routing_key``,
-``headers``, ``priority``, ``description``) has no equivalent; each import lists it
+``headers``, ``priority``) has no equivalent; each import lists it
 for the task it was set on, with the reason. A task that cannot be carried over at
 all (an unknown function, arguments that do not fit, a schedule we cannot express)
 is skipped and listed with the reason; nothing is dropped silently.
@@ -233,6 +234,7 @@ def _import_one(
         args, kwargs = _call_of(task)
         row = Schedule(
             name=name,
+            description=str(task.description or "").strip(),
             function=function,
             schedule=spec,
             timezone=zone,
@@ -386,7 +388,4 @@ def _not_carried(task: Any) -> list[str]:
             f"priority {task.priority}: a broker's message priority; a schedule has none "
             "(its runs start when due)"
         )
-    if str(task.description or "").strip():
-        first = str(task.description).strip().splitlines()[0][:80]
-        notes.append(f"description {first!r}: a schedule has no description field")
     return notes

@@ -129,6 +129,10 @@ class Schedule(models.Model):
     """A periodic job: a registered function, its arguments and when it runs."""
 
     name = models.CharField(max_length=200, unique=True)
+    # db_default: producers inserting rows by raw SQL (docs/wire-format.md) may leave it out
+    description = models.TextField(
+        blank=True, default="", db_default="", help_text="what it is for"
+    )
     function = models.CharField(
         max_length=300, help_text="registered name, package.module:qualname"
     )

@@ -153,6 +153,7 @@ def test_every_kind_is_carried_over(fake_clock: FakeClock) -> None:
         "Europe/Paris",
     )
     assert nightly.call == ((1,), {"b": 2})
+    assert nightly.description == "Adds up overnight.\nSecond line."
     assert nightly.enabled
     assert nightly.origin == Origin.ADMIN
     assert nightly.next_run_at == datetime(2030, 1, 1, 3, 30, tzinfo=UTC)  # 04:30 CET
@@ -192,7 +193,6 @@ def test_every_kind_is_carried_over(fake_clock: FakeClock) -> None:
         "not carried over: routing_key 'reports.nightly'",
         'not carried over: headers {"trace": "1"}',
         "not carried over: priority 5",
-        "not carried over: description 'Adds up overnight.'",
         "note: expire_seconds=600 became grace",
         "note: one_off: runs once",
         "celery.backend_cleanup: skipped: task 'celery.backend_cleanup' is not a "

@@ -76,9 +76,13 @@ def test_admin_schedule_invalid_cron_fix_preview_and_run_now(site: str, page: Pa
     page.goto(f"{site}/admin/django_htask/run/?q=browser-job")
     deadline = time.monotonic() + RUN_WAIT / 1000
     row = page.locator("#result_list tbody tr", has_text="browser-job")
-    while row.count() == 0 and time.monotonic() < deadline:
+
+    def finished() -> bool:  # the run row is written "running" when it fires
+        return row.count() > 0 and "succeeded" in row.first.inner_text()
+
+    while not finished() and time.monotonic() < deadline:
         page.wait_for_timeout(300)
-        page.reload()
+        page.reload()  # the page does not update by itself: look again
     expect(row.first).to_contain_text("succeeded")
 
 

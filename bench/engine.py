@@ -1,19 +1,35 @@
-"""Benchmark of the engine core: timer adds, cancels, memory, lateness and idle CPU.
+"""Benchmark of the engine core against a minimal reference, as ratios with their spread.
 
-Compares, in one run, django-htask's ``Scheduler`` with:
+The reference is the leanest correct timer thread that can be written in pure Python
+(issue 18): one thread, ``heapq`` under a ``threading.Condition``, entries
+``[due, seq, fn]`` lists, cancel sets ``entry[2] = None`` and the heap is compacted
+when half its entries are dead. Measured against it, in one process, engines
+interleaved (the order rotates every round):
 
-* ``reference``: the same job written as plainly as possible: one thread, ``heapq`` +
-  ``threading.Condition``, callbacks run inline; its cancel does what the engine's
-  must (under the lock, count at once, compact when dead entries outnumber live ones);
-* ``sched``: the standard library's ``sched.scheduler`` (its cancel is O(n), so its
-  cancel rate is measured on a sample of 1,000 cancels);
-* ``asyncio``: ``loop.call_at`` on an event loop.
+* adds/s of far-future timers: ``Scheduler.call_later`` and ``Scheduler.call_at``
+  against the reference's ``call_later`` and ``call_at`` (the reference's ``call_at``
+  takes a monotonic float, ours an aware datetime); asyncio's ``call_at`` and the
+  standard library's ``sched`` as peers;
+* cancels/s (``sched``'s cancel is O(n): a sample of 1,000);
+* a burst: 1,000 periodic jobs due on one instant, 4 workers, several periods; the
+  lateness of every run (due instant to the job's first line), its p99, for the
+  ``Scheduler`` (each job re-arms itself with ``call_at``), the ``Cron`` runner
+  (1,000 entries on ``@every``, re-armed by the runner) and the reference (its thread
+  hands each due entry to 4 worker threads through a ``queue.SimpleQueue``; each job
+  re-arms itself with the reference's ``call_at``);
+* bytes per pending timer with 1M pending, each in a fresh child process: growth of
+  the resident set (RSS) and, separately, what ``tracemalloc`` counts; both include
+  the caller's list of the handles;
+* idle CPU with 100,000 timers pending (once, in the driver).
 
-Memory is measured in a fresh child process per (implementation, N) so one
-measurement cannot hide in another's freed memory.
+By default the script is a driver: it runs the measurements above in ``--runs``
+(5) fresh processes one after another and prints each figure as the median and the
+min-max over them, ratios first (ratios are computed inside each process, so that
+the load of the machine at that moment cancels out).
 
-    python bench/engine.py            # N = 10k, 100k, 1M
-    python bench/engine.py --quick    # N = 10k, 100k; shorter lateness run
+    python bench/engine.py                # 5 processes, N = 100k, memory at 1M
+    python bench/engine.py --runs 7 --n 200000
+    python bench/engine.py --once         # one process, prints JSON
 """
 
 from __future__ import annotations
@@ -25,20 +41,25 @@ import heapq
 import itertools
 import json
 import os
+import queue
 import sched
 import statistics
+import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchutil import memory_in_child, rss_bytes
+from benchutil import rss_bytes
 
-from django_htask.engine import Scheduler
+from django_htask.engine import Cron, Scheduler
 from django_htask.engine.clock import from_us
+from django_htask.engine.wrappers import current_run
 
 FAR = 3600.0  # far-future timers: nothing fires during the add / cancel measurements
 
@@ -47,8 +68,10 @@ def noop() -> None:
     pass
 
 
+# -- the minimal reference ------------------------------------------------------------
 class Reference:
-    """The plainest correct timer thread: heapq + Condition, callbacks inline."""
+    """One thread, heapq under a Condition, ``[due, seq, fn]`` entries, callbacks inline;
+    cancel sets ``fn`` to None and compacts when half the entries are dead."""
 
     def __init__(self) -> None:
         self.heap: list[list[Any]] = []
@@ -60,8 +83,17 @@ class Reference:
         self.thread = threading.Thread(target=self.loop, daemon=True)
         self.thread.start()
 
-    def call_later(self, delay: float, fn: Callable[..., object], *args: Any) -> list[Any]:
-        entry = [time.monotonic() + delay, next(self.seq), fn, args]
+    def call_later(self, delay: float, fn: Callable[..., object]) -> list[Any]:
+        entry = [time.monotonic() + delay, next(self.seq), fn]
+        with self.cond:
+            heapq.heappush(self.heap, entry)
+            self.live += 1
+            if self.heap[0] is entry:
+                self.cond.notify()
+        return entry
+
+    def call_at(self, due: float, fn: Callable[..., object]) -> list[Any]:
+        entry = [due, next(self.seq), fn]
         with self.cond:
             heapq.heappush(self.heap, entry)
             self.live += 1
@@ -70,12 +102,9 @@ class Reference:
         return entry
 
     def cancel(self, entry: list[Any]) -> None:
-        # The same job as the engine's cancel: thread-safe, the pending count drops at
-        # once, and dead entries are compacted away when they outnumber live ones.
         with self.cond:
             if entry[2] is not None:
                 entry[2] = None
-                entry[3] = ()
                 self.live -= 1
                 self.dead += 1
                 if self.dead > self.live:
@@ -83,23 +112,35 @@ class Reference:
                     heapq.heapify(self.heap)
                     self.dead = 0
 
+    def pop_due(self, now: float) -> list[list[Any]]:
+        # Called with the condition held.
+        due = []
+        heap = self.heap
+        while heap and heap[0][0] <= now:
+            entry = heapq.heappop(heap)
+            if entry[2] is None:
+                self.dead -= 1
+            else:
+                self.live -= 1
+                due.append(entry)
+        return due
+
+    def dispatch(self, due: list[list[Any]]) -> None:
+        for entry in due:
+            entry[2]()
+
     def loop(self) -> None:
+        cond = self.cond
         while True:
-            with self.cond:
+            with cond:
                 if self.closed:
                     return
                 now = time.monotonic()
-                if self.heap and self.heap[0][0] <= now:
-                    _, _, fn, args = heapq.heappop(self.heap)
-                    if fn is None:
-                        self.dead -= 1
-                        continue
-                    self.live -= 1
-                else:
-                    self.cond.wait(self.heap[0][0] - now if self.heap else None)
+                due = self.pop_due(now)
+                if not due:
+                    cond.wait(self.heap[0][0] - now if self.heap else None)
                     continue
-            if fn is not None:
-                fn(*args)
+            self.dispatch(due)
 
     def close(self) -> None:
         with self.cond:
@@ -109,169 +150,236 @@ class Reference:
         self.thread.join()
 
 
-# -- add / cancel rates ------------------------------------------------------------------
+class ReferenceBurst(Reference):
+    """The reference for the burst: its thread hands each due call to ``workers``
+    threads through a ``queue.SimpleQueue``, passing the entry's due time."""
+
+    def __init__(self, workers: int) -> None:
+        self.queue: queue.SimpleQueue[tuple[Callable[[float], object], float] | None]
+        self.queue = queue.SimpleQueue()
+        self.workers = [threading.Thread(target=self.work, daemon=True) for _ in range(workers)]
+        for worker in self.workers:
+            worker.start()
+        super().__init__()
+
+    def dispatch(self, due: list[list[Any]]) -> None:
+        put = self.queue.put
+        for entry in due:
+            put((entry[2], entry[0]))
+
+    def work(self) -> None:
+        get = self.queue.get
+        while (item := get()) is not None:
+            item[0](item[1])
+
+    def close(self) -> None:
+        super().close()
+        for _ in self.workers:
+            self.queue.put(None)
+        for worker in self.workers:
+            worker.join()
+
+
+# -- adds and cancels -----------------------------------------------------------------
 def rates(impl: str, n: int) -> dict[str, float]:
-    """Adds/s and cancels/s for n far-future timers."""
+    """Adds/s (call_later, and call_at where there is one) and cancels/s of n far-future
+    timers."""
     delays = [FAR + (i % 1000) for i in range(n)]
+    out: dict[str, float] = {}
     gc.collect()
     if impl == "htask":
         s = Scheduler(workers=4, name="bench")
-        t0 = time.perf_counter()
         call_later = s.call_later
+        t0 = time.perf_counter()
         handles = [call_later(d, noop) for d in delays]
         t1 = time.perf_counter()
         for h in handles:
             h.cancel()
         t2 = time.perf_counter()
         assert len(s) == 0
+        assert not s._queue._heap
+        del handles
+        gc.collect()
+        base = datetime.now(UTC)
+        whens = [base + timedelta(seconds=d) for d in delays]
+        call_at = s.call_at
+        t3 = time.perf_counter()
+        handles = [call_at(w, noop) for w in whens]
+        t4 = time.perf_counter()
         s.close()
-        cancels = n
+        out = {"adds_later": n / (t1 - t0), "cancels": n / (t2 - t1), "adds_at": n / (t4 - t3)}
     elif impl == "reference":
         r = Reference()
-        t0 = time.perf_counter()
         ref_later = r.call_later
+        t0 = time.perf_counter()
         entries = [ref_later(d, noop) for d in delays]
         t1 = time.perf_counter()
+        cancel = r.cancel
         for e in entries:
-            r.cancel(e)
+            cancel(e)
         t2 = time.perf_counter()
+        assert r.live == 0
+        assert not r.heap
+        del entries
+        gc.collect()
+        base_m = time.monotonic()
+        dues = [base_m + d for d in delays]
+        ref_at = r.call_at
+        t3 = time.perf_counter()
+        entries = [ref_at(due, noop) for due in dues]
+        t4 = time.perf_counter()
         r.close()
-        cancels = n
+        out = {"adds_later": n / (t1 - t0), "cancels": n / (t2 - t1), "adds_at": n / (t4 - t3)}
     elif impl == "sched":
         sc = sched.scheduler(time.monotonic)
-        t0 = time.perf_counter()
         enter = sc.enter
+        t0 = time.perf_counter()
         events = [enter(d, 0, noop) for d in delays]
         t1 = time.perf_counter()
-        cancels = min(n, 1000)
-        for event in events[:: max(1, n // cancels)][:cancels]:
+        sample = events[:: max(1, n // 1000)][:1000]
+        for event in sample:
             sc.cancel(event)
         t2 = time.perf_counter()
+        out = {"adds_later": n / (t1 - t0), "cancels": len(sample) / (t2 - t1)}
     elif impl == "asyncio":
         loop = asyncio.new_event_loop()
-        base = loop.time()
+        now = loop.time()
+        dues = [now + d for d in delays]
+        call_at_ = loop.call_at
         t0 = time.perf_counter()
-        call_at = loop.call_at
-        ahandles = [call_at(base + d, noop) for d in delays]
+        ahandles = [call_at_(due, noop) for due in dues]
         t1 = time.perf_counter()
         for ah in ahandles:
             ah.cancel()
         t2 = time.perf_counter()
         loop.close()
-        cancels = n
+        out = {"adds_at": n / (t1 - t0), "cancels": n / (t2 - t1)}
     else:
         raise ValueError(impl)
-    return {"adds_per_s": n / (t1 - t0), "cancels_per_s": cancels / (t2 - t1)}
+    return out
 
 
-# -- memory (child process) ------------------------------------------------------------------
-def memory_child(impl: str, n: int) -> dict[str, float]:
+# -- the burst ------------------------------------------------------------------------
+def burst(impl: str, jobs: int, period: float, bursts: int) -> dict[str, float]:
+    """``jobs`` periodic jobs due on one instant, 4 workers, ``bursts`` periods: the
+    lateness of every run in ms (p50, p99, max)."""
+    late: list[float] = []
+    record = late.append
+    total = jobs * bursts
+    count = itertools.count(1)
+    done = threading.Event()
+    lead = 0.3  # the first instant, from now: every timer is added before it
+    if impl == "htask":
+        s = Scheduler(workers=4, name="bench")
+        period_us = round(period * 1e6)
+        step = timedelta(microseconds=period_us)
+        last_us = 0
+
+        def job(due_us: int, due: datetime) -> None:
+            record((time.time_ns() // 1000 - due_us) / 1000)
+            if next(count) == total:
+                done.set()
+            elif due_us < last_us:
+                s.call_at(due + step, job, due_us + period_us, due + step)
+
+        first_us = time.time_ns() // 1000 + round(lead * 1e6)
+        last_us = first_us + (bursts - 1) * period_us
+        first = from_us(first_us)
+        for _ in range(jobs):
+            s.call_at(first, job, first_us, first)
+        done.wait(30 + bursts * period)
+        s.close()
+    elif impl == "cron":
+
+        def cron_job() -> None:
+            started = datetime.now(UTC)
+            run = current_run()
+            assert run is not None
+            record((started - run.scheduled) / timedelta(milliseconds=1))
+            if next(count) == total:
+                done.set()
+
+        cron = Cron(workers=4)
+        for _ in range(jobs):
+            cron.add(f"@every {round(period * 1000)}ms", cron_job, max_runs=bursts)
+        cron.start()
+        done.wait(30 + bursts * period)
+        cron.stop().wait(10)
+    elif impl == "reference":
+        r = ReferenceBurst(4)
+        last = 0.0
+
+        def ref_job(due: float) -> None:
+            record((time.monotonic() - due) * 1000)
+            if next(count) == total:
+                done.set()
+            elif due < last:
+                r.call_at(due + period, ref_job)
+
+        first_m = time.monotonic() + lead
+        last = first_m + (bursts - 1) * period - period / 2
+        for _ in range(jobs):
+            r.call_at(first_m, ref_job)
+        done.wait(30 + bursts * period)
+        r.close()
+    else:
+        raise ValueError(impl)
+    late.sort()
+    if len(late) != total:
+        raise RuntimeError(f"{impl}: {len(late)} of {total} runs")
+    return {
+        "p50_ms": late[len(late) // 2],
+        "p99_ms": late[int(len(late) * 0.99) - 1],
+        "max_ms": late[-1],
+    }
+
+
+# -- memory (in a child) --------------------------------------------------------------
+def memory_child(impl: str, n: int, method: str) -> dict[str, float]:
     delays = [FAR + (i % 1000) for i in range(n)]
     gc.collect()
-    before = rss_bytes()
+    if method == "tracemalloc":
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+    else:
+        before = rss_bytes()
     holder: Any
     if impl == "htask":
         s = Scheduler(workers=4, name="bench")
-        holder = [s.call_later(d, noop) for d in delays]
-        gc.collect()
-        held = rss_bytes()
-        for h in holder:
-            h.cancel()
-        pending_after = len(s)
-        heap_after = len(s._queue._heap)
-        del holder
-        gc.collect()
-        after = rss_bytes()
-        s.close()
+        later = s.call_later
+        holder = [later(d, noop) for d in delays]
     elif impl == "reference":
         r = Reference()
-        holder = [r.call_later(d, noop) for d in delays]
-        gc.collect()
-        held = rss_bytes()
-        for e in holder:
-            r.cancel(e)
-        pending_after = sum(1 for e in r.heap if e[2] is not None)
-        heap_after = len(r.heap)
-        del holder
-        gc.collect()
-        after = rss_bytes()
-        r.close()
+        ref_later = r.call_later
+        holder = [ref_later(d, noop) for d in delays]
     elif impl == "asyncio":
         loop = asyncio.new_event_loop()
-        base = loop.time()
-        holder = [loop.call_at(base + d, noop) for d in delays]
-        gc.collect()
-        held = rss_bytes()
-        for ah in holder:
-            ah.cancel()
-        heap_after = len(loop._scheduled)  # type: ignore[attr-defined]
-        pending_after = 0
-        del holder
-        gc.collect()
-        after = rss_bytes()
-        loop.close()
+        now = loop.time()
+        holder = [loop.call_at(now + d, noop) for d in delays]
     elif impl == "sched":
         sc = sched.scheduler(time.monotonic)
         holder = [sc.enter(d, 0, noop) for d in delays]
-        gc.collect()
-        held = rss_bytes()
-        pending_after = heap_after = len(sc.queue)
-        after = held
     else:
         raise ValueError(impl)
-    return {
-        "bytes_per_timer": (held - before) / n,
-        "rss_after_cancel_per_timer": (after - before) / n,
-        "pending_after_cancel": pending_after,
-        "heap_entries_after_cancel": heap_after,
-    }
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] if method == "tracemalloc" else rss_bytes()
+    return {"bytes_per_timer": (held - before) / n, "n": len(holder)}
 
 
-def memory(impl: str, n: int) -> dict[str, float]:
-    return memory_in_child(__file__, impl, n)
+def memory(impl: str, n: int, method: str) -> float:
+    out = subprocess.run(
+        [sys.executable, __file__, "--memory-child", impl, str(n), method],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=900,
+    )
+    return float(json.loads(out.stdout)["bytes_per_timer"])
 
 
-# -- lateness ------------------------------------------------------------------------------
-def lateness(impl: str, n: int, window: float) -> dict[str, float]:
-    """Start n trivial timers spread evenly over ``window`` seconds; measure how late."""
-    late: list[int] = []
-    record = late.append
-    done = threading.Event()
-    count = itertools.count(1)
-
-    def task(due_us: int) -> None:
-        record(time.time_ns() // 1000 - due_us)
-        if next(count) == n:
-            done.set()
-
-    base = time.time_ns() // 1000 + 1_500_000  # let the adds finish first
-    step = window * 1e6 / n
-    dues = [base + int(i * step) for i in range(n)]
-    if impl == "htask":
-        s = Scheduler(workers=4, name="bench")
-        for due in dues:
-            s.call_at(from_us(due), task, due)
-        done.wait(window + 30)
-        s.close()
-    else:
-        r = Reference()
-        mono_offset = time.monotonic() - time.time()
-        for due in dues:
-            r.call_later(due / 1e6 + mono_offset - time.monotonic(), task, due)
-        done.wait(window + 30)
-        r.close()
-    late.sort()
-    ms = [v / 1000 for v in late]
-    return {
-        "n": len(ms),
-        "p50_ms": ms[len(ms) // 2],
-        "p99_ms": ms[int(len(ms) * 0.99)],
-        "max_ms": ms[-1],
-        "mean_ms": statistics.fmean(ms),
-    }
-
-
-def idle_cpu(n: int, seconds: float) -> dict[str, float]:
+# -- idle CPU -------------------------------------------------------------------------
+def idle_cpu(n: int, seconds: float) -> float:
+    """CPU % of this process with n far-future timers pending and nothing due."""
     s = Scheduler(workers=4, name="bench")
     for i in range(n):
         s.call_later(FAR + i, noop)
@@ -280,54 +388,140 @@ def idle_cpu(n: int, seconds: float) -> dict[str, float]:
     time.sleep(seconds)
     c1, w1 = time.process_time(), time.monotonic()
     s.close()
-    return {"pending": n, "cpu_percent": 100 * (c1 - c0) / (w1 - w0), "seconds": w1 - w0}
+    return 100 * (c1 - c0) / (w1 - w0)
+
+
+# -- one process ----------------------------------------------------------------------
+RATE_IMPLS = ("htask", "reference", "asyncio", "sched")
+BURST_IMPLS = ("htask", "cron", "reference")
+
+
+def once(n: int, rounds: int, bursts: int) -> dict[str, Any]:
+    """Every in-process figure, engines interleaved; the median of ``rounds`` each."""
+    samples: dict[str, dict[str, list[float]]] = {impl: {} for impl in RATE_IMPLS}
+    for r in range(rounds):
+        order = RATE_IMPLS[r % len(RATE_IMPLS) :] + RATE_IMPLS[: r % len(RATE_IMPLS)]
+        for impl in order:
+            for key, value in rates(impl, n).items():
+                samples[impl].setdefault(key, []).append(value)
+    result: dict[str, Any] = {
+        impl: {key: statistics.median(values) for key, values in figures.items()}
+        for impl, figures in samples.items()
+    }
+    late: dict[str, list[dict[str, float]]] = {impl: [] for impl in BURST_IMPLS}
+    for r in range(rounds):
+        order = BURST_IMPLS[r % len(BURST_IMPLS) :] + BURST_IMPLS[: r % len(BURST_IMPLS)]
+        for impl in order:
+            late[impl].append(burst(impl, 1000, 0.25, bursts))
+    for impl, runs in late.items():
+        result.setdefault(impl, {}).update(
+            {
+                f"burst_{key}": statistics.median(run[key] for run in runs)
+                for key in ("p50_ms", "p99_ms", "max_ms")
+            }
+        )
+    return result
+
+
+# -- the driver -----------------------------------------------------------------------
+def spread(values: list[float], fmt: str) -> str:
+    return (
+        f"{format(statistics.median(values), fmt)}"
+        f" ({format(min(values), fmt)}-{format(max(values), fmt)})"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, shorter runs")
-    parser.add_argument("--memory-child", nargs=2, metavar=("IMPL", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--runs", type=int, default=5, help="fresh processes (default 5)")
+    parser.add_argument("--n", type=int, default=100_000, help="timers per rate test")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per process")
+    parser.add_argument("--bursts", type=int, default=4, help="periods per burst test")
+    parser.add_argument("--memory-n", type=int, default=1_000_000)
+    parser.add_argument("--once", action="store_true", help="one process; print JSON")
+    parser.add_argument("--memory-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
-        print(json.dumps(memory_child(args.memory_child[0], int(args.memory_child[1]))))
+        impl, n, method = args.memory_child
+        print(json.dumps(memory_child(impl, int(n), method)))
+        return
+    if args.once:
+        print(json.dumps(once(args.n, args.rounds, args.bursts)))
         return
 
-    sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
-    impls = ["htask", "reference", "sched", "asyncio"]
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores")
-    print("\n== adds and cancels of far-future timers (ops/s; ratio = htask / reference)")
-    print(f"{'N':>9} {'impl':>10} {'adds/s':>12} {'cancels/s':>12} {'B/timer':>8}")
-    for n in sizes:
-        results = {impl: rates(impl, n) | memory(impl, n) for impl in impls}
-        for impl in impls:
-            r = results[impl]
-            print(
-                f"{n:>9} {impl:>10} {r['adds_per_s']:>12,.0f} {r['cancels_per_s']:>12,.0f}"
-                f" {r['bytes_per_timer']:>8.0f}"
-            )
-        h, ref = results["htask"], results["reference"]
-        print(
-            f"{n:>9} {'ratio':>10} {h['adds_per_s'] / ref['adds_per_s']:>12.2f}"
-            f" {h['cancels_per_s'] / ref['cancels_per_s']:>12.2f}"
-            f"   after cancelling all: htask holds {h['heap_entries_after_cancel']:.0f}"
-            f" heap entries, reference {ref['heap_entries_after_cancel']:.0f}"
-        )
-
-    n_late = 100_000
-    window = 2.0
-    print(f"\n== lateness: {n_late:,} trivial timers due over {window:.0f} s, 4 workers")
-    for impl in ("htask", "reference"):
-        lat = lateness(impl, n_late, window)
-        print(
-            f"{impl:>10}: p50 {lat['p50_ms']:.3f} ms  p99 {lat['p99_ms']:.3f} ms"
-            f"  max {lat['max_ms']:.3f} ms  (n={lat['n']:.0f})"
-        )
-
-    idle = idle_cpu(100_000, 1.0 if args.quick else 3.0)
     print(
-        f"\n== idle: {idle['pending']:,.0f} pending timers, CPU {idle['cpu_percent']:.2f}%"
-        f" over {idle['seconds']:.1f} s"
+        f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {args.runs} processes,"
+        f" N = {args.n:,} ({args.rounds} interleaved rounds each), memory at"
+        f" {args.memory_n:,} pending"
     )
+    runs: list[dict[str, Any]] = []
+    mem: dict[tuple[str, str], list[float]] = {}
+    for i in range(args.runs):
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--once",
+                "--n",
+                str(args.n),
+                "--rounds",
+                str(args.rounds),
+                "--bursts",
+                str(args.bursts),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=1800,
+        )
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        for impl in ("htask", "reference", "asyncio", "sched"):
+            for method in ("rss", "tracemalloc"):
+                if impl in ("asyncio", "sched") and (method == "rss" or i):
+                    continue  # peers: tracemalloc, once
+                mem.setdefault((impl, method), []).append(memory(impl, args.memory_n, method))
+        print(f"  process {i + 1}/{args.runs} done", file=sys.stderr)
+
+    def col(impl: str, key: str) -> list[float]:
+        return [run[impl][key] for run in runs]
+
+    def ratio(key: str, impl: str = "htask", against: str = "reference") -> list[float]:
+        return [run[impl][key] / run[against][key] for run in runs]
+
+    print("\n== ratios, django-htask / reference (median, min-max over processes)")
+    print(f"  adds/s, call_later       {spread(ratio('adds_later'), '.2f')}   (goal >= 0.8)")
+    print(f"  adds/s, call_at          {spread(ratio('adds_at'), '.2f')}   (goal >= 0.8)")
+    print(f"  cancels/s                {spread(ratio('cancels'), '.2f')}   (goal >= 1)")
+    print(
+        f"  burst p99, Scheduler     {spread(ratio('burst_p99_ms'), '.2f')}   (lateness: goal <= 1)"
+    )
+    print(
+        f"  burst p99, Cron          {spread(ratio('burst_p99_ms', 'cron'), '.2f')}"
+        "   (lateness: goal <= 1)"
+    )
+    print("\n== rates (ops/s, median, min-max over processes)")
+    print(f"  {'impl':<10} {'call_later adds':>28} {'call_at adds':>28} {'cancels':>28}")
+    for impl in RATE_IMPLS:
+        cells = []
+        for key in ("adds_later", "adds_at", "cancels"):
+            values = [run[impl][key] for run in runs if key in run[impl]]
+            cells.append(spread(values, ",.0f") if values else "—")
+        print(f"  {impl:<10} {cells[0]:>28} {cells[1]:>28} {cells[2]:>28}")
+    print(
+        f"\n== bytes per pending timer, {args.memory_n:,} pending (fresh child each;"
+        " the caller's list of handles included)"
+    )
+    for (impl, method), values in sorted(mem.items()):
+        print(f"  {impl:<10} {method:<12} {spread(values, '.0f')}")
+    print("\n== burst: 1,000 periodic jobs due on one instant, 4 workers (ms late)")
+    for impl in BURST_IMPLS:
+        print(
+            f"  {impl:<10} p50 {spread(col(impl, 'burst_p50_ms'), '.2f')}"
+            f"   p99 {spread(col(impl, 'burst_p99_ms'), '.2f')}"
+            f"   max {spread(col(impl, 'burst_max_ms'), '.2f')}"
+        )
+
+    print(f"\n== idle: 100,000 pending timers, CPU {idle_cpu(100_000, 3.0):.2f}% over 3 s")
 
 
 if __name__ == "__main__":

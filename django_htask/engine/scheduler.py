@@ -5,6 +5,10 @@ is added), pops every due timer and hands it to the :class:`WorkerPool`. Cancell
 a timer takes it out of the count at once and drops what it holds; the dead heap
 entry is compacted away as soon as dead entries outnumber live ones, so a cancelled
 timer never waits to reach the head of the heap (the htask seed's open problem).
+
+A :class:`TimerHandle` is its own heap entry: a list ``[when_us, seq]`` that the heap
+compares in C (by due time, then by the order the timers were made), with the call
+in slots beside it. One object per timer, no tuple around it.
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ import heapq
 import itertools
 import logging
 import math
+import sys
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from heapq import heappush
 from typing import Any, NoReturn
 
-from .clock import SystemClock, from_us, to_us
+from .clock import EPOCH, SystemClock, from_us, to_us
 from .errors import SchedulerClosed, SchedulerFull
 from .interfaces import Clock
 from .pool import WorkerPool
@@ -39,34 +46,39 @@ CANCELLED = 4
 _STATE_NAMES = ("pending", "queued", "running", "done", "cancelled")
 
 _serial = itertools.count(1)
+_INF = math.inf
+_time = time.time
 
 
-class TimerHandle:
-    """A scheduled call. Returned by :meth:`Scheduler.call_at` and ``call_later``."""
+class _KwargsCall(functools.partial):  # type: ignore[type-arg]
+    """``fn`` with the keyword arguments of a timer bound (only timers given some
+    carry one, so that a timer needs no slot for them)."""
 
-    __slots__ = ("__weakref__", "_args", "_fn", "_kwargs", "_sched", "_state", "_token", "_when")
+    __slots__ = ()
 
-    def __init__(
-        self,
-        when_us: int,
-        fn: Callable[..., object],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any] | None,
-        token: CancelToken | None,
-        sched: Scheduler,
-    ) -> None:
-        self._when = when_us
-        self._fn: Callable[..., object] | None = fn
-        self._args = args
-        self._kwargs = kwargs
-        self._token = token
-        self._sched = sched
-        self._state = PENDING
+
+class TimerHandle(list[int]):
+    """A scheduled call. Returned by :meth:`Scheduler.call_at` and ``call_later``.
+
+    Internally it is its own heap entry: the list ``[when_us, seq]``, compared in C.
+    Treat it as opaque; equal handles are the same handle.
+    """
+
+    __slots__ = ("_args", "_fn", "_sched", "_state", "_token")
+    # A set holds handles (CancelToken): hash by identity, as before. Defining only
+    # __hash__ keeps list's C comparison, which the heap relies on.
+    __hash__ = object.__hash__  # type: ignore[assignment]
+
+    _fn: Callable[..., object] | None
+    _args: tuple[Any, ...]
+    _token: CancelToken | None
+    _sched: Scheduler
+    _state: int
 
     @property
     def when(self) -> datetime:
         """When the timer is due (aware, UTC)."""
-        return from_us(self._when)
+        return from_us(self[0])
 
     @property
     def token(self) -> CancelToken | None:
@@ -76,6 +88,11 @@ class TimerHandle:
     def state(self) -> str:
         """``pending``, ``queued``, ``running``, ``done`` or ``cancelled``."""
         return _STATE_NAMES[self._state]
+
+    @property
+    def _kwargs(self) -> dict[str, Any] | None:
+        fn = self._fn
+        return dict(fn.keywords) if isinstance(fn, _KwargsCall) else None
 
     def cancel(self) -> bool:
         """Cancel the timer if it has not started. Idempotent.
@@ -93,7 +110,6 @@ class TimerHandle:
             self._state = CANCELLED
             self._fn = None
             self._args = ()
-            self._kwargs = None
             sched._cancelled += 1
             if state == PENDING:
                 queue = sched._queue
@@ -113,24 +129,29 @@ class TimerHandle:
         return self._state >= DONE
 
     def __repr__(self) -> str:
-        name = getattr(self._fn, "__qualname__", None) or repr(self._fn)
+        fn = self._fn
+        if isinstance(fn, _KwargsCall):
+            fn = fn.func
+        name = getattr(fn, "__qualname__", None) or repr(fn)
         return f"<TimerHandle {name} at {self.when.isoformat()} {self.state}>"
 
 
 class TimerQueue:
-    """A min-heap of ``(when_us, seq, handle)`` with tombstone cancellation.
+    """A min-heap of :class:`TimerHandle` (each its own ``[when_us, seq]`` entry) with
+    tombstone cancellation.
 
     Not thread-safe on its own: :class:`Scheduler` holds its lock around every call.
     Invariant: dead entries never outnumber live ones (checked on every discard).
     """
 
-    __slots__ = ("_dead", "_heap", "_live", "_seq")
+    __slots__ = ("_dead", "_heap", "_live", "_next_seq")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[int, int, TimerHandle]] = []
+        self._heap: list[TimerHandle] = []
         self._live = 0
         self._dead = 0
-        self._seq = itertools.count()
+        # Handles take their seq when made (the order of the calls that made them).
+        self._next_seq = itertools.count().__next__
 
     def __len__(self) -> int:
         return self._live
@@ -141,23 +162,23 @@ class TimerQueue:
 
     def push(self, handle: TimerHandle) -> bool:
         """Add ``handle``; return True if it is now the earliest timer."""
-        entry = (handle._when, next(self._seq), handle)
         heap = self._heap
-        heapq.heappush(heap, entry)
+        heapq.heappush(heap, handle)
         self._live += 1
-        return heap[0] is entry
+        return heap[0] is handle
 
     def compact(self) -> None:
         """Drop every dead entry (called when dead entries outnumber live ones)."""
-        self._heap = [e for e in self._heap if e[2]._state == PENDING]
-        heapq.heapify(self._heap)
+        heap = self._heap
+        heap[:] = [h for h in heap if h._state == PENDING]
+        heapq.heapify(heap)
         self._dead = 0
 
     def next_due(self) -> int | None:
         """The earliest live due time, dropping dead entries from the top."""
         heap = self._heap
         while heap:
-            if heap[0][2]._state == PENDING:
+            if heap[0]._state == PENDING:
                 return heap[0][0]
             heapq.heappop(heap)
             self._dead -= 1
@@ -169,7 +190,7 @@ class TimerQueue:
         due = []
         pop = heapq.heappop
         while heap and heap[0][0] <= now_us:
-            handle = pop(heap)[2]
+            handle = pop(heap)
             if handle._state == PENDING:
                 handle._state = QUEUED
                 due.append(handle)
@@ -180,9 +201,20 @@ class TimerQueue:
 
     def clear(self) -> Iterator[TimerHandle]:
         """Empty the queue, yielding the live handles it held."""
-        heap, self._heap = self._heap, []
+        heap = self._heap
+        live = [h for h in heap if h._state == PENDING]
+        heap.clear()  # in place: the scheduler holds this list
         self._live = self._dead = 0
-        return (e[2] for e in heap if e[2]._state == PENDING)
+        return iter(live)
+
+
+def _log_failure(fn: Callable[..., object]) -> None:
+    # Called from the except block of a task that raised.
+    if isinstance(fn, _KwargsCall):
+        fn = fn.func
+    logger.exception(
+        "task %s failed", getattr(fn, "__qualname__", fn), extra={"action": "task_failed"}
+    )
 
 
 class Scheduler:
@@ -209,12 +241,10 @@ class Scheduler:
         name: str | None = None,
         on_thread_exit: Callable[[], object] | None = None,
     ) -> None:
-        if capacity is not None and (
-            isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
-        ):
-            raise ValueError(f"capacity must be a positive int or None, got {capacity!r}")
-        self.name = name or f"htask-{next(_serial)}"
+        self._closed = False
+        self._capacity: int | None = None
         self.capacity = capacity
+        self.name = name or f"htask-{next(_serial)}"
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._pool = WorkerPool(workers, name=self.name, on_thread_exit=on_thread_exit)
         # Hot paths take the raw lock (cheaper than entering the Condition); the
@@ -222,19 +252,40 @@ class Scheduler:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._queue = TimerQueue()
+        self._heap = self._queue._heap  # the same list for the queue's life
+        self._ready: deque[TimerHandle] = deque()  # due, waiting for a drainer
+        self._draining = 0  # drainers submitted and not returned (see _drain)
+        self._next_seq = self._queue._next_seq
         self._now_us = self._clock.now_us
-        self._closed = False
-        self._inflight = 0  # popped from the queue, not finished
+        # The system clock's now_us, inlined on the hot path of call_later.
+        self._system_clock = self._clock.__class__ is SystemClock
+        # Guarded by _lock: timers popped from the queue and not finished, and counts.
+        self._inflight = 0
         self._running = 0
         self._fired = 0
         self._failed = 0
-        self._cancelled = 0  # guarded by _lock; the other counters by _stats_lock
-        self._stats_lock = threading.Lock()
+        self._cancelled = 0
         self._clock.track(self)
         self._thread = threading.Thread(
             target=self._loop, name=f"{self.name}-scheduler", daemon=True
         )
         self._thread.start()
+
+    @property
+    def capacity(self) -> int | None:
+        """The most pending timers this scheduler holds (None: no bound)."""
+        return self._capacity
+
+    @capacity.setter
+    def capacity(self, capacity: int | None) -> None:
+        if capacity is not None and (
+            isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
+        ):
+            raise ValueError(f"capacity must be a positive int or None, got {capacity!r}")
+        self._capacity = capacity
+        # One comparison on the hot path: an add is refused when the pending count
+        # reaches _limit (-1 once closed, so that every add is refused).
+        self._limit = -1 if self._closed else (sys.maxsize if capacity is None else capacity)
 
     # -- scheduling ------------------------------------------------------------------
     @property
@@ -254,6 +305,29 @@ class Scheduler:
 
         A time in the past runs as soon as possible.
         """
+        if when.__class__ is datetime and when.tzinfo is UTC and token is None and not kwargs:
+            # The common case, inlined (as in call_later): a UTC datetime, no token.
+            if not callable(fn):
+                raise TypeError(f"fn must be callable, got {fn!r}")
+            td = when - EPOCH  # to_us(), inlined
+            handle = TimerHandle(
+                ((td.days * 86400 + td.seconds) * 1_000_000 + td.microseconds, self._next_seq())
+            )
+            handle._fn = fn
+            handle._args = args
+            handle._token = None
+            handle._sched = self
+            handle._state = PENDING
+            queue = self._queue
+            heap = self._heap
+            with self._lock:
+                if queue._live >= self._limit:
+                    self._refuse(handle)
+                heappush(heap, handle)
+                queue._live += 1
+                if heap[0] is handle:  # a new earliest timer: the scheduler thread must know
+                    self._clock.kick(self._cond)
+            return handle
         if not isinstance(when, datetime):
             raise TypeError(f"when must be an aware datetime, got {when!r}")
         if when.tzinfo is None or when.utcoffset() is None:
@@ -271,26 +345,35 @@ class Scheduler:
     ) -> TimerHandle:
         """Call ``fn(*args, **kwargs)`` after ``delay`` seconds (0 for as soon as possible)."""
         cls = delay.__class__
+        if (cls is float or cls is int) and 0.0 <= delay < _INF and token is None and not kwargs:
+            # The common case, inlined: this is the hottest call of the engine.
+            if not callable(fn):
+                raise TypeError(f"fn must be callable, got {fn!r}")
+            if self._system_clock:  # one reading (truncated to the us, as now_us() is)
+                when_us = int((_time() + delay) * 1e6)
+            else:
+                when_us = self._now_us() + round(delay * 1_000_000)
+            handle = TimerHandle((when_us, self._next_seq()))
+            handle._fn = fn
+            handle._args = args
+            handle._token = None
+            handle._sched = self
+            handle._state = PENDING
+            queue = self._queue
+            heap = self._heap
+            with self._lock:
+                if queue._live >= self._limit:
+                    self._refuse(handle)
+                heappush(heap, handle)
+                queue._live += 1
+                if heap[0] is handle:  # a new earliest timer: the scheduler thread must know
+                    self._clock.kick(self._cond)
+            return handle
         if cls is not float and cls is not int and not isinstance(delay, float):
             raise TypeError(f"delay must be a number of seconds, got {delay!r}")
-        if not 0 <= delay < math.inf:  # also rejects NaN
+        if not 0.0 <= delay < _INF:  # also rejects NaN
             raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-        if token is not None or not callable(fn):
-            return self._add(self._now_us() + round(delay * 1_000_000), fn, args, kwargs, token)
-        # The common case, inlined: this is the hottest call of the engine.
-        when_us = self._now_us() + round(delay * 1_000_000)
-        handle = TimerHandle(when_us, fn, args, kwargs or None, None, self)
-        queue = self._queue
-        with self._lock:
-            if self._closed or (self.capacity is not None and queue._live >= self.capacity):
-                self._refuse(handle)
-            entry = (when_us, next(queue._seq), handle)
-            heap = queue._heap
-            heappush(heap, entry)
-            queue._live += 1
-            if heap[0] is entry:
-                self._clock.kick(self._cond)
-        return handle
+        return self._add(self._now_us() + round(delay * 1_000_000), fn, args, kwargs, token)
 
     def call_soon(
         self,
@@ -313,23 +396,27 @@ class Scheduler:
     ) -> TimerHandle:
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
-        handle = TimerHandle(when_us, fn, args, kwargs or None, token, self)
+        handle = TimerHandle((when_us, self._next_seq()))
+        handle._fn = _KwargsCall(fn, **kwargs) if kwargs else fn
+        handle._args = args
+        handle._token = token
+        handle._sched = self
+        handle._state = PENDING
         if token is not None:
             token._bind(handle)  # raises TokenCancelled
         queue = self._queue
+        heap = self._heap
         with self._lock:
-            if self._closed or (self.capacity is not None and queue._live >= self.capacity):
+            if queue._live >= self._limit:
                 self._refuse(handle)
-            entry = (when_us, next(queue._seq), handle)
-            heap = queue._heap
-            heappush(heap, entry)
+            heappush(heap, handle)
             queue._live += 1
-            if heap[0] is entry:  # a new earliest timer: the scheduler thread must know
+            if heap[0] is handle:  # a new earliest timer: the scheduler thread must know
                 self._clock.kick(self._cond)
         return handle
 
     def _refuse(self, handle: TimerHandle) -> NoReturn:
-        # Called with the lock held, from _add.
+        # Called with the lock held, by the adds.
         if handle._token is not None:
             handle._token._unbind(handle)
         if self._closed:
@@ -343,74 +430,157 @@ class Scheduler:
         clock = self._clock
         cond = self._cond
         queue = self._queue
-        submit = self._pool.submit
-        run = self._run
-        partial = functools.partial
+        pool = self._pool
+        ready = self._ready
         while True:
             with cond:
                 if self._closed:
                     return
                 due = queue.pop_due(clock.now_us())
-                if due:
-                    self._inflight += len(due)
-                else:
+                if not due:
                     clock.wait(cond, queue.next_due())
                     continue
-            for handle in due:
+                self._inflight += len(due)
+                workers = pool.workers
+                if workers:
+                    # Up to ``workers`` drainers take the due timers from one deque:
+                    # a burst costs a few pool hand-offs, not one per timer, and a slow
+                    # call holds up only the worker running it.
+                    ready.extend(due)
+                    # Drainers free to take one: those submitted, less those in a call
+                    # (counted in _running; a thread-per-task run counted there too
+                    # only makes this start a drainer more, which finds nothing).
+                    drainers = min(len(ready), workers) - (self._draining - self._running)
+                    if drainers > 0:
+                        self._draining += drainers
+                    due = []
+                else:
+                    drainers = 0
+            orphans: list[TimerHandle] = []
+            for _ in range(drainers):
                 try:
-                    submit(partial(run, handle))
+                    pool.submit(self._drain)
                 except SchedulerClosed:
-                    self._finish_unrun(handle)
+                    with cond:
+                        self._draining -= 1
+                        if self._draining == 0:  # no drainer left to run them
+                            orphans = list(ready)
+                            ready.clear()
+            for handle in due:  # workers=0: a thread for each
+                try:
+                    pool.submit(functools.partial(self._run, handle))
+                except SchedulerClosed:
+                    orphans.append(handle)
+            for handle in orphans:
+                self._finish_unrun(handle)
 
     def _finish_unrun(self, handle: TimerHandle) -> None:
-        with self._cond:
+        with self._lock:
             handle._state = CANCELLED
             handle._fn = None
             self._inflight -= 1
         self._clock.settled()
 
+    def _drain(self) -> None:
+        """Run ready timers until none is left (one of up to ``workers`` drainers).
+
+        This is the loop every fired timer goes through, so the lock is taken once
+        per run: to count the previous run finished and to start the next."""
+        ready = self._ready
+        lock = self._lock
+        finished = failed = False
+        while True:
+            with lock:
+                if finished:  # the previous run (still counted in _running)
+                    self._inflight -= 1
+                    if failed:
+                        self._failed += 1
+                while ready:
+                    handle = ready.popleft()
+                    if handle._state == QUEUED:
+                        handle._state = RUNNING
+                        fn = handle._fn
+                        if not finished:  # else the previous run's place is taken over
+                            self._running += 1
+                        self._fired += 1
+                        break
+                    self._inflight -= 1  # cancelled while waiting for a worker
+                else:
+                    if finished:
+                        self._running -= 1
+                    self._draining -= 1
+                    idle = self._inflight == 0
+                    fn = None
+            if fn is None:
+                if idle:
+                    self._clock.settled()
+                return
+            # _call(), inlined.
+            token = handle._token
+            if token is not None:
+                previous = _set_current(token)
+            try:
+                fn(*handle._args)
+                failed = False
+            except BaseException:
+                failed = True
+                _log_failure(fn)
+            finally:
+                if token is not None:
+                    _set_current(previous)
+                    token._unbind(handle)
+                handle._state = DONE
+                handle._fn = None
+                handle._args = ()
+            finished = True
+            if self._inflight == 1:  # the last run: tell a fake clock at once
+                with lock:
+                    self._running -= 1
+                    self._inflight -= 1
+                    if failed:
+                        self._failed += 1
+                finished = False
+                self._clock.settled()
+
     def _run(self, handle: TimerHandle) -> None:
-        with self._cond:
-            if handle._state != QUEUED:  # cancelled while waiting for a worker
+        """Run one timer (``workers=0``: on a thread of its own)."""
+        with self._lock:
+            if handle._state != QUEUED:  # cancelled while waiting for a thread
                 self._inflight -= 1
                 fn = None
             else:
                 handle._state = RUNNING
                 fn = handle._fn
-        if fn is None:
-            self._clock.settled()
-            return
-        token = handle._token
-        with self._stats_lock:
-            self._running += 1
-            self._fired += 1
-        previous = _set_current(token)
-        failed = False
-        try:
-            if handle._kwargs:
-                fn(*handle._args, **handle._kwargs)
-            else:
-                fn(*handle._args)
-        except BaseException:
-            failed = True
-            logger.exception(
-                "task %s failed", getattr(fn, "__qualname__", fn), extra={"action": "task_failed"}
-            )
-        finally:
-            _set_current(previous)
-            handle._state = DONE
-            handle._fn = None
-            handle._args = ()
-            handle._kwargs = None
-            if token is not None:
-                token._unbind(handle)
-            with self._stats_lock:
+                self._running += 1
+                self._fired += 1
+        if fn is not None:
+            failed = self._call(handle, fn)
+            with self._lock:
                 self._running -= 1
                 if failed:
                     self._failed += 1
-            with self._cond:
                 self._inflight -= 1
-            self._clock.settled()
+        self._clock.settled()
+
+    @staticmethod
+    def _call(handle: TimerHandle, fn: Callable[..., object]) -> bool:
+        """Call a started timer's function; return True if it raised."""
+        token = handle._token
+        if token is not None:
+            previous = _set_current(token)
+        try:
+            fn(*handle._args)
+            return False
+        except BaseException:
+            _log_failure(fn)
+            return True
+        finally:
+            if token is not None:
+                _set_current(previous)
+                token._unbind(handle)
+            handle._state = DONE
+            handle._fn = None
+            handle._args = ()
 
     # -- pool, state, closing --------------------------------------------------------
     @property
@@ -440,17 +610,13 @@ class Scheduler:
     def stats(self) -> dict[str, int]:
         """Counts: pending, running, fired, failed, cancelled (and dead heap entries)."""
         with self._lock:
-            pending = len(self._queue)
-            dead = self._queue.dead
-            cancelled = self._cancelled
-        with self._stats_lock:
             return {
-                "pending": pending,
+                "pending": len(self._queue),
                 "running": self._running,
                 "fired": self._fired,
                 "failed": self._failed,
-                "cancelled": cancelled,
-                "dead_entries": dead,
+                "cancelled": self._cancelled,
+                "dead_entries": self._queue.dead,
             }
 
     @property
@@ -468,12 +634,12 @@ class Scheduler:
             if self._closed:
                 return 0
             self._closed = True
+            self._limit = -1
             discarded = list(self._queue.clear())
             for handle in discarded:
                 handle._state = CANCELLED
                 handle._fn = None
                 handle._args = ()
-                handle._kwargs = None
             self._cancelled += len(discarded)
             self._clock.kick(self._cond)
         for handle in discarded:

@@ -29,7 +29,7 @@ from django_htask.engine import registry
 
 from . import clock, notices
 from .decorators import function_name
-from .models import MAX_ATTEMPTS_MAX, InRange, Task, TaskStatus
+from .models import MAX_ATTEMPTS_RANGE, Task, TaskStatus
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
 from .signals import task_scheduled
@@ -110,7 +110,7 @@ def schedule(
     name = function_name(fn_or_name)
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
-    InRange("max_attempts", 1, MAX_ATTEMPTS_MAX).check(max_attempts)
+    MAX_ATTEMPTS_RANGE.check(max_attempts)
     run_at = due_time(at, delay)
     payload = registry.check_call(name, args, kwargs)
     task = Task(

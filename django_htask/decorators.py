@@ -37,11 +37,10 @@ from django_htask.engine.registry import default_name
 
 from . import notices
 from .models import (
-    GRACE_MAX,
-    MAX_ATTEMPTS_MAX,
-    RETRY_BACKOFF_MAX,
+    GRACE_RANGE,
+    MAX_ATTEMPTS_RANGE,
+    RETRY_BACKOFF_RANGE,
     CatchUp,
-    InRange,
     Origin,
     Overlap,
     Schedule,
@@ -194,10 +193,10 @@ def periodic(
             raise ValueError(f"{what} must be a number of seconds, got {seconds!r}")
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
         raise ValueError(f"max_attempts must be an int, got {max_attempts!r}")
-    InRange("max_attempts", 1, MAX_ATTEMPTS_MAX).check(max_attempts)
-    InRange("retry_backoff", 0, RETRY_BACKOFF_MAX, "seconds").check(retry_backoff)
+    MAX_ATTEMPTS_RANGE.check(max_attempts)
+    RETRY_BACKOFF_RANGE.check(retry_backoff)
     if grace is not None:
-        InRange("grace", 0, GRACE_MAX, "seconds").check(grace)
+        GRACE_RANGE.check(grace)
 
     def decorate(fn: F) -> F:
         registered = _register(fn, function_name)

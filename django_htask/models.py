@@ -26,10 +26,14 @@ from .queues import DEFAULT_QUEUE
 
 __all__ = [
     "GRACE_MAX",
+    "GRACE_RANGE",
     "MAX_ATTEMPTS_MAX",
+    "MAX_ATTEMPTS_RANGE",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
+    "PRIORITY_RANGE",
     "RETRY_BACKOFF_MAX",
+    "RETRY_BACKOFF_RANGE",
     "CatchUp",
     "InRange",
     "Node",
@@ -94,6 +98,14 @@ class InRange:
         return hash((self.name, self.low, self.high, self.unit))
 
 
+#: The ranges themselves: the fields' validators, and what ``schedule()`` and
+#: ``@periodic`` check (``InRange.check``).
+MAX_ATTEMPTS_RANGE = InRange("max_attempts", 1, MAX_ATTEMPTS_MAX)
+RETRY_BACKOFF_RANGE = InRange("retry_backoff", 0, RETRY_BACKOFF_MAX, "seconds")
+GRACE_RANGE = InRange("grace", 0, GRACE_MAX, "seconds")
+PRIORITY_RANGE = InRange("priority", PRIORITY_MIN, PRIORITY_MAX)
+
+
 def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(value)
 
@@ -152,7 +164,7 @@ class Schedule(models.Model):
     grace = models.FloatField(
         null=True,
         blank=True,
-        validators=[InRange("grace", 0, GRACE_MAX, "seconds")],
+        validators=[GRACE_RANGE],
         help_text="seconds an occurrence may be late and still run, at most 365 days "
         "(empty: no limit)",
     )
@@ -168,12 +180,12 @@ class Schedule(models.Model):
     )
     max_attempts = models.PositiveSmallIntegerField(
         default=1,
-        validators=[InRange("max_attempts", 1, MAX_ATTEMPTS_MAX)],
+        validators=[MAX_ATTEMPTS_RANGE],
         help_text="runs of one occurrence, retries included (1 to 1000)",
     )
     retry_backoff = models.FloatField(
         default=10.0,
-        validators=[InRange("retry_backoff", 0, RETRY_BACKOFF_MAX, "seconds")],
+        validators=[RETRY_BACKOFF_RANGE],
         help_text="seconds before the first retry, doubled after each (0 to 86400: a day)",
     )
     origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.ADMIN)
@@ -324,7 +336,7 @@ class Task(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     max_attempts = models.PositiveSmallIntegerField(
         default=1,
-        validators=[InRange("max_attempts", 1, MAX_ATTEMPTS_MAX)],
+        validators=[MAX_ATTEMPTS_RANGE],
         help_text="runs in all, retries included (1 to 1000)",
     )
     queue_name = models.CharField(
@@ -345,7 +357,7 @@ class Task(models.Model):
     priority = models.SmallIntegerField(
         default=0,
         db_default=0,  # rows inserted by raw SQL or another language's producer
-        validators=[InRange("priority", PRIORITY_MIN, PRIORITY_MAX)],
+        validators=[PRIORITY_RANGE],
         help_text="among tasks due together, a higher priority starts first (-100 to 100)",
     )
     locked_by = models.CharField(max_length=100, blank=True, null=True, db_index=True)

@@ -38,7 +38,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery
 from django.http import HttpRequest, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -222,19 +222,32 @@ def _argument_field(message: str, kwargs: dict[str, Any]) -> str:
     return "call_args"
 
 
-class _BrokenFilter(admin.SimpleListFilter):
-    title = "broken"
-    parameter_name = "broken"
+class _YesNoFilter(admin.SimpleListFilter):
+    """A filter with two answers: *yes* keeps the rows :meth:`matching` selects, *no*
+    the others; ``answers`` are what the two are called."""
+
+    answers: tuple[str, str]
+
+    def matching(self) -> Q:
+        raise NotImplementedError
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "broken"), ("no", "not broken")]
+        return [("yes", self.answers[0]), ("no", self.answers[1])]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() == "yes":
-            return queryset.exclude(broken="")
+            return queryset.filter(self.matching())
         if self.value() == "no":
-            return queryset.filter(broken="")
+            return queryset.exclude(self.matching())
         return queryset
+
+
+class _BrokenFilter(_YesNoFilter):
+    title = parameter_name = "broken"
+    answers = ("broken", "not broken")
+
+    def matching(self) -> Q:
+        return ~Q(broken="")
 
 
 @admin.register(Schedule)
@@ -509,8 +522,16 @@ class _ReadOnly:
         return False
 
 
+class _Traceback:
+    """The traceback of a row that failed (a run, a task), as it was printed."""
+
+    @admin.display(description="traceback")
+    def traceback_text(self, obj: Run | Task) -> SafeString | str:
+        return format_html("<pre>{}</pre>", obj.traceback) if obj.traceback else "-"
+
+
 @admin.register(Run)
-class RunAdmin(_ReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
+class RunAdmin(_ReadOnly, _Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
         "name",
         "status",
@@ -554,19 +575,11 @@ class RunAdmin(_ReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     def short_error(self, obj: Run) -> str:
         return _first_line(obj.error)
 
-    @admin.display(description="traceback")
-    def traceback_text(self, obj: Run) -> SafeString | str:
-        return _preformatted(obj.traceback)
-
 
 def _first_line(error: str) -> str:
     """An error's first line, cut at 80 characters (a changelist column)."""
     first = error.splitlines()[0] if error else ""
     return first if len(first) <= 80 else first[:79] + "…"
-
-
-def _preformatted(traceback: str) -> SafeString | str:
-    return format_html("<pre>{}</pre>", traceback) if traceback else "-"
 
 
 # -- tasks -------------------------------------------------------------------------------
@@ -577,7 +590,7 @@ class TaskForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
     form = TaskForm
     list_display = (
         "function",
@@ -637,10 +650,6 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             f"args={json.dumps(list(args), default=str)} kwargs={json.dumps(kwargs, default=str)}"
         )
 
-    @admin.display(description="traceback")
-    def traceback_text(self, obj: Task) -> SafeString | str:
-        return _preformatted(obj.traceback)
-
     def save_model(self, request: HttpRequest, obj: Task, form: Any, change: bool) -> None:
         from .api import reschedule  # noqa: PLC0415
 
@@ -652,6 +661,12 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 messages.ERROR,
             )
 
+    def _report(self, request: HttpRequest, done: str, refused: int, why: str) -> None:
+        """What an action did; and, as a warning, how many rows it refused and why."""
+        self.message_user(request, done, messages.SUCCESS)
+        if refused:
+            self.message_user(request, f"{refused} {why}", messages.WARNING)
+
     @admin.action(description="Cancel the selected pending tasks", permissions=["change"])
     def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
         from .api import cancel  # noqa: PLC0415
@@ -662,28 +677,16 @@ class TaskAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 done += 1
             else:
                 skipped += 1
-        self.message_user(request, f"{done} task(s) cancelled", messages.SUCCESS)
-        if skipped:
-            self.message_user(
-                request,
-                f"{skipped} task(s) not cancelled: already running or finished",
-                messages.WARNING,
-            )
+        refused = "task(s) not cancelled: already running or finished"
+        self._report(request, f"{done} task(s) cancelled", skipped, refused)
 
     @admin.action(description="Send the selected failed tasks again", permissions=["change"])
     def send_tasks_again(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
         """Failed tasks only: pending again now, with a fresh attempt count; their runs
         are kept (:func:`~django_htask.operations.send_again`)."""
         result = send_again(queryset.values_list("pk", flat=True))
-        self.message_user(
-            request, f"{len(result.sent)} failed task(s) sent again", messages.SUCCESS
-        )
-        if result.not_failed:
-            self.message_user(
-                request,
-                f"{len(result.not_failed)} task(s) not sent again: they had not failed",
-                messages.WARNING,
-            )
+        sent, refused = f"{len(result.sent)} failed task(s) sent again", "task(s) not sent again"
+        self._report(request, sent, len(result.not_failed), f"{refused}: they had not failed")
         if result.sent:
             logger.info(
                 "send again: %d task(s) by %s",
@@ -698,20 +701,13 @@ def _status_now(obj: Task) -> str:
 
 
 # -- nodes -------------------------------------------------------------------------------
-class _AliveFilter(admin.SimpleListFilter):
+class _AliveFilter(_YesNoFilter):
     title = "state"
     parameter_name = "alive"
+    answers = ("live", "dead or stopped")
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "live"), ("no", "dead or stopped")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        live = live_nodes()
-        if self.value() == "yes":
-            return queryset.filter(live)
-        if self.value() == "no":
-            return queryset.exclude(live)
-        return queryset
+    def matching(self) -> Q:
+        return live_nodes()
 
 
 @admin.register(Node)
@@ -829,7 +825,7 @@ def can_view_overview(user: Any) -> bool:
 
 
 @admin.register(Overview)
-class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class OverviewAdmin(_ReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     """*Scheduler overview* in the admin index: one read-only page, no rows of its own
     (``Overview`` is a proxy model so that the index lists the page)."""
 
@@ -838,12 +834,6 @@ class OverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return can_view_overview(request.user)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False

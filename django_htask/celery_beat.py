@@ -45,14 +45,7 @@ from django.apps import apps
 from django.db import transaction
 
 from django_htask import clock
-from django_htask.engine import (
-    ArgumentError,
-    FunctionNotRegistered,
-    InvalidSchedule,
-    PayloadError,
-    parse_schedule,
-    registry,
-)
+from django_htask.engine import CALL_ERRORS, InvalidSchedule, parse_schedule, registry
 from django_htask.engine.schedules import format_duration
 from django_htask.models import GRACE_MAX, Origin, Schedule
 
@@ -244,7 +237,7 @@ def _import_one(
         )
         try:
             row.set_call(args, kwargs)
-        except (ArgumentError, PayloadError, FunctionNotRegistered) as exc:
+        except CALL_ERRORS as exc:
             raise _Skip(f"its arguments do not fit {function}: {exc}") from None
         try:
             parse_schedule(spec, zone)

@@ -126,6 +126,24 @@ def _constraint(table: str, name: str, low: float, high: float, *, null: bool = 
     )
 
 
+def _queue_name(what: str, *, blank: bool = False) -> models.CharField[str, str]:
+    """The ``queue_name`` of a schedule or a task: only the nodes serving it ``what``."""
+    return models.CharField(
+        max_length=100,
+        blank=blank,
+        default=DEFAULT_QUEUE,
+        db_default=DEFAULT_QUEUE,  # rows inserted by raw SQL
+        help_text=f"only the nodes serving this queue {what}",
+    )
+
+
+def _max_attempts(help_text: str) -> models.PositiveSmallIntegerField[int, int]:
+    """The ``max_attempts`` of a schedule or a task (a retry is an attempt)."""
+    return models.PositiveSmallIntegerField(
+        default=1, validators=[MAX_ATTEMPTS_RANGE], help_text=help_text
+    )
+
+
 def new_token() -> str:
     """A public task token: 192 random bits, URL-safe (32 characters)."""
     return secrets.token_urlsafe(24)
@@ -170,19 +188,9 @@ class Schedule(models.Model):
     )
     catch_up = models.CharField(max_length=8, choices=CatchUp.choices, default=CatchUp.LATEST)
     overlap = models.CharField(max_length=8, choices=Overlap.choices, default=Overlap.SKIP)
-    queue_name = models.CharField(
-        max_length=100,
-        blank=True,  # empty in a form: the default queue
-        default=DEFAULT_QUEUE,
-        db_default=DEFAULT_QUEUE,  # rows inserted by raw SQL
-        help_text="only the nodes serving this queue fire it (runscheduler --queue); "
-        "empty: default",
-    )
-    max_attempts = models.PositiveSmallIntegerField(
-        default=1,
-        validators=[MAX_ATTEMPTS_RANGE],
-        help_text="runs of one occurrence, retries included (1 to 1000)",
-    )
+    # blank: empty in a form, the default queue
+    queue_name = _queue_name("fire it (runscheduler --queue); empty: default", blank=True)
+    max_attempts = _max_attempts("runs of one occurrence, retries included (1 to 1000)")
     retry_backoff = models.FloatField(
         default=10.0,
         validators=[RETRY_BACKOFF_RANGE],
@@ -334,17 +342,8 @@ class Task(models.Model):
         max_length=16, choices=TaskStatus.choices, default=TaskStatus.PENDING, db_index=True
     )
     attempts = models.PositiveSmallIntegerField(default=0)
-    max_attempts = models.PositiveSmallIntegerField(
-        default=1,
-        validators=[MAX_ATTEMPTS_RANGE],
-        help_text="runs in all, retries included (1 to 1000)",
-    )
-    queue_name = models.CharField(
-        max_length=100,
-        default=DEFAULT_QUEUE,
-        db_default=DEFAULT_QUEUE,  # rows inserted by raw SQL
-        help_text="only the nodes serving this queue run it (runscheduler --queue)",
-    )
+    max_attempts = _max_attempts("runs in all, retries included (1 to 1000)")
+    queue_name = _queue_name("run it (runscheduler --queue)")
     backend = models.CharField(
         max_length=100,
         blank=True,

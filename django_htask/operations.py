@@ -193,39 +193,29 @@ def run_schedule_soon(row: Schedule) -> str:
     return f"is disabled, so it was queued once as task {task.pk}"
 
 
+#: What a run by hand writes once it is over.
+_ENDED = ["status", "error", "traceback", "finished_at", "duration"]
+
+
 def run_schedule_inline(row: Schedule, node: str | None = None) -> Run:
     """Call ``row``'s function here and now, recorded as a run of the schedule.
 
     The run's outcome is returned (a failure is recorded, not raised). It goes through
     the same code as a node's runs (:func:`django_htask.node.execution.execute`)."""
     from .node import new_node_id  # noqa: PLC0415
-    from .node.execution import execute  # noqa: PLC0415
+    from .node.execution import Call, execute  # noqa: PLC0415
+    from .node.planning import schedule_run  # noqa: PLC0415
 
     node = node or new_node_id("cli")
     started_at = clock.now()
-    run = Run.objects.create(
-        schedule=row,
-        name=row.name,
-        function=row.function,
-        node=node,
-        scheduled_for=started_at,
-        started_at=started_at,
-        status=RunStatus.RUNNING,
-    )
-    outcome = execute(
-        row.function,
-        bytes(row.payload),
-        clock=clock.get_clock(),
-        node=node,
-        name=row.name,
-        attempt=1,
-        scheduled_for=started_at,
-        schedule_id=row.pk,
-        refresh_connections=False,  # this thread's connection is the caller's
-    )
-    run.status, run.error, run.traceback = outcome.status, outcome.error, outcome.traceback
-    run.finished_at, run.duration = outcome.finished_at, outcome.duration
-    run.save(update_fields=["status", "error", "traceback", "finished_at", "duration"])
+    started = schedule_run(row, node, RunStatus.RUNNING, started_at, started_at)
+    run = Run.objects.create(**started.columns())
+    # refresh_connections=False: this thread's connection is the caller's
+    call = Call.of_run(started, bytes(row.payload))
+    ended = execute(call, clock=clock.get_clock(), refresh_connections=False).columns()
+    for name in _ENDED:
+        setattr(run, name, ended[name])
+    run.save(update_fields=_ENDED)
     Schedule.objects.filter(pk=row.pk).update(last_run_at=started_at, last_status=run.status)
     level = logging.INFO if run.status == RunStatus.SUCCEEDED else logging.WARNING
     logger.log(

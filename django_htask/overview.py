@@ -479,15 +479,7 @@ def next_hours(
     for (first, apart), n in combs.items():  # at most 1440 steps per distinct m
         for i in range(first, minutes, apart):
             per_minute[i] += n
-    return Timeline(
-        start=start,
-        per_minute=per_minute,
-        schedules=schedules,
-        overdue=overdue,
-        capped=capped,
-        partial=partial,
-        invalid=invalid,
-    )
+    return Timeline(start, per_minute, schedules, overdue, capped, partial, invalid)
 
 
 def _whole_minutes_apart(parsed: Any) -> int:

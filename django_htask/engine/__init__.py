@@ -13,6 +13,7 @@ from __future__ import annotations
 # -- core: errors, clocks, tokens, pool, scheduler (issue 2) -------------------------
 from .clock import FakeClock, SystemClock
 from .errors import (
+    CALL_ERRORS,
     ArgumentError,
     FunctionNotRegistered,
     HtaskError,
@@ -72,6 +73,7 @@ from .timetable import Timetable
 from .wheel import TimingWheel
 
 __all__ = [
+    "CALL_ERRORS",
     "ArgumentError",
     "Binder",
     "BulkExecutor",

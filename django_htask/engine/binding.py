@@ -122,80 +122,53 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _to_int(value: Any, _depth: int, _seen: _Seen | None) -> Any:
-    if _is_int(value):
-        return value
-    raise _Mismatch("int", value)
+def _int_to_float(value: int) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        raise _Mismatch("float", value, "too large for a float") from None
 
 
-def _to_float(value: Any, _depth: int, _seen: _Seen | None) -> Any:
-    if isinstance(value, float):
-        return value
-    if _is_int(value):
-        try:
-            return float(value)
-        except OverflowError:
-            raise _Mismatch("float", value, "too large for a float") from None
-    raise _Mismatch("float", value)
-
-
-def _to_bool(value: Any, _depth: int, _seen: _Seen | None) -> Any:
-    if value is True or value is False:
-        return value
-    raise _Mismatch("bool", value)
-
-
-def _to_none(value: Any, _depth: int, _seen: _Seen | None) -> Any:
-    if value is None:
-        return value
-    raise _Mismatch("None", value)
-
-
-def _to_bytes(value: Any, _depth: int, _seen: _Seen | None) -> Any:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, bytearray):
-        return bytes(value)
-    raise _Mismatch("bytes", value)
-
-
-def _to_date(value: Any, _depth: int, _seen: _Seen | None) -> Any:
-    if isinstance(value, date) and not isinstance(value, datetime):
-        return value
-    raise _Mismatch("date", value)
-
-
-def _to_decimal(value: Any, _depth: int, _seen: _Seen | None) -> Any:
-    if isinstance(value, Decimal):
-        return value
-    if _is_int(value):
-        return Decimal(value)
-    raise _Mismatch("Decimal", value)
-
-
-def _instance_of(cls: type[Any]) -> _Conv:
-    name = describe(cls)
+def _scalar(
+    name: str,
+    accepts: Callable[[Any], bool],
+    widens: Callable[[Any], bool] | None = None,
+    widen: Callable[[Any], Any] = lambda value: value,
+) -> _Conv:
+    """The converter of one scalar type, ``name``: a value ``accepts`` is taken as it
+    is, one ``widens`` is taken as ``widen`` makes it (an int as a float or a Decimal,
+    a bytearray as bytes), anything else is a mismatch."""
 
     def convert(value: Any, _depth: int, _seen: _Seen | None) -> Any:
-        if isinstance(value, cls):
+        if accepts(value):
             return value
+        if widens is not None and widens(value):
+            return widen(value)
         raise _Mismatch(name, value)
 
     return convert
 
 
+def _instance_of(cls: type[Any]) -> _Conv:
+    return _scalar(describe(cls), lambda value: isinstance(value, cls))
+
+
+_to_none = _scalar("None", lambda value: value is None)
+
 _SCALARS: Final[dict[Any, _Conv]] = {
-    int: _to_int,
-    float: _to_float,
-    bool: _to_bool,
+    int: _scalar("int", _is_int),
+    float: _scalar("float", lambda value: isinstance(value, float), _is_int, _int_to_float),
+    bool: _scalar("bool", lambda value: value is True or value is False),
     str: _instance_of(str),
-    bytes: _to_bytes,
+    bytes: _scalar(
+        "bytes", lambda value: isinstance(value, bytes), lambda v: isinstance(v, bytearray), bytes
+    ),
     _NoneType: _to_none,
     datetime: _instance_of(datetime),
-    date: _to_date,
+    date: _scalar("date", lambda v: isinstance(v, date) and not isinstance(v, datetime)),
     time: _instance_of(time),
     timedelta: _instance_of(timedelta),
-    Decimal: _to_decimal,
+    Decimal: _scalar("Decimal", lambda value: isinstance(value, Decimal), _is_int, Decimal),
     uuid.UUID: _instance_of(uuid.UUID),
 }
 
@@ -274,31 +247,56 @@ def _sequence(tp: Any, item: _Conv | None, build: type[Any]) -> _Conv:
     return convert if item is None else _nesting(convert)
 
 
+def _positional(
+    name: str,
+    value: list[Any] | tuple[Any, ...],
+    labels: list[str],
+    items: list[_Conv | None],
+    depth: int,
+    seen: _Seen | None,
+) -> list[Any]:
+    """The items of ``value`` (a ``name``, a container nested ``depth`` deep), each
+    converted by its converter in ``items`` (None: kept as it is); a mismatch's path
+    gets the item's label (``[0]``, ``.field``)."""
+    if depth >= MAX_NESTING:
+        raise _TooDeep(name, value)
+    inner = depth + 1
+    out = []
+    for label, conv, item in zip(labels, items, value, strict=False):
+        if conv is None:
+            out.append(item)
+            continue
+        try:
+            out.append(conv(item, inner, seen))
+        except _Mismatch as err:
+            err.path.append(label)
+            raise
+    return out
+
+
 def _fixed_tuple(tp: Any, items: list[_Conv | None]) -> _Conv:
     name = describe(tp)
     size = len(items)
+    labels = [f"[{index}]" for index in range(size)]
 
     def convert(value: Any, depth: int, seen: _Seen | None) -> Any:
         if not isinstance(value, (list, tuple)):
             raise _Mismatch(name, value)
         if len(value) != size:
             raise _Mismatch(name, value, f"{size} items expected, got {len(value)}")
-        if depth >= MAX_NESTING:
-            raise _TooDeep(name, value)
-        inner = depth + 1
-        out = []
-        for index, (conv, item) in enumerate(zip(items, value, strict=True)):
-            if conv is None:
-                out.append(item)
-                continue
-            try:
-                out.append(conv(item, inner, seen))
-            except _Mismatch as err:
-                err.path.append(f"[{index}]")
-                raise
-        return tuple(out)
+        return tuple(_positional(name, value, labels, items, depth, seen))
 
     return convert if all(conv is None for conv in items) else _nesting(convert)
+
+
+def _entry(conv: _Conv, item: Any, depth: int, seen: _Seen | None, where: str, key: Any) -> Any:
+    """``item`` (a key or a value of a mapping) converted; a mismatch's path gets
+    ``where`` with the entry's ``key`` shown in it."""
+    try:
+        return conv(item, depth, seen)
+    except _Mismatch as err:
+        err.path.append(where % short_repr(key))
+        raise
 
 
 def _mapping(tp: Any, key: _Conv | None, val: _Conv | None) -> _Conv:
@@ -315,17 +313,9 @@ def _mapping(tp: Any, key: _Conv | None, val: _Conv | None) -> _Conv:
         out = {}
         for k, v in value.items():
             if key is not None:
-                try:
-                    k = key(k, inner, seen)  # noqa: PLW2901
-                except _Mismatch as err:
-                    err.path.append(f" key {short_repr(k)}")
-                    raise
+                k = _entry(key, k, inner, seen, " key %s", k)  # noqa: PLW2901
             if val is not None:
-                try:
-                    v = val(v, inner, seen)  # noqa: PLW2901
-                except _Mismatch as err:
-                    err.path.append(f"[{short_repr(k)}]")
-                    raise
+                v = _entry(val, v, inner, seen, "[%s]", k)  # noqa: PLW2901
             try:
                 out[k] = v
             except TypeError as exc:  # a key converted to something unhashable
@@ -486,6 +476,7 @@ def _dataclass(cls: type[Any], memo: dict[Any, _Conv | None]) -> _Conv:
 def _named_tuple(cls: type[Any], memo: dict[Any, _Conv | None]) -> _Conv:
     name = cls.__name__
     names: tuple[str, ...] = cls._fields
+    labels = [f".{field}" for field in names]
     required = len(names) - len(getattr(cls, "_field_defaults", ()))
     items: list[_Conv | None] = []
 
@@ -496,19 +487,7 @@ def _named_tuple(cls: type[Any], memo: dict[Any, _Conv | None]) -> _Conv:
             raise _Mismatch(name, value)
         if not required <= len(value) <= len(names):
             raise _Mismatch(name, value, f"{len(names)} items expected, got {len(value)}")
-        if depth >= MAX_NESTING:
-            raise _TooDeep(name, value)
-        inner = depth + 1
-        out = []
-        for field, conv, item in zip(names, items, value, strict=False):
-            if conv is None:
-                out.append(item)
-                continue
-            try:
-                out.append(conv(item, inner, seen))
-            except _Mismatch as err:
-                err.path.append(f".{field}")
-                raise
+        out = _positional(name, value, labels, items, depth, seen)
         try:
             return cls(*out)
         except Exception as exc:

@@ -11,6 +11,7 @@ import reprlib
 from typing import Any
 
 __all__ = [
+    "CALL_ERRORS",
     "ArgumentError",
     "FunctionNotRegistered",
     "HtaskError",
@@ -52,6 +53,11 @@ class PayloadError(HtaskError, ValueError):
 
 class ArgumentError(HtaskError, TypeError):
     """Arguments do not match the function's signature or declared types."""
+
+
+#: What a call that cannot be made raises (``registry.check_call``, ``registry.bind``):
+#: its function is not registered, its payload cannot be read, its arguments do not fit.
+CALL_ERRORS: tuple[type[HtaskError], ...] = (FunctionNotRegistered, PayloadError, ArgumentError)
 
 
 class _ShortRepr(reprlib.Repr):

@@ -118,7 +118,34 @@ def _close_all_at_exit() -> None:
 atexit.register(_close_all_at_exit)
 
 
-class PeriodicalExecutor(Generic[T, B]):
+class _Described(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def interval(self) -> float: ...
+    @property
+    def closed(self) -> bool: ...
+
+
+class _Closable:
+    """What every executor with an interval shares: ``with`` closes it, and its repr
+    says its name, its interval and whether it is closed."""
+
+    def close(self, timeout: float | None = None) -> bool:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self: _Described) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<{type(self).__name__} {self.name!r} interval={self.interval}s {state}>"
+
+
+class PeriodicalExecutor(_Closable, Generic[T, B]):
     """Buffers items in ``container``; executes a batch when it is full and every ``interval``.
 
     Where a batch runs:
@@ -310,16 +337,6 @@ class PeriodicalExecutor(Generic[T, B]):
             flusher.join(timeout)
         return self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
-    def __enter__(self) -> PeriodicalExecutor[T, B]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<{type(self).__name__} {self.name!r} interval={self.interval}s {state}>"
-
 
 # -- bulk and chunk ----------------------------------------------------------------------
 class _BulkContainer(Generic[T]):
@@ -368,7 +385,7 @@ class _ChunkContainer(Generic[T]):
         return items
 
 
-class _Batching(Generic[T, B]):
+class _Batching(_Closable, Generic[T, B]):
     """What BulkExecutor and ChunkExecutor share: a PeriodicalExecutor inside."""
 
     def __init__(
@@ -403,16 +420,6 @@ class _Batching(Generic[T, B]):
     def close(self, timeout: float | None = None) -> bool:
         """Flush, stop, and wait for batches in flight; later adds raise SchedulerClosed."""
         return self._executor.close(timeout)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self.closed else "open"
-        return f"<{type(self).__name__} {self.name!r} interval={self.interval}s {state}>"
 
 
 class BulkExecutor(_Batching[T, list[T]]):

@@ -31,9 +31,12 @@ What each form means:
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, tzinfo
+from typing import overload
 
 from .errors import InvalidSchedule
 from .schedules import (
@@ -53,6 +56,40 @@ _CRON_DAYS = {name: name[:3].upper() for name in _WEEKDAYS}
 _DAY_TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 _OF_HOUR = re.compile(r"^:?(\d{2})(?::(\d{2}))?$")
 _OF_MINUTE = re.compile(r"^:(\d{2})$")
+
+
+class _Step:
+    """A property of :class:`Every` that sets its unit or weekday (``every(5).minutes``,
+    ``every().monday``): read on a builder, it is the next builder."""
+
+    __slots__ = ("_step",)
+
+    def __init__(self, step: Callable[[Every], Every]) -> None:
+        self._step = step
+
+    @overload
+    def __get__(self, built: None, owner: type[Every]) -> _Step: ...
+    @overload
+    def __get__(self, built: Every, owner: type[Every]) -> Every: ...
+    def __get__(self, built: Every | None, owner: type[Every]) -> _Step | Every:
+        return self if built is None else self._step(built)
+
+
+def _units(unit: str) -> tuple[_Step, _Step]:
+    """The singular and the plural property of ``unit`` (``minute``, ``minutes``)."""
+    return (
+        _Step(lambda built: built._unit(unit, plural=False)),
+        _Step(lambda built: built._unit(unit, plural=True)),
+    )
+
+
+def _weekdays(names: tuple[str, ...]) -> tuple[_Step, ...]:
+    """The property of each weekday in ``names``."""
+    return tuple(_Step(functools.partial(_on_weekday, name=name)) for name in names)
+
+
+def _on_weekday(built: Every, name: str) -> Every:
+    return built._weekday(name)
 
 
 @dataclass(frozen=True)
@@ -78,45 +115,11 @@ class Every:
             )
         return replace(self, unit=unit)
 
-    @property
-    def second(self) -> Every:
-        return self._unit("second", plural=False)
-
-    @property
-    def seconds(self) -> Every:
-        return self._unit("second", plural=True)
-
-    @property
-    def minute(self) -> Every:
-        return self._unit("minute", plural=False)
-
-    @property
-    def minutes(self) -> Every:
-        return self._unit("minute", plural=True)
-
-    @property
-    def hour(self) -> Every:
-        return self._unit("hour", plural=False)
-
-    @property
-    def hours(self) -> Every:
-        return self._unit("hour", plural=True)
-
-    @property
-    def day(self) -> Every:
-        return self._unit("day", plural=False)
-
-    @property
-    def days(self) -> Every:
-        return self._unit("day", plural=True)
-
-    @property
-    def week(self) -> Every:
-        return self._unit("week", plural=False)
-
-    @property
-    def weeks(self) -> Every:
-        return self._unit("week", plural=True)
+    second, seconds = _units("second")
+    minute, minutes = _units("minute")
+    hour, hours = _units("hour")
+    day, days = _units("day")
+    week, weeks = _units("week")
 
     def _weekday(self, name: str) -> Every:
         if self.interval != 1:
@@ -124,33 +127,7 @@ class Every:
         built = self._unit("week", plural=False)
         return replace(built, weekday=name)
 
-    @property
-    def monday(self) -> Every:
-        return self._weekday("monday")
-
-    @property
-    def tuesday(self) -> Every:
-        return self._weekday("tuesday")
-
-    @property
-    def wednesday(self) -> Every:
-        return self._weekday("wednesday")
-
-    @property
-    def thursday(self) -> Every:
-        return self._weekday("thursday")
-
-    @property
-    def friday(self) -> Every:
-        return self._weekday("friday")
-
-    @property
-    def saturday(self) -> Every:
-        return self._weekday("saturday")
-
-    @property
-    def sunday(self) -> Every:
-        return self._weekday("sunday")
+    monday, tuesday, wednesday, thursday, friday, saturday, sunday = _weekdays(_WEEKDAYS)
 
     # -- modifiers -------------------------------------------------------------------
     def at(self, text: str) -> Every:

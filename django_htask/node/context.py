@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from django_htask.conf import HtaskSettings
 from django_htask.engine import Clock
@@ -15,7 +14,7 @@ from django_htask.retry import RetryPolicy
 from django_htask.store import RunOutcome, Serving, Store
 
 from .control import ControlThread
-from .execution import execute
+from .execution import Call, execute
 from .running import Running
 
 __all__ = ["NodeContext", "Results"]
@@ -71,21 +70,7 @@ class NodeContext:
     #: Whether the node stops: nothing new is started.
     stopping: Callable[[], bool] = lambda: False
 
-    def execute(
-        self, name: str, call: tuple[str, bytes, int, datetime | None], **ids: int
-    ) -> RunOutcome:
-        """Run one call on this thread (see :func:`~django_htask.node.execution.execute`):
-        ``call`` is (function, payload, attempt, when it was due); ``ids`` its
-        ``schedule_id`` or ``task_id``."""
-        function, payload, attempt, when = call
-        return execute(
-            function,
-            payload,
-            clock=self.clock,
-            node=self.node_id,
-            name=name,
-            attempt=attempt,
-            scheduled_for=when,
-            schedule_id=ids.get("schedule_id"),
-            task_id=ids.get("task_id"),
-        )
+    def execute(self, call: Call) -> RunOutcome:
+        """Make ``call`` on this thread, on the node's clock (see
+        :func:`~django_htask.node.execution.execute`)."""
+        return execute(call, clock=self.clock)

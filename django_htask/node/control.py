@@ -12,20 +12,23 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import DatabaseError
 
 from django_htask.engine import Clock, SchedulerClosed, TimerHandle
 from django_htask.engine import Scheduler as EngineScheduler
-from django_htask.exceptions import NodeFenced
+from django_htask.exceptions import NodeFenced, StartAborted
 from django_htask.retry import Backoff, RetryPolicy
 
 __all__ = ["ControlThread", "DatabaseBackoff", "Once", "database_lost"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def database_lost(exc: BaseException, retry_in: float, close: Callable[[], object]) -> None:
@@ -71,6 +74,21 @@ class DatabaseBackoff:
     def succeeded(self) -> None:
         if self._failures.succeeded():
             logger.info("database back", extra={"action": "db_back"})
+
+    def retrying(self, fn: Callable[[], T], stopped: Callable[[], bool], who: str) -> T:
+        """Call ``fn`` (a start-up step, before the control thread runs) until the
+        database answers, sleeping this thread through the delays; once ``stopped()``
+        says so, give up with :class:`StartAborted` (``who`` names the node)."""
+        while True:
+            try:
+                return fn()
+            except DatabaseError as exc:
+                if stopped():
+                    raise StartAborted(f"{who}: stopped before it started") from exc
+                delay = self.failed(exc)
+                deadline = time.monotonic() + delay
+                while not stopped() and time.monotonic() < deadline:
+                    time.sleep(min(0.05, delay))
 
 
 class ControlThread:

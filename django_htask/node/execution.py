@@ -5,27 +5,22 @@ and schedule runs, and ``manage.py htask run`` for a schedule run by hand."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import traceback
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db import close_old_connections
 
-from django_htask.engine import (
-    ArgumentError,
-    Clock,
-    FunctionNotRegistered,
-    PayloadError,
-    decode_call,
-    registry,
-)
+from django_htask.engine import CALL_ERRORS, Clock, decode_call, registry
 from django_htask.enums import RunStatus
 from django_htask.signals import run_finished, run_started
 from django_htask.store import RunOutcome
 
-__all__ = ["call_of", "execute"]
+__all__ = ["Call", "call_of", "execute", "should_retry"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,20 +34,42 @@ def call_of(payload: bytes) -> tuple[list[Any], dict[str, Any]]:
     return list(args), dict(kwargs)
 
 
-def execute(
-    function: str,
-    payload: bytes,
-    *,
-    clock: Clock,
-    node: str,
-    name: str,
-    attempt: int,
-    scheduled_for: datetime | None,
-    schedule_id: int | None = None,
-    task_id: int | None = None,
-    refresh_connections: bool = True,
-) -> RunOutcome:
-    """Call the registered ``function`` with the call ``payload`` holds; never raises.
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call to make: the registered ``function`` with the arguments ``payload``
+    holds, and what its run is (the fields the run signals send)."""
+
+    payload: bytes
+    function: str
+    name: str
+    node: str
+    attempt: int
+    scheduled_for: datetime | None
+    schedule_id: int | None = None
+    task_id: int | None = None
+
+    @classmethod
+    def of_run(cls, run: RunOutcome, payload: bytes) -> Call:
+        """The call of a run row written as it started."""
+        return cls(payload, *(getattr(run, name) for name in _RUN_FIELDS))
+
+
+#: What a run is, as the run signals send it and the run row holds it.
+_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(Call))[1:]
+
+
+def should_retry(result: RunOutcome, attempt: int, max_attempts: int) -> bool:
+    """Whether a run that ended as ``result`` is tried again: it failed while it ran
+    (``retryable``), and ``attempt`` was not the last of ``max_attempts``."""
+    return (
+        result.status == RunStatus.FAILED
+        and bool(result.extra.get("retryable", False))
+        and attempt < max_attempts
+    )
+
+
+def execute(call: Call, *, clock: Clock, refresh_connections: bool = True) -> RunOutcome:
+    """Make ``call``: the registered function with the arguments it holds; never raises.
 
     Whatever the function raises ends the run failed, ``SystemExit`` and
     ``KeyboardInterrupt`` included (they end only this run, not the process). The run
@@ -65,15 +82,8 @@ def execute(
     if refresh_connections:
         close_old_connections()
     started_at = clock.now()
-    info: dict[str, Any] = {
-        "name": name,
-        "function": function,
-        "node": node,
-        "schedule_id": schedule_id,
-        "task_id": task_id,
-        "scheduled_for": scheduled_for,
-        "attempt": attempt,
-    }
+    info: dict[str, Any] = {name: getattr(call, name) for name in _RUN_FIELDS}
+    name, function = call.name, call.function
     run_started.send_robust(sender=Run, **info)
     t0 = clock.monotonic()
     status = RunStatus.SUCCEEDED
@@ -81,9 +91,9 @@ def execute(
     retryable = False
     try:
         try:
-            args, kwargs = call_of(payload)
+            args, kwargs = call_of(call.payload)
             fn, bound_args, bound_kwargs = registry.bind(function, args, kwargs)
-        except (FunctionNotRegistered, PayloadError, ArgumentError) as exc:
+        except CALL_ERRORS as exc:
             status = RunStatus.FAILED
             error = f"{type(exc).__name__}: {exc}"
             logger.error("%s cannot run: %s", name, error, extra={"action": "run_unrunnable"})
@@ -102,22 +112,10 @@ def execute(
     finally:
         if refresh_connections:
             close_old_connections()
-    duration = clock.monotonic() - t0
+    ended: dict[str, Any] = {"status": status, "error": error, "duration": clock.monotonic() - t0}
     finished_at = clock.now()
-    run_finished.send_robust(sender=Run, status=status, error=error, duration=duration, **info)
+    run_finished.send_robust(sender=Run, **ended, **info)
+    retry: dict[str, object] = {"retryable": retryable}
     return RunOutcome(
-        status=status,
-        function=function,
-        name=name,
-        node=node,
-        attempt=attempt,
-        scheduled_for=scheduled_for,
-        started_at=started_at,
-        finished_at=finished_at,
-        duration=duration,
-        error=error,
-        traceback=tb,
-        schedule_id=schedule_id,
-        task_id=task_id,
-        extra={"retryable": retryable},
+        started_at=started_at, finished_at=finished_at, traceback=tb, extra=retry, **ended, **info
     )

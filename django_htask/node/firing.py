@@ -1,52 +1,36 @@
 """Firing schedules: the schedules a node holds, each with a timer at its due time, and
-what happens when one is due (the misfire, overlap and retry policies).
+what happens when one is due: claimed, run on a worker, retried.
 
 The schedules are held in an engine :class:`~django_htask.engine.Timetable` (the
 entries due at one instant share a timer, as in the engine's ``Cron`` runner), by their
 stored ``next_run_at``: no cron is evaluated to hold them. A schedule fires by a
 compare-and-set on (id, ``next_run_at``, version) that moves ``next_run_at`` on and
 writes its run rows in one transaction, so an occurrence runs once even when another
-process or node looks at it too. The misfire policy is the engine's
-:func:`~django_htask.engine.plan_occurrences`, shared with ``Cron``.
+process or node looks at it too. What runs (the misfire and overlap policies) is
+decided by :mod:`~django_htask.node.planning`, which writes nothing.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import math
-import zoneinfo
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from django.db import DatabaseError
 
-from django_htask.engine import (
-    ArgumentError,
-    FunctionNotRegistered,
-    InvalidSchedule,
-    PayloadError,
-    Timetable,
-    parse_schedule,
-    plan_occurrences,
-    registry,
-)
-from django_htask.enums import CatchUp, Overlap, RunStatus
+from django_htask.engine import Timetable
+from django_htask.enums import Overlap, RunStatus
 from django_htask.exceptions import NodeFenced
 from django_htask.retry import RetryPolicy
 from django_htask.store import RunOutcome, ScheduleRef, ScheduleRow
 
 from .context import NodeContext
-from .execution import call_of
+from .execution import Call, should_retry
+from .planning import broken_run, plan, problem, schedule_run
 
 __all__ = ["Firing", "Roles"]
 
 logger = logging.getLogger(__name__)
-
-
-@functools.lru_cache(maxsize=4096)
-def _parsed(text: str, tz: str) -> Any:
-    return parse_schedule(text, tz=tz or None)
 
 
 class Roles(Protocol):
@@ -193,9 +177,9 @@ class Firing:
         if moved:
             self.place(_ref(row))
             return
-        problem = _problem(row)
-        if problem:
-            self._break(row.id, row, problem)
+        why = problem(row)
+        if why:
+            self._break(row.id, row, why)
             return
         busy = ctx.running.busy(row.id)
         if row.overlap != Overlap.ALLOW and not busy:
@@ -204,8 +188,10 @@ class Firing:
             self._delayed[row.id] = held
             ctx.control.later(ctx.settings.poll_interval, self.fire, row.id, held)
             return
-        to_run, next_run_at, runs = self._plan(row, now, busy)
-        started = [_outcome(row, ctx.node_id, RunStatus.RUNNING, when, now) for when in to_run]
+        decided = plan(row, ctx.node_id, now, busy, ctx.settings.catch_up_limit)
+        next_run_at, runs = decided.next_run_at, decided.runs
+        node, running = ctx.node_id, RunStatus.RUNNING
+        started = [schedule_run(row, node, running, when, now) for when in decided.to_run]
         runs.extend(started)
         ids = ctx.store.claim_occurrence(ctx.node_id, row, next_run_at, now, runs)
         if ids is None:
@@ -235,67 +221,22 @@ class Firing:
         for run_id, outcome in zip(ids[len(runs) - len(started) :], started, strict=True):
             self._start_run(row, run_id, outcome)
 
-    def _plan(
-        self, row: ScheduleRow, now: datetime, busy: int
-    ) -> tuple[list[datetime], datetime | None, list[RunOutcome]]:
-        """What runs now, the next due time, and the rows of the occurrences that do not
-        run (missed, skipped): the misfire policy, then the overlap policy, which holds
-        for the caught-up occurrences too."""
-        assert row.next_run_at is not None
-        node = self.ctx.node_id
-        plan = plan_occurrences(
-            _parsed(row.schedule, row.timezone),
-            row.next_run_at,
-            now,
-            grace=row.grace,
-            catch_up=str(row.catch_up),
-            limit=self.ctx.settings.catch_up_limit,
-        )
-        to_run, next_run_at = plan.to_run, plan.next
-        runs = []
-        if plan.missed:
-            runs.append(_missed(row, node, plan.missed, now))
-        if busy and row.overlap == Overlap.SKIP:
-            skipped = to_run or [row.next_run_at]
-            runs.append(_skipped(row, node, skipped, now, "the previous run was still running"))
-            to_run = []
-        elif len(to_run) > 1 and row.overlap == Overlap.SKIP:
-            # Caught-up occurrences would run together: the first runs, the rest skip.
-            runs.append(_skipped(row, node, to_run[1:], now, f"the run of {to_run[0]} runs"))
-            to_run = to_run[:1]
-        elif len(to_run) > 1 and row.overlap == Overlap.DELAY:
-            # One after another: claim the first; the next stays due and waits for it.
-            next_run_at, to_run = to_run[1], to_run[:1]
-        return to_run, next_run_at, runs
-
-    def _break(self, schedule_id: int, row: ScheduleRow | None, problem: str) -> None:
+    def _break(self, schedule_id: int, row: ScheduleRow | None, why: str) -> None:
         """Stop firing a schedule the node cannot use: a failed run and the schedule's
         ``broken`` field say why (the admin and ``htask status`` show it), one error
         is logged, and the schedule costs nothing more until it is saved again."""
         ctx = self.ctx
         now = ctx.clock.now()
-        name = row.name if row is not None else str(schedule_id)
-        run = RunOutcome(
-            status=RunStatus.FAILED,
-            function=row.function if row is not None else "",
-            name=name,
-            node=ctx.node_id,
-            attempt=1,
-            scheduled_for=row.next_run_at if row is not None else None,
-            started_at=None,
-            finished_at=now,
-            error=f"broken: {problem}",
-            schedule_id=schedule_id,
-        )
+        run = broken_run(schedule_id, row, ctx.node_id, now, why)
         version = row.version if row is not None else None
-        marked = ctx.store.mark_broken(ctx.node_id, schedule_id, version, problem, run)
+        marked = ctx.store.mark_broken(ctx.node_id, schedule_id, version, why, run)
         if row is not None and not marked:
             self._reload(schedule_id)  # changed meanwhile: look at it again
             return
         logger.error(
             "schedule %s is broken and will not fire until it is saved again: %s",
-            name,
-            problem,
+            run.name,
+            why,
             extra={"action": "schedule_broken", "schedule": schedule_id},
         )
         self.drop(schedule_id)
@@ -319,15 +260,11 @@ class Firing:
         run_id = started.run_id or 0
         if not ctx.running.call(("run", run_id)):
             return  # the node is stopping: not run (stop() writes it)
-        call = (started.function, row.payload, started.attempt, started.scheduled_for)
-        result = ctx.execute(row.name, call, schedule_id=row.id)
+        call = Call.of_run(started, row.payload)
+        result = ctx.execute(call)
         result.run_id = run_id
         ctx.running.run_done(row.id, run_id)
-        retry = (
-            result.status == RunStatus.FAILED
-            and result.extra.get("retryable", False)
-            and started.attempt < row.max_attempts
-        )
+        retry = should_retry(result, started.attempt, row.max_attempts)
         ctx.results.push(result)
         if retry:
             policy = RetryPolicy(row.retry_backoff, ctx.settings.retry_backoff_max)
@@ -340,7 +277,7 @@ class Firing:
         if ctx.stopping():
             return
         now = ctx.clock.now()
-        outcome = _outcome(
+        outcome = schedule_run(
             row,
             ctx.node_id,
             RunStatus.RUNNING,
@@ -360,90 +297,3 @@ class Firing:
 
 def _ref(row: ScheduleRow) -> ScheduleRef:
     return ScheduleRef(row.id, row.next_run_at, row.version, row.enabled, row.queue_name)
-
-
-def _problem(row: ScheduleRow) -> str:
-    """Why a node cannot use ``row`` (a value written behind the model's back), or ""."""
-    if row.catch_up not in CatchUp.values:
-        return f"catch_up {row.catch_up!r} is not one of {', '.join(CatchUp.values)}"
-    if row.overlap not in Overlap.values:
-        return f"overlap {row.overlap!r} is not one of {', '.join(Overlap.values)}"
-    if not row.max_attempts >= 1:
-        return f"max_attempts {row.max_attempts!r} is not >= 1"
-    if not (row.retry_backoff >= 0 and math.isfinite(row.retry_backoff)):
-        return f"retry_backoff {row.retry_backoff!r} is not a finite number >= 0"
-    if row.grace is not None and not (row.grace >= 0 and math.isfinite(row.grace)):
-        return f"grace {row.grace!r} is not empty or a finite number >= 0"
-    from django_htask.models import GRACE_MAX, MAX_ATTEMPTS_MAX, RETRY_BACKOFF_MAX  # noqa: PLC0415
-
-    for name, value, limit in (
-        ("max_attempts", row.max_attempts, MAX_ATTEMPTS_MAX),
-        ("retry_backoff", row.retry_backoff, RETRY_BACKOFF_MAX),
-        ("grace", row.grace, GRACE_MAX),
-    ):
-        if value is not None and value > limit:  # the models' ranges, CHECK constraints too
-            return f"{name} {value!r} is over the limit of {limit:.0f}"
-    try:
-        if row.timezone:
-            zoneinfo.ZoneInfo(row.timezone)
-        _parsed(row.schedule, row.timezone)
-        registry.bind(row.function, *call_of(row.payload))
-    except (InvalidSchedule, PayloadError, ArgumentError, FunctionNotRegistered) as exc:
-        return f"{type(exc).__name__}: {exc}"
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
-        return f"timezone {row.timezone!r}: {exc}"
-    return ""
-
-
-def _outcome(
-    row: ScheduleRow,
-    node: str,
-    status: str,
-    scheduled_for: datetime | None,
-    now: datetime,
-    *,
-    error: str = "",
-    attempt: int = 1,
-) -> RunOutcome:
-    return RunOutcome(
-        status=status,
-        function=row.function,
-        name=row.name,
-        node=node,
-        attempt=attempt,
-        scheduled_for=scheduled_for,
-        started_at=now,
-        finished_at=now,
-        error=error,
-        schedule_id=row.id,
-    )
-
-
-def _missed(row: ScheduleRow, node: str, missed: list[datetime], now: datetime) -> RunOutcome:
-    late = (now - missed[-1]).total_seconds()
-    grace = "no limit" if row.grace is None else f"{row.grace:g}s"
-    error = (
-        f"{len(missed)} occurrence(s) from {missed[0].isoformat()} to "
-        f"{missed[-1].isoformat()} missed: {late:.1f}s late "
-        f"(grace {grace}, catch_up={row.catch_up})"
-    )
-    logger.warning("schedule %s: %s", row.name, error, extra={"action": "missed"})
-    return _outcome(row, node, RunStatus.MISSED, missed[-1], now, error=error)
-
-
-def _skipped(
-    row: ScheduleRow, node: str, skipped: list[datetime], now: datetime, why: str
-) -> RunOutcome:
-    what = (
-        f"{len(skipped)} occurrences from {skipped[0].isoformat()} to {skipped[-1].isoformat()}"
-        if len(skipped) > 1
-        else f"the occurrence of {skipped[0].isoformat()}"
-    )
-    return _outcome(
-        row,
-        node,
-        RunStatus.SKIPPED,
-        skipped[-1],
-        now,
-        error=f"{what} skipped: {why} (overlap=skip)",
-    )

@@ -14,13 +14,12 @@ import math
 import os
 import secrets
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
+from typing import TypeVar
 
-from django.db import DatabaseError, connections
+from django.db import connections
 
 import django_htask
 from django_htask import clock as clocks
@@ -28,7 +27,7 @@ from django_htask import notices
 from django_htask.conf import HtaskSettings, get_settings
 from django_htask.engine import Clock
 from django_htask.engine import Scheduler as EngineScheduler
-from django_htask.exceptions import NodeFenced, StartAborted
+from django_htask.exceptions import NodeFenced
 from django_htask.queues import ALL, QueueFilter
 from django_htask.retry import RetryPolicy
 from django_htask.store import Serving, Store, get_store
@@ -38,12 +37,14 @@ from .control import ControlThread, DatabaseBackoff, Once
 from .firing import Firing
 from .liveness import Liveness
 from .membership import Membership
-from .shutdown import EXIT_GRACE, abandoned
+from .shutdown import shut_down, shut_down_fenced
 from .tasks import TaskDispatch
 
 __all__ = ["Node", "NodeStats", "new_node_id"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def new_node_id(kind: str | None = None) -> str:
@@ -184,9 +185,7 @@ class Node:
 
     def _wire(self) -> _Parts:
         """Make the threads and the parts."""
-        backoff = DatabaseBackoff(
-            self.settings.db_retry, self.settings.db_retry_max, self.store.close
-        )
+        backoff = self._backoff()
         close = connections.close_all  # each thread closes its connections as it ends
         control = ControlThread(self.node_id, self.clock, backoff, self._on_fenced, close)
         jobs = EngineScheduler(
@@ -214,22 +213,15 @@ class Node:
         liveness = Liveness(ctx, self._on_fenced, self.wake, on_beat)
         return _Parts(ctx, firing, tasks, liveness, membership, control.once(self._on_wake))
 
-    def _with_retry(self, fn: Callable[[], Any]) -> Any:
+    def _backoff(self) -> DatabaseBackoff:
+        return DatabaseBackoff(self.settings.db_retry, self.settings.db_retry_max, self.store.close)
+
+    def _with_retry(self, fn: Callable[[], T]) -> T:
         """Run a start-up step, retrying while the database is unavailable (until a stop
-        is requested: then :class:`StartAborted`)."""
-        backoff = DatabaseBackoff(
-            self.settings.db_retry, self.settings.db_retry_max, self.store.close
+        is requested: then :class:`~django_htask.exceptions.StartAborted`)."""
+        return self._backoff().retrying(
+            fn, lambda: self._stopping or self.stop_requested, f"node {self.node_id}"
         )
-        while True:
-            try:
-                return fn()
-            except DatabaseError as exc:
-                if self._stopping or self.stop_requested:
-                    raise StartAborted(f"node {self.node_id}: stopped before it started") from exc
-                delay = backoff.failed(exc)
-                deadline = time.monotonic() + delay
-                while not self.stop_requested and time.monotonic() < deadline:
-                    time.sleep(min(0.05, delay))
 
     def request_stop(self) -> None:
         """Ask the process running the node to stop (safe in a signal handler: a flag)."""
@@ -315,80 +307,13 @@ class Node:
         if self._parts is None:
             return
         parts = self._parts
-        ctx = parts.ctx
         if parts.membership is not None:
             parts.membership.close()
         if self.fenced is not None:
-            self._stop_fenced(parts)
+            self.unfinished = shut_down_fenced(parts.ctx, parts.liveness)
             return
         timeout = self.settings.shutdown_timeout if timeout is None else timeout
-        logger.info(
-            "node %s stopping: waiting up to %.0fs for %d running jobs",
-            self.node_id,
-            timeout,
-            len(ctx.running),
-            extra={"action": "node_stopping"},
-        )
-        deadline = time.monotonic() + timeout
-        ctx.control.close(timeout)  # the call in progress ends; nothing new starts
-        ctx.running.refusing = True  # a job a worker has not called yet is not run
-        ctx.jobs.close(wait=True, timeout=max(deadline - time.monotonic(), 0))
-        parts.liveness.close(timeout)  # it renewed the leases while the jobs ran
-        now = self.clock.now()
-        outcomes = ctx.results.take()
-        left = abandoned(ctx.running.snapshot(), now, timeout, self.task_retry)
-        self.unfinished = sum(a.started for a in left)
-        try:
-            self.store.record(self.node_id, outcomes)
-            if left:
-                dead_at = now + timedelta(seconds=EXIT_GRACE)
-                heartbeat_at = self.settings.dead_before(dead_at)
-                self.store.abandon(self.node_id, now, left, dead_at, heartbeat_at)
-            else:
-                self.store.stop_node(self.node_id, now)
-        except NodeFenced as exc:
-            self._on_fenced(exc)
-        except DatabaseError as exc:
-            logger.error(
-                "could not write the last %d runs at shutdown: %s",
-                len(outcomes),
-                exc,
-                extra={"action": "stop_unrecorded"},
-            )
-        finally:
-            self.store.close()
-        if self.unfinished:
-            logger.warning(
-                "node %s stopped with %d runs still going after %gs: they count as "
-                "interrupted, and the process must exit now",
-                self.node_id,
-                self.unfinished,
-                timeout,
-                extra={"action": "node_abandoned", "unfinished": self.unfinished},
-            )
-        logger.info(
-            "node %s stopped (%d runs written)",
-            self.node_id,
-            len(outcomes),
-            extra={"action": "node_stopped"},
-        )
-
-    def _stop_fenced(self, parts: _Parts) -> None:
-        """Stop a node that was declared dead: nothing is written (the database would
-        refuse it), nothing is waited for (the others run that work now)."""
-        ctx = parts.ctx
-        ctx.running.refusing = True
-        ctx.control.close(wait=False)
-        ctx.jobs.close(wait=False)
-        parts.liveness.close(wait=False)
-        self.unfinished = len(ctx.running)
-        ctx.results.clear()
-        self.store.close()
-        logger.info(
-            "node %s stopped: it had been declared dead",
-            self.node_id,
-            extra={"action": "node_stopped"},
-        )
+        self.unfinished = shut_down(parts.ctx, parts.liveness, timeout, self._on_fenced)
 
     # -- state, for tests and the banner ---------------------------------------------
     def held_schedules(self) -> dict[int, datetime]:

@@ -6,18 +6,32 @@ them, and it does, at once, after writing: each of their tasks ends that attempt
 runs is noted interrupted and still counts as running until the node is dead,
 :data:`EXIT_GRACE` seconds later. The jobs a worker had not called yet are handed back:
 a task pending again as it was, a schedule run failed unstarted.
+
+:func:`shut_down` is a node's stop once its parts are made: the threads closed in
+order, the results written, what is left handed back; :func:`shut_down_fenced` the
+stop of a node declared dead, which writes nothing.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from django.db import DatabaseError
+
+from django_htask.exceptions import NodeFenced
 from django_htask.retry import RetryPolicy
 from django_htask.store import Abandoned
 
+from .context import NodeContext
+from .liveness import Liveness
 from .running import Snapshot
 
-__all__ = ["EXIT_GRACE", "abandoned"]
+__all__ = ["EXIT_GRACE", "abandoned", "shut_down", "shut_down_fenced"]
+
+logger = logging.getLogger(__name__)
 
 #: A node that must exit with runs still going counts as alive this many seconds more,
 #: so that no other node starts their schedules before its process is gone.
@@ -42,3 +56,84 @@ def abandoned(left: Snapshot, now: datetime, timeout: float, retry: RetryPolicy)
         error = interrupted if started else unstarted
         result.append(Abandoned(error, started, task_id=task.id, retry_at=retry_at))
     return result
+
+
+def shut_down(
+    ctx: NodeContext,
+    liveness: Liveness,
+    timeout: float,
+    on_fenced: Callable[[NodeFenced], None],
+) -> int:
+    """Stop taking work, let running jobs finish (up to ``timeout`` seconds), and write
+    it all down; return how many runs were still going (the process must then exit)."""
+    node_id, store = ctx.node_id, ctx.store
+    logger.info(
+        "node %s stopping: waiting up to %.0fs for %d running jobs",
+        node_id,
+        timeout,
+        len(ctx.running),
+        extra={"action": "node_stopping"},
+    )
+    deadline = time.monotonic() + timeout
+    ctx.control.close(timeout)  # the call in progress ends; nothing new starts
+    ctx.running.refusing = True  # a job a worker has not called yet is not run
+    ctx.jobs.close(wait=True, timeout=max(deadline - time.monotonic(), 0))
+    liveness.close(timeout)  # it renewed the leases while the jobs ran
+    now = ctx.clock.now()
+    outcomes = ctx.results.take()
+    left = abandoned(ctx.running.snapshot(), now, timeout, ctx.task_retry)
+    unfinished = sum(a.started for a in left)
+    try:
+        store.record(node_id, outcomes)
+        if left:
+            dead_at = now + timedelta(seconds=EXIT_GRACE)
+            heartbeat_at = ctx.settings.dead_before(dead_at)
+            store.abandon(node_id, now, left, dead_at, heartbeat_at)
+        else:
+            store.stop_node(node_id, now)
+    except NodeFenced as exc:
+        on_fenced(exc)
+    except DatabaseError as exc:
+        logger.error(
+            "could not write the last %d runs at shutdown: %s",
+            len(outcomes),
+            exc,
+            extra={"action": "stop_unrecorded"},
+        )
+    finally:
+        store.close()
+    if unfinished:
+        logger.warning(
+            "node %s stopped with %d runs still going after %gs: they count as "
+            "interrupted, and the process must exit now",
+            node_id,
+            unfinished,
+            timeout,
+            extra={"action": "node_abandoned", "unfinished": unfinished},
+        )
+    logger.info(
+        "node %s stopped (%d runs written)",
+        node_id,
+        len(outcomes),
+        extra={"action": "node_stopped"},
+    )
+    return unfinished
+
+
+def shut_down_fenced(ctx: NodeContext, liveness: Liveness) -> int:
+    """Stop a node that was declared dead: nothing is written (the database would
+    refuse it), nothing is waited for (the others run that work now). Return how many
+    jobs were still in the workers' hands."""
+    ctx.running.refusing = True
+    ctx.control.close(wait=False)
+    ctx.jobs.close(wait=False)
+    liveness.close(wait=False)
+    unfinished = len(ctx.running)
+    ctx.results.clear()
+    ctx.store.close()
+    logger.info(
+        "node %s stopped: it had been declared dead",
+        ctx.node_id,
+        extra={"action": "node_stopped"},
+    )
+    return unfinished

@@ -17,10 +17,10 @@ from datetime import timedelta
 from django.db import DatabaseError
 
 from django_htask.engine import TimerHandle
-from django_htask.enums import RunStatus
 from django_htask.store import RunOutcome, StartedTask
 
 from .context import NodeContext
+from .execution import Call, should_retry
 
 __all__ = ["TaskDispatch"]
 
@@ -126,13 +126,17 @@ class TaskDispatch:
         ctx = self.ctx
         if not ctx.running.call(("task", task.id)):
             return  # the node is stopping: handed back by stop()
-        call = (task.function, task.payload, task.attempts, task.run_at)
-        result = ctx.execute(task.function, call, task_id=task.id)
-        if (
-            result.status == RunStatus.FAILED
-            and result.extra.get("retryable", False)
-            and task.attempts < task.max_attempts
-        ):
+        call = Call(
+            task.payload,
+            task.function,
+            task.function,
+            ctx.node_id,
+            task.attempts,
+            task.run_at,
+            task_id=task.id,
+        )
+        result = ctx.execute(call)
+        if should_retry(result, task.attempts, task.max_attempts):
             delay = ctx.task_retry.delay(task.attempts)
             result.retry_at = result.finished_at + timedelta(seconds=delay)
         ctx.running.task_done(task.id)

@@ -22,10 +22,11 @@ from __future__ import annotations
 import abc
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
+from django_htask.enums import RunStatus
 from django_htask.queues import ALL, DEFAULT_QUEUE, QueueFilter
 from django_htask.retry import RetryPolicy
 
@@ -134,6 +135,19 @@ class RunOutcome:
     #: For a failed task with attempts left: when it runs again (it is then pending).
     retry_at: datetime | None = None
     extra: dict[str, object] = field(default_factory=dict)
+
+    def columns(self) -> dict[str, Any]:
+        """The fields of its ``Run`` row (a run still going is not finished yet)."""
+        values = {name: getattr(self, name) for name in _RUN_COLUMNS}
+        if self.status == RunStatus.RUNNING:
+            values["finished_at"] = None
+        return values
+
+
+#: The fields of a :class:`RunOutcome` that are columns of its ``Run`` row.
+_RUN_COLUMNS = tuple(
+    f.name for f in fields(RunOutcome) if f.name not in ("run_id", "retry_at", "extra")
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,11 @@
 The entries due at one instant share one timer in the scheduler's heap, so 100k idle
 entries cost no CPU and a thousand entries due on the same second cost one timer.
 When it fires, the runner decides for each entry what runs (the misfire policy, see
-:func:`plan_occurrences`; made once per distinct schedule), arms the entry for its next
-occurrence computed from the *scheduled* time (runs do not drift; a late run does not
-burst), and hands the runs to the workers, each run going through the entry's wrapper
-chain. Hooks see every run: ``before_run``, ``after_run``, ``failed`` and ``skipped``,
-each with a :class:`RunEvent`.
+:func:`plan_occurrences`; made once per distinct schedule), hands the runs to the
+workers, each run going through the entry's wrapper chain, and arms the entry for its
+next occurrence computed from the *scheduled* time (runs do not drift; a late run does
+not burst). Hooks see every run: ``before_run``, ``after_run``, ``failed`` and
+``skipped``, each with a :class:`RunEvent`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple, Protocol
 
 from .clock import SystemClock, to_us
@@ -226,6 +226,13 @@ class _Entry:
         )
 
 
+# A firing's runs, taken by up to ``workers`` threads: an entry and its occurrences.
+_Runs = deque[tuple["_Entry", list[datetime]]]
+# The next occurrences to arm once a firing's last run is taken (see Cron._fire): one
+# item, (entry, next occurrence, its microseconds) triples and the runner's generation,
+# popped by the one thread that arms them.
+_Arming = list[tuple[list[tuple["_Entry", datetime, int | None]], int]]
+
 # Plans made during one firing: by (id(schedule), grace, catch_up) and by
 # (schedule, grace, catch_up); see Cron._plan.
 _Memo = tuple[
@@ -292,6 +299,10 @@ class Cron:
         self._stopped = threading.Event()
         self._stopped.set()
         self._hooks: dict[str, list[Callable[[RunEvent], object]]] = {e: [] for e in EVENTS}
+        # True while any hook listens: a run reads the wall clock only then.
+        self._listening = False
+        # Counts start() and stop(): arming left from an earlier start is dropped.
+        self._generation = 0
 
     # -- entries ---------------------------------------------------------------------
     def add(
@@ -421,10 +432,12 @@ class Cron:
             raise TypeError(f"callback must be callable, got {callback!r}")
         with self._lock:
             self._hooks[event] = [*self._hooks[event], callback]
+            self._listening = True
 
         def unsubscribe() -> None:
             with self._lock:
                 self._hooks[event] = [cb for cb in self._hooks[event] if cb is not callback]
+                self._listening = any(self._hooks.values())
 
         return unsubscribe
 
@@ -452,6 +465,7 @@ class Cron:
                 return
             self._ensure_scheduler()
             self._running = True
+            self._generation += 1
             now = self._clock.now()
             broken: list[tuple[_Entry, datetime, Exception]] = []
             for entry in self._entries.values():
@@ -472,6 +486,7 @@ class Cron:
         with self._lock:
             was_running = self._running
             self._running = False
+            self._generation += 1
             if self._table is not None:
                 self._table.clear()
             scheduler, control = self._scheduler, self._control
@@ -524,13 +539,21 @@ class Cron:
         """The timer of the entries due at one instant went off (in a worker thread).
 
         Under the lock, each entry's plan is made (once per distinct schedule: equal
-        schedules due together have equal plans) and its next occurrence armed; then the
+        schedules due together have equal plans) and its next occurrence set; then the
         runs are handed out: this thread and up to ``workers - 1`` more each take runs
         from one queue until it is empty, so a burst costs a few pool hand-offs rather
         than one per run, and a slow job holds up only the thread running it.
+
+        The next occurrences are armed (their timers placed) by the thread that takes
+        the last run, before it runs it: the runs of a burst do not wait behind the
+        arming of every entry, and the arming does not wait for any job to finish (it
+        waits only for a free thread, which the next timer would need as well). On a
+        scheduler with a ``capacity`` they are armed first, as the helpers' timers
+        would otherwise take places the next occurrences need.
         """
         now = self._clock.now()
-        runs: deque[tuple[_Entry, list[datetime]]] = deque()
+        runs: _Runs = deque()
+        arms: list[tuple[_Entry, datetime, int | None]] = []
         missed: list[tuple[_Entry, datetime]] = []
         broken: list[tuple[_Entry, datetime, Exception]] = []
         with self._lock:
@@ -556,39 +579,61 @@ class Cron:
                 nxt = plan.next
                 if entry.max_runs is not None:
                     left = entry.max_runs - entry.runs - entry.running
-                    to_run = to_run[: max(left, 0)]
                     if len(to_run) >= left:
                         nxt = next_key = None
+                        if len(to_run) > left:
+                            to_run = to_run[: max(left, 0)]
                 entry.next = nxt
                 if to_run:
                     entry.prev = to_run[-1]
-                    entry.running += len(to_run)  # from now on: handed out
-                    handed_out += len(to_run)
+                    count = len(to_run)
+                    entry.running += count  # from now on: handed out
+                    handed_out += count
                     runs.append((entry, to_run))
                 if plan.missed:
                     missed.extend([(entry, when) for when in plan.missed])
-                try:
-                    self._arm(entry, next_key)
-                except (SchedulerFull, SchedulerClosed) as exc:  # a shared scheduler
-                    assert nxt is not None  # only a timer it tried to add is refused
-                    _stop(entry, nxt, exc, broken)
+                if nxt is not None:
+                    arms.append((entry, nxt, next_key))
             self._active += handed_out
             if handed_out and self._stopped.is_set():
                 self._stopped.clear()
             scheduler = self._scheduler
+            arming: _Arming = [(arms, self._generation)] if arms else []
         self._report_stopped(broken)
+        assert scheduler is not None
+        if not runs or scheduler.capacity is not None:
+            self._arm_next(arming)
         if runs:
-            assert scheduler is not None
             workers = scheduler.workers
             helpers = len(runs) - 1 if workers == 0 else min(len(runs), workers) - 1
             try:
                 for _ in range(helpers):
-                    scheduler.call_soon(self._drain, runs)
+                    scheduler.call_soon(self._drain, runs, arming)
             except (SchedulerFull, SchedulerClosed):
                 pass  # no room for helpers: this thread runs the rest
         for entry, when in missed:
             self._skip_missed(entry, when, now)
-        self._drain(runs)
+        self._drain(runs, arming)
+
+    def _arm_next(self, arming: _Arming) -> None:
+        """Place the timers of a firing's next occurrences (once: the first caller takes
+        them). An entry whose timer is refused stops and is reported."""
+        try:
+            arms, generation = arming.pop()
+        except IndexError:
+            return  # none, or another thread took them
+        broken: list[tuple[_Entry, datetime, Exception]] = []
+        with self._lock:
+            if generation != self._generation:
+                return  # stopped (and perhaps started again) since the firing
+            for entry, nxt, key in arms:
+                if entry.next is not nxt:
+                    continue
+                try:
+                    self._arm(entry, key)
+                except (SchedulerFull, SchedulerClosed) as exc:  # a shared scheduler
+                    _stop(entry, nxt, exc, broken)
+        self._report_stopped(broken)
 
     def _report_stopped(self, broken: list[tuple[_Entry, datetime, Exception]]) -> None:
         """Log and report (``failed``) the entries that were stopped because their
@@ -645,16 +690,17 @@ class Cron:
         )
         self._emit(RunEvent("skipped", entry.id, entry.name, when, late, reason="missed"))
 
-    def _drain(self, runs: deque[tuple[_Entry, list[datetime]]]) -> None:
+    def _drain(self, runs: _Runs, arming: _Arming | None = None) -> None:
         """Take an entry's runs from the queue until it is empty, and run each once
         through the entry's wrappers. The runs of one entry (several when
-        ``catch_up="all"`` catches up) run one after another, in order.
+        ``catch_up="all"`` catches up) run one after another, in order. The thread that
+        takes the last run arms the firing's next occurrences first (``arming``).
 
         The caller counted every run in ``_active`` and in ``entry.running`` (a run
         counts as running from when it is handed out, so that ``max_runs`` is never
         exceeded). Every run of a burst goes through this loop, so what does not change
-        between runs is read once, the lock is taken once per run, and events are made
-        only for hooks that listen.
+        between runs is read once, the lock is taken once per run, and the wall clock is
+        read and events are made only while hooks listen.
         """
         popleft = runs.popleft
         clock = self._clock
@@ -662,6 +708,7 @@ class Cron:
         monotonic = clock.monotonic
         hooks = self._hooks
         control = self._control
+        lock = self._lock
         set_current = _current.set
         reset_current = _current.reset
         while True:
@@ -669,16 +716,22 @@ class Cron:
                 entry, whens = popleft()
             except IndexError:
                 return
+            if arming and not runs:  # the last run is taken
+                self._arm_next(arming)
             for scheduled in whens:
-                started = now()
-                lateness = (started - scheduled).total_seconds()
                 error: BaseException | None = None
                 skipped: str | None = None
+                started: datetime | None = None
+                if self._listening:
+                    started = now()
+                    if hooks["before_run"]:
+                        lateness = (started - scheduled).total_seconds()
+                        self._emit(
+                            RunEvent(
+                                "before_run", entry.id, entry.name, scheduled, lateness, started
+                            )
+                        )
                 context = RunContext(entry.id, entry.name, scheduled, clock, control)
-                if hooks["before_run"]:
-                    self._emit(
-                        RunEvent("before_run", entry.id, entry.name, scheduled, lateness, started)
-                    )
                 began = monotonic()
                 reset = set_current(context)
                 try:
@@ -692,14 +745,51 @@ class Cron:
                     )
                 finally:
                     reset_current(reset)
-                duration = monotonic() - began
                 if error is None and context.errors:
                     error = context.errors[-1]
-                if self._ran(entry, skipped, error):
-                    try:  # the hooks hear of it before stop() counts the run as finished
-                        self._tell(entry, scheduled, lateness, started, duration, error, skipped)
-                    finally:
-                        self._done_one()
+                # Count the finished run.
+                with lock:
+                    entry.running -= 1
+                    if skipped is not None:
+                        entry.skips += 1
+                    else:
+                        entry.runs += 1
+                        if error is not None:
+                            entry.failures += 1
+                    if (
+                        entry.max_runs is not None
+                        and entry.next is None
+                        and not entry.removed
+                        and entry.runs + entry.running >= entry.max_runs
+                    ):
+                        self._entries.pop(entry.id, None)
+                        entry.removed = True
+                    if not self._listening:
+                        listeners = None
+                    elif skipped is not None:
+                        listeners = hooks["skipped"]
+                    else:
+                        listeners = hooks["after_run"] or (hooks["failed"] if error else None)
+                    if not listeners:  # finished: nothing more to tell
+                        self._active -= 1
+                        if self._active == 0 and not self._running:
+                            self._stopped.set()
+                        continue
+                duration = monotonic() - began
+                if started is None:  # a hook came while the job ran
+                    started = now() - timedelta(seconds=duration)
+                try:  # the hooks hear of it before stop() counts the run as finished
+                    self._tell(
+                        entry,
+                        scheduled,
+                        (started - scheduled).total_seconds(),
+                        started,
+                        duration,
+                        error,
+                        skipped,
+                    )
+                finally:
+                    self._done_one()
 
     def _tell(
         self,
@@ -726,37 +816,6 @@ class Cron:
         if error is not None:
             self._emit(event("failed", duration=duration, error=error))
         self._emit(event("after_run", duration=duration, error=error))
-
-    def _ran(self, entry: _Entry, skipped: str | None, error: BaseException | None) -> bool:
-        """Count a finished run. True if hooks are still to hear of it (the caller then
-        calls ``_done_one``); otherwise the run is counted as finished here."""
-        hooks = self._hooks
-        with self._lock:
-            entry.running -= 1
-            if skipped is not None:
-                entry.skips += 1
-            else:
-                entry.runs += 1
-                if error is not None:
-                    entry.failures += 1
-            if (
-                entry.max_runs is not None
-                and entry.next is None
-                and not entry.removed
-                and entry.runs + entry.running >= entry.max_runs
-            ):
-                self._entries.pop(entry.id, None)
-                entry.removed = True
-            if skipped is not None:
-                listeners = hooks["skipped"]
-            else:
-                listeners = hooks["after_run"] or (hooks["failed"] if error else [])
-            if not listeners:  # finished: nothing more to tell
-                self._active -= 1
-                if self._active == 0 and not self._running:
-                    self._stopped.set()
-                return False
-            return True
 
     def _done_one(self) -> None:
         with self._lock:

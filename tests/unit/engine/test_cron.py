@@ -605,3 +605,39 @@ def test_an_entry_whose_schedule_fails_is_stopped_and_reported_alone(
     assert [(e.entry_id, str(e.error)) for e in failed] == [(failing, "lost its way")]
     assert cron.entry(failing).next is None and cron.entry(failing).runs == 0
     assert seen == [1, 1]
+
+
+def test_a_burst_runs_before_its_entries_are_armed_again(clock: FakeClock) -> None:
+    # One worker: the firing thread runs the three runs in turn. The next occurrences
+    # are armed when the last run is taken, before it runs (not before the first).
+    with Scheduler(workers=1, clock=clock) as scheduler:
+        cron = Cron(scheduler=scheduler)
+        pending: list[int] = []
+        ids = [cron.add("* * * * * *", lambda: pending.append(len(scheduler))) for _ in range(3)]
+        cron.start()
+        clock.advance(1)
+        assert pending == [0, 0, 1]  # one timer for the three next occurrences
+        assert {cron.entry(i).next for i in ids} == {T0 + timedelta(seconds=2)}
+        clock.advance(1)
+        assert pending == [0, 0, 1] * 2
+        assert cron.stop().wait(5)
+
+
+def test_a_hook_added_while_a_job_runs_hears_of_that_run(clock: FakeClock, cron: Cron) -> None:
+    # No hook when the run starts (the wall clock is not read): its start is worked
+    # out from the duration when a hook subscribed meanwhile is told.
+    events: list[RunEvent] = []
+
+    def subscribing() -> None:
+        cron.on("after_run", events.append)
+        clock.advance(0.5, wait=False)
+
+    cron.add("* * * * * *", subscribing, name="subscribing", max_runs=1)
+    cron.start()
+    clock.advance(1)
+    [event] = events
+    assert event.scheduled == T0 + timedelta(seconds=1)
+    assert event.started == event.scheduled
+    assert event.lateness == 0.0
+    assert event.duration == pytest.approx(0.5)
+    assert cron.stop().wait(5)

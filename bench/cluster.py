@@ -2,10 +2,17 @@
 
 Run: ``.venv/bin/python bench/cluster.py`` (starts its own throw-away PostgreSQL).
 
-1. One-off throughput (claim, run, record) of trivial tasks with 1 and 3
-   ``runscheduler`` nodes, against django-tasks' database backend ``db_worker`` with 1
-   and 3 processes, on the same server, in the same run: tasks/s from the processes'
-   start (tasks already queued) to the last task recorded.
+1. One-off throughput: N trivial tasks (``--tasks``, 2000) queued, then 1 or 3
+   processes of each engine started: django-htask's ``runscheduler`` (8 workers, its
+   default), procrastinate's ``manage.py procrastinate worker --concurrency 4``
+   (its Django integration), django-q2's ``qcluster`` (ORM broker, 4 workers, bulk
+   4) and django-tasks-db's ``db_worker``, and django-htask with 32 workers (not in
+   the ratios); the peers with persistent connections
+   (``tests.cluster.peer_settings``). Rounds interleave the engines (``--rounds``, 4;
+   medians). Per engine and size: tasks/s from exec to the last task finished and from
+   the first task started to the last finished, commits (``pg_stat_database``) and
+   rows written (``pg_stat_user_tables``) per task, the processes' CPU per task, and
+   exec to the first task finished.
 2. 100k schedules over 3 nodes: start-up to ready, memory (RSS) per node, and the
    transactions per second the idle nodes make (``pg_stat_database``).
 3. Notify-to-fire latency: a schedule's ``next_run_at`` set to now by another client;
@@ -13,6 +20,10 @@ Run: ``.venv/bin/python bench/cluster.py`` (starts its own throw-away PostgreSQL
 4. A node killed: three nodes with django-htask's default settings run 30 schedules
    ``@every 1s``; one node is killed with SIGKILL; for the schedules it was firing, the
    longest gap between two occurrences that ran, and whether any ran twice.
+5. Occurrences: 0, then ``--occurrences`` (300 and 1000) schedules ``@every 1s`` on
+   1 and 3 nodes with default settings: occurrences, commits, rows written, CPU and
+   connections per second over ``--window`` seconds, and per occurrence over idle; then
+   the most schedules on 1 node with 2 and 32 workers.
 """
 
 from __future__ import annotations
@@ -20,11 +31,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -33,12 +47,122 @@ from tests.cluster.site import ClusterSite  # noqa: E402
 from tests.pgcluster import PostgresCluster  # noqa: E402
 
 SETTINGS = "tests.cluster.bench_settings"
+PEER_SETTINGS = "tests.cluster.peer_settings"
 NOOP = "tests.cluster.clusterapp.tasks:noop"
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How to queue, run and time trivial tasks with one engine. ``enqueue`` is Django
+    code (``{tasks}`` is the count); ``times_sql`` returns the first start, the first
+    finish and the last finish."""
+
+    name: str
+    enqueue: str
+    command: tuple[str, ...]
+    settings: str
+    done_sql: str
+    times_sql: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The settings of its processes; a peer's name picks its apps."""
+        return {"DJANGO_SETTINGS_MODULE": self.settings, "HTASK_BENCH_PEER": self.name}
+
+
+ENGINES = (
+    Engine(
+        "django-htask",
+        "from django_htask import clock\nfrom django_htask.engine import registry\n"
+        "from django_htask.models import Task\nnow = clock.now()\n"
+        f"Task.objects.bulk_create(Task(function='{NOOP}', run_at=now, "
+        f"payload=registry.check_call('{NOOP}', (n,), {{{{}}}})) for n in range({{tasks}}))",
+        ("runscheduler", "--workers", "8"),
+        SETTINGS,
+        "SELECT count(*) FROM django_htask_task WHERE status = 'succeeded'",
+        "SELECT min(started_at), min(finished_at), max(finished_at) FROM django_htask_task",
+    ),
+    Engine(
+        "procrastinate",
+        "from bench.peers.tasks import p_noop\n"
+        "p_noop.batch_defer(*({{'n': n}} for n in range({tasks})))",
+        ("procrastinate", "worker", "--concurrency", "4"),
+        PEER_SETTINGS,
+        "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'",
+        "SELECT min(at) FILTER (WHERE type = 'started'), min(at) FILTER (WHERE type = "
+        "'succeeded'), max(at) FILTER (WHERE type = 'succeeded') FROM procrastinate_events",
+    ),
+    Engine(
+        "django-q2",
+        "from django.db import transaction\nfrom django_q.tasks import async_task\n"
+        "with transaction.atomic():\n    for n in range({tasks}):\n"
+        "        async_task('bench.peers.qtasks.q_noop', n)",
+        ("qcluster",),
+        PEER_SETTINGS,
+        "SELECT count(*) FROM django_q_task WHERE success",
+        # django-q2's `started` is when the task was queued: its first stop stands in
+        # for its first start (a trivial task runs in well under a millisecond).
+        "SELECT min(stopped), min(stopped), max(stopped) FROM django_q_task",
+    ),
+    Engine(
+        "db_worker",
+        "from tests.cluster.clusterapp.dtasks import dt_noop\n"
+        "for n in range({tasks}):\n    dt_noop.enqueue(n)",
+        ("db_worker", "--no-startup-delay", "--interval", "0.05"),
+        PEER_SETTINGS,
+        "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE status = 'SUCCESSFUL'",
+        "SELECT min(started_at), min(finished_at), max(finished_at) "
+        "FROM django_tasks_database_dbtaskresult",
+    ),
+)
+
+
+#: django-htask with 32 workers: a node claims at most as many tasks as it has free
+#: workers in one transaction, so this shows what the batch size is worth.
+HTASK_WIDE = replace(ENGINES[0], name="htask -w 32", command=("runscheduler", "--workers", "32"))
+PEERS = tuple(e.name for e in ENGINES[1:])
+
+
+@dataclass(frozen=True)
+class Counters:
+    """``pg_stat_database`` commits, rows written (``pg_stat_user_tables``), and how
+    many statements this process had sent when they were read."""
+
+    commits: int
+    rows: int
+    statements: int
+
+
+@dataclass(frozen=True)
+class Throughput:
+    tasks: int
+    from_start: float  # tasks/s from the processes' exec to the last task finished
+    from_first: float  # tasks/s from the first task started to the last finished
+    first_done_s: float  # from exec to the first task finished
+    commits: float  # per task
+    rows: float  # rows inserted, updated or deleted, per task
+    cpu_ms: float  # the worker processes' user + system CPU, per task
 
 
 class Bench(ClusterSite):
     def __init__(self, pg: PostgresCluster, log: Path) -> None:
         super().__init__(pg, log, SETTINGS)
+        #: Statements sent through ``sql`` (each one a transaction of its own).
+        self.statements = 0
+
+    def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
+        self.statements += 1
+        return super().sql(query, *params)
+
+    def django(self, code: str, timeout: float = 600, env: dict[str, str] | None = None) -> str:
+        """Run ``code`` after ``django.setup()`` in a subprocess, with ``env`` on top of
+        the site's environment; return its stdout."""
+        site = self.env
+        self.env = {**site, **(env or {})}
+        try:
+            return super().django(code, timeout)
+        finally:
+            self.env = site
 
     def manage(
         self, *args: str, banner: bool = False, env: dict[str, str] | None = None
@@ -52,55 +176,107 @@ class Bench(ClusterSite):
             stdout=subprocess.PIPE if banner else subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             text=True,
+            start_new_session=True,  # its own process group: _stop can end all of it
         )
 
     def reset(self) -> None:
         self.sql(
             "TRUNCATE django_htask_run, django_htask_task, django_htask_schedule, "
-            "django_htask_node, django_tasks_database_dbtaskresult CASCADE"
+            "django_htask_node, django_tasks_database_dbtaskresult, procrastinate_jobs, "
+            "procrastinate_workers, django_q_ormq, django_q_task CASCADE"
         )
+
+    def _counters(self) -> Counters:
+        statements = self.statements + 1  # this read's commit counts in the next one
+        commits, rows = self.sql(
+            "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = "
+            "current_database()), (SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) "
+            "FROM pg_stat_user_tables)"
+        )[0]
+        return Counters(int(commits), int(rows), statements)
 
     # -- 1. throughput ---------------------------------------------------------------
-    def htask_throughput(self, tasks: int, nodes: int) -> float:
+    def throughput(self, engine: Engine, tasks: int, processes: int) -> Throughput:
+        """Queue ``tasks`` trivial tasks, start ``processes`` workers of ``engine``, wait
+        until all are done; times come from the rows each engine writes."""
         self.reset()
-        self.django(
-            "from django_htask import clock\nfrom django_htask.engine import registry\n"
-            "from django_htask.models import Task\nnow = clock.now()\n"
-            f"Task.objects.bulk_create(Task(function='{NOOP}', run_at=now, "
-            f"payload=registry.check_call('{NOOP}', (n,), {{}})) for n in range({tasks}))"
+        self.django(engine.enqueue.format(tasks=tasks), env=engine.env)
+        time.sleep(0.3)  # the enqueuing backend's statistics flushed at its exit
+        before = self._counters()
+        t0 = time.time()
+        procs = [self.manage(*engine.command, env=engine.env) for _ in range(processes)]
+        deadline = time.monotonic() + 600
+        while self.one(engine.done_sql) < tasks:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{engine.name} did not finish {tasks} tasks in 600 s")
+            time.sleep(0.1)
+        cpu = sum(_tree_cpu(p.pid) for p in procs)
+        first_started, first_finished, last_finished = self.sql(engine.times_sql)[0]
+        _stop(procs)
+        time.sleep(0.3)
+        after = self._counters()
+        own = self.statements - before.statements  # this process's polls
+        return Throughput(
+            tasks=tasks,
+            from_start=tasks / (last_finished.timestamp() - t0),
+            from_first=tasks / (last_finished - first_started).total_seconds(),
+            first_done_s=first_finished.timestamp() - t0,
+            commits=(after.commits - before.commits - own) / tasks,
+            rows=(after.rows - before.rows) / tasks,
+            cpu_ms=cpu * 1000 / tasks,
         )
-        t0 = time.perf_counter()
-        procs = [self.manage("runscheduler", "--workers", "8") for _ in range(nodes)]
-        while self.one("SELECT count(*) FROM django_htask_task WHERE status = 'succeeded'") < (
-            tasks
-        ):
-            time.sleep(0.05)
-        elapsed = time.perf_counter() - t0
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(60)
-        return tasks / elapsed
 
-    def db_worker_throughput(self, tasks: int, workers: int) -> float:
+    # -- 5. occurrences --------------------------------------------------------------
+    def occurrences(
+        self, schedules: int, nodes: int, window: float, workers: int = 8
+    ) -> dict[str, float]:
+        """``schedules`` schedules ``@every 1s`` on ``nodes`` nodes with django-htask's
+        default settings: over ``window`` seconds (after 10 s to settle), the
+        occurrences started, the commits and the rows written, per second."""
         self.reset()
         self.django(
-            "from tests.cluster.clusterapp.dtasks import dt_noop\n"
-            f"for n in range({tasks}):\n    dt_noop.enqueue(n)"
+            "from django_htask.models import Schedule\n"
+            f"for i in range({schedules}):\n"
+            f"    s = Schedule(name=f'tick-{{i}}', function='{NOOP}', schedule='@every 1s')\n"
+            "    s.set_call((i,))\n    s.save()"
         )
-        t0 = time.perf_counter()
+        defaults = {"HTASK_CLUSTER_DEFAULTS": "1"}
         procs = [
-            self.manage("db_worker", "--batch", "--no-startup-delay", "--interval", "0.05")
-            for _ in range(workers)
+            self.manage("runscheduler", "--workers", str(workers), env=defaults)
+            for _ in range(nodes)
         ]
-        for proc in procs:
-            proc.wait(600)
-        elapsed = time.perf_counter() - t0
-        done = self.one(
-            "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE status = 'SUCCESSFUL'"
+        time.sleep(10)
+        start = self.one("SELECT now()")
+        before = self._counters()
+        cpu0 = sum(_tree_cpu(p.pid) for p in procs)
+        connections = 0
+        for _ in range(4):
+            time.sleep(window / 4)
+            connections = max(
+                connections,
+                self.one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                    "current_database() AND pid <> pg_backend_pid()"
+                ),
+            )
+        cpu = sum(_tree_cpu(p.pid) for p in procs) - cpu0
+        after = self._counters()
+        end = self.one("SELECT now()")
+        started = self.one(
+            "SELECT count(*) FROM django_htask_run WHERE started_at >= %s AND started_at < %s",
+            start,
+            end,
         )
-        assert done == tasks, f"db_worker ran {done} of {tasks}"
-        return tasks / elapsed
+        _stop(procs)
+        seconds = (end - start).total_seconds()
+        own = self.statements - before.statements - 2  # not the last two reads
+        return {
+            "occurrences": started / seconds,
+            "commits": (after.commits - before.commits - own) / seconds,
+            "rows": (after.rows - before.rows) / seconds,
+            "cpu": cpu / seconds,
+            "connections": connections / nodes,
+        }
 
     # -- 2. many schedules -----------------------------------------------------------
     def many_schedules(self, count: int, nodes: int, idle: float) -> dict[str, float]:
@@ -258,6 +434,42 @@ class Bench(ClusterSite):
         }
 
 
+def _tree_cpu(pid: int) -> float:
+    """Seconds of user + system CPU used by ``pid`` and its descendants (those alive, and
+    those that ended and were waited for), from ``/proc``."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # after the command, which may hold spaces: state, ppid, ...
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        stats[int(entry.name)] = fields
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, todo = 0, [pid]
+    while todo:
+        proc = todo.pop()
+        if proc in stats:  # utime, stime, cutime, cstime
+            total += sum(int(f) for f in stats[proc][11:15])
+        todo += children.get(proc, [])
+    return total / ticks
+
+
+def _stop(procs: list[subprocess.Popen[str]]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
 def _rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -265,32 +477,109 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def _print_throughput(results: dict[tuple[str, int], list[Throughput]], names: list[str]) -> None:
+    def median(name: str, size: int, field: str) -> float:
+        return float(statistics.median(getattr(r, field) for r in results[name, size]))
+
+    print(
+        f"  {'engine':<14} {'procs':>5} {'tasks/s from exec':>17} {'from 1st task':>13} "
+        f"{'commits/task':>12} {'rows/task':>9} {'CPU ms/task':>11} {'exec to 1st done':>16}"
+    )
+    for size in (1, 3):
+        for name in names:
+            print(
+                f"  {name:<14} {size:>5} {median(name, size, 'from_start'):>17.0f} "
+                f"{median(name, size, 'from_first'):>13.0f} "
+                f"{median(name, size, 'commits'):>12.2f} {median(name, size, 'rows'):>9.2f} "
+                f"{median(name, size, 'cpu_ms'):>11.2f} "
+                f"{median(name, size, 'first_done_s'):>14.2f} s"
+            )
+    ours, peers = ENGINES[0].name, [n for n in names if n in PEERS]
+    if not peers or ours not in names:
+        return
+    for size in (1, 3):
+        parts = []
+        for field, label in (("from_start", "from exec"), ("from_first", "from 1st task")):
+            best = max(peers, key=lambda p: median(p, size, field))
+            ratio = median(ours, size, field) / median(best, size, field)
+            parts.append(f"{label} {ratio:.1f}x (best peer {best})")
+        print(f"  {size} process(es), django-htask / best peer: " + ", ".join(parts))
+    for size in (1, 3):
+        each = ", ".join(
+            f"{p} {median(ours, size, 'from_first') / median(p, size, 'from_first'):.1f}x / "
+            f"{median(ours, size, 'from_start') / median(p, size, 'from_start'):.1f}x"
+            for p in peers
+        )
+        print(f"  {size} process(es), django-htask / each (from 1st task / from exec): {each}")
+
+
+def _print_occurrences(
+    size: int, count: int, occ: dict[str, float], idle: dict[str, float]
+) -> None:
+    print(
+        f"  {size} node(s), {count:>5} schedules: {occ['occurrences']:6.1f} occurrences, "
+        f"{occ['commits']:6.1f} commits, {occ['rows']:6.1f} rows written, "
+        f"{occ['cpu'] * 100:4.0f}% of a CPU, {occ['connections']:.0f} connections a node"
+    )
+    if count:
+        per = occ["occurrences"] or float("nan")
+        print(
+            f"    per occurrence, over idle: {(occ['commits'] - idle['commits']) / per:.2f} "
+            f"commits, {(occ['rows'] - idle['rows']) / per:.2f} rows written, "
+            f"{(occ['cpu'] - idle['cpu']) * 1000 / per:.2f} CPU ms"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=1_000)
+    parser.add_argument("--tasks", type=int, default=2_000)
+    parser.add_argument("--rounds", type=int, default=4, help="section 1's rounds")
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        default=[e.name for e in ENGINES],
+        choices=[e.name for e in ENGINES],
+        help="section 1's engines (default: all)",
+    )
     parser.add_argument("--schedules", type=int, default=100_000)
     parser.add_argument("--idle", type=float, default=20.0, help="seconds to count idle tps")
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument(
-        "--only", type=int, choices=(1, 2, 3, 4), help="run one section (default: all)"
+        "--occurrences",
+        type=int,
+        nargs="+",
+        default=[300, 1000],
+        help="section 5's numbers of schedules @every 1s",
+    )
+    parser.add_argument("--window", type=float, default=20.0, help="section 5's window (s)")
+    parser.add_argument(
+        "--only", type=int, choices=(1, 2, 3, 4, 5), help="run one section (default: all)"
     )
     args = parser.parse_args()
     with PostgresCluster() as pg:
         bench = Bench(pg, pg.root / "jobs.log")
-        bench.django(
-            "from django.core.management import call_command\ncall_command('migrate', verbosity=0)"
+        bench.django(  # every engine's tables
+            "from django.core.management import call_command\ncall_command('migrate', verbosity=0)",
+            env={"DJANGO_SETTINGS_MODULE": PEER_SETTINGS, "HTASK_BENCH_PEER": "all"},
         )
         print(f"PostgreSQL {pg.bin_dir.parent.name}, {os.cpu_count()} CPUs")
-        wanted = {args.only} if args.only else {1, 2, 3, 4}
+        wanted = {args.only} if args.only else {1, 2, 3, 4, 5}
         if 1 in wanted:
-            print(f"1. one-off throughput, {args.tasks} trivial tasks (tasks/s)")
-            for size in (1, 3):
-                ours = bench.htask_throughput(args.tasks, size)
-                theirs = bench.db_worker_throughput(args.tasks, size)
-                print(
-                    f"  {size} process(es): htask {ours:8.0f}   db_worker {theirs:8.0f}   "
-                    f"ratio {ours / theirs:5.1f}x"
-                )
+            engines = [e for e in ENGINES if e.name in args.engines]
+            if ENGINES[0] in engines:
+                engines.insert(1, HTASK_WIDE)
+            print(
+                f"1. one-off throughput: {args.tasks} trivial tasks queued, then 1 or 3 "
+                f"processes started; median of {args.rounds} interleaved rounds"
+            )
+            results: dict[tuple[str, int], list[Throughput]] = {}
+            for n in range(args.rounds):
+                order = engines[n % len(engines) :] + engines[: n % len(engines)]
+                for size in (1, 3):
+                    for engine in order:
+                        got = bench.throughput(engine, args.tasks, size)
+                        results.setdefault((engine.name, size), []).append(got)
+            _print_throughput(results, [e.name for e in engines])
         if 2 in wanted:
             print(f"2. {args.schedules} schedules over 3 nodes")
             many = bench.many_schedules(args.schedules, 3, args.idle)
@@ -311,6 +600,26 @@ def main() -> None:
                 f"{kill['max_gap_s']:.2f} s, median {kill['median_gap_s']:.2f} s in the 15 s "
                 f"after the kill; occurrences run twice: {kill['twice']:.0f}"
             )
+
+        if 5 in wanted:
+            counts = ", ".join(str(c) for c in args.occurrences)
+            print(
+                f"5. occurrences: 0, then {counts} schedules @every 1s, default settings, "
+                f"{args.window:.0f} s window (per second, all nodes)"
+            )
+            idle_one: dict[str, float] = {}
+            for size in (1, 3):
+                idle = bench.occurrences(0, size, args.window)
+                idle_one = idle_one or idle
+                _print_occurrences(size, 0, idle, idle)
+                for count in args.occurrences:
+                    busy = bench.occurrences(count, size, args.window)
+                    _print_occurrences(size, count, busy, idle)
+            count = max(args.occurrences)
+            for workers in (2, 32):
+                busy = bench.occurrences(count, 1, args.window, workers=workers)
+                print(f"  with --workers {workers} (default 8):")
+                _print_occurrences(1, count, busy, idle_one)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sys
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, transaction
@@ -57,7 +57,7 @@ from django_htask.retry import RetryPolicy
 
 from . import base
 from .base import RunOutcome, ScheduleRef, StartedTask
-from .database import DatabaseStore
+from .database import DatabaseStore, RefReader
 from .listen import CHANNEL, Listener, connection_params
 
 __all__ = ["CHANNEL", "PostgresStore", "install"]
@@ -76,6 +76,22 @@ REAPER_LOCK = 0x6874_6173_6B00
 SCHEDULE = Schedule._meta.db_table
 TASK = Task._meta.db_table
 NODE = Node._meta.db_table
+
+#: ``next_run_at`` as microseconds since the epoch: psycopg reads an integer in C,
+#: where Django's timestamp loader (a Python subclass) parses each row in Python, most
+#: of the cost of loading 100k schedules. Whole seconds and microseconds apart, so it is
+#: exact on PostgreSQL 13 too (where extract() gives a ``double``).
+_NEXT_RUN_US = (
+    "(extract(epoch FROM date_trunc('second', next_run_at AT TIME ZONE 'UTC'))::bigint"
+    " * 1000000 + mod(extract(microseconds FROM next_run_at)::bigint, 1000000))"
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: Rows fetched at a time when loading every schedule.
+_LOAD_CHUNK = 10_000
+
+
+def _from_us(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
 
 
 def _statements() -> tuple[str, ...]:
@@ -247,9 +263,25 @@ class PostgresStore(DatabaseStore):
         return int(row[0]) * PER_XACT - 1
 
     def load_schedules(self) -> tuple[list[ScheduleRef], int]:
+        """Every enabled schedule with a next run, read in chunks (a server-side cursor,
+        unless ``DISABLE_SERVER_SIDE_CURSORS``), and the horizon seen before reading."""
         with self._cursor() as cursor:
             since = self._horizon(cursor)
-        refs, _top = super().load_schedules()
+        conn = self.connection
+        chunked = not conn.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
+        reader = RefReader(_from_us)
+        refs: list[ScheduleRef] = []
+        # one snapshot; reads only
+        with (
+            transaction.atomic(using=self.using),
+            conn.chunked_cursor() if chunked else conn.cursor() as cursor,
+        ):
+            cursor.execute(
+                f"SELECT id, {_NEXT_RUN_US}, version, queue_name FROM {SCHEDULE} "
+                "WHERE enabled AND next_run_at IS NOT NULL"
+            )
+            while rows := cursor.fetchmany(_LOAD_CHUNK):
+                refs += reader.loaded(rows)
         return refs, since
 
     def changed_schedules(self, since: int) -> tuple[list[ScheduleRef], int]:
@@ -258,11 +290,11 @@ class PostgresStore(DatabaseStore):
         with self._cursor() as cursor:
             horizon = self._horizon(cursor)
             cursor.execute(
-                f"SELECT id, next_run_at, version, enabled, queue_name FROM {SCHEDULE} "
+                f"SELECT id, {_NEXT_RUN_US}, version, enabled, queue_name FROM {SCHEDULE} "
                 "WHERE version > %s ORDER BY version",
                 [since],
             )
-            refs = [ScheduleRef(i, n, v, e, q) for i, n, v, e, q in cursor.fetchall()]
+            refs = RefReader(_from_us).changed(cursor.fetchall())
         return refs, max(since, horizon)
 
     # -- nodes -----------------------------------------------------------------------

@@ -32,7 +32,7 @@ from django_htask.models import Task
 
 from . import base
 from .base import ScheduleRef, StartedTask
-from .database import DatabaseStore
+from .database import DatabaseStore, RefReader
 
 __all__ = ["TIMESTAMPS", "SQLiteStore", "install", "is_utc_text", "utc_text"]
 
@@ -144,6 +144,11 @@ def install(connection: BaseDatabaseWrapper) -> None:
             cursor.execute(statement)
 
 
+def _utc(text: str) -> datetime:
+    """A UTC time as SQLite stores it (see the module), as an aware datetime."""
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
 class SQLiteStore(DatabaseStore):
     """The embedded single-node default. SQLite serialises writers, so the generic
     claim (select candidates, then a conditional update) is already exclusive."""
@@ -163,14 +168,10 @@ class SQLiteStore(DatabaseStore):
             f"SELECT id, CAST(next_run_at AS TEXT), version, queue_name FROM {SCHEDULE} "
             "WHERE enabled AND next_run_at IS NOT NULL"
         )
-        parse = datetime.fromisoformat
         with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
             top = self._max_version()
             cursor.execute(sql)
-            refs = [
-                ScheduleRef(i, parse(n).replace(tzinfo=UTC), v, queue=q)
-                for i, n, v, q in cursor.fetchall()
-            ]
+            refs = RefReader(_utc).loaded(cursor.fetchall())
         return refs, top
 
     def _start_in(self, c: base.Claim) -> list[StartedTask]:

@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -20,10 +20,12 @@ from django_htask.apps import HTASK_BACKEND, is_htask_backend
 from django_htask.conf import get_settings
 from django_htask.decorators import sync_schedules
 from django_htask.exceptions import NotMigrated
-from django_htask.metrics import MetricsServer, require_prometheus, serve
 from django_htask.models import Node as NodeRow
 from django_htask.node import Node, NodeStats, StartAborted
 from django_htask.queues import QueueFilter
+
+if TYPE_CHECKING:
+    from django_htask.metrics import MetricsServer
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: The exit status of a node that found it had been declared dead by the others.
@@ -138,6 +140,8 @@ class Command(BaseCommand):
         if metrics_port is not None:
             if not 0 <= metrics_port <= PORT_MAX:
                 raise CommandError(f"--metrics-port must be 0 to {PORT_MAX}, got {metrics_port}")
+            from django_htask.metrics import require_prometheus  # noqa: PLC0415  (only here)
+
             try:
                 require_prometheus()
             except ImproperlyConfigured as exc:
@@ -154,6 +158,8 @@ class Command(BaseCommand):
         )
         metrics: MetricsServer | None = None
         if metrics_port is not None:
+            from django_htask.metrics import serve  # noqa: PLC0415
+
             addr: str = options["metrics_addr"]
             try:
                 metrics = serve(metrics_port, addr, node_id=node.node_id)

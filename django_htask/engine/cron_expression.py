@@ -36,8 +36,6 @@ from bisect import bisect_left
 from datetime import date, datetime, timedelta
 from typing import NamedTuple
 
-from croniter import CroniterBadDateError, CroniterError, croniter
-
 from .errors import InvalidSchedule
 
 __all__ = ["DESCRIPTORS", "FIELDS", "CronExpression", "compile_cron", "split_fields"]
@@ -177,7 +175,11 @@ class CronExpression:
         )
 
     def _check_special(self, text: str, fields: tuple[str, ...], names: tuple[str, ...]) -> None:
-        # croniter checks its own day forms; find the field its message is about.
+        # croniter checks its own day forms; find the field its message is about. (It
+        # is imported here and in _special_days only: it costs 25 ms to import, and
+        # only L, W and # need it.)
+        from croniter import CroniterError, croniter  # noqa: PLC0415
+
         try:
             croniter.expand(self._day_text)
         except CroniterError as exc:
@@ -296,6 +298,8 @@ class CronExpression:
         # same per match as a walk per month, so it fills the twelve months from here.
         months = [(y + (mo - 1 + i) // 12, (mo - 1 + i) % 12 + 1) for i in range(12)]
         found: dict[tuple[int, int], list[int]] = {month: [] for month in months}
+        from croniter import CroniterBadDateError, croniter  # noqa: PLC0415
+
         try:
             it = croniter(self._day_text, datetime(y, mo, 1) - timedelta(seconds=1))
             while True:

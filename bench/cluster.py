@@ -481,20 +481,33 @@ def _print_throughput(results: dict[tuple[str, int], list[Throughput]], names: l
     def median(name: str, size: int, field: str) -> float:
         return float(statistics.median(getattr(r, field) for r in results[name, size]))
 
+    def spread(name: str, size: int, field: str) -> float:
+        """(max - min) / median over the rounds, in per cent."""
+        values: list[float] = [getattr(r, field) for r in results[name, size]]
+        return (max(values) - min(values)) / median(name, size, field) * 100
+
     print(
         f"  {'engine':<14} {'procs':>5} {'tasks/s from exec':>17} {'from 1st task':>13} "
-        f"{'commits/task':>12} {'rows/task':>9} {'CPU ms/task':>11} {'exec to 1st done':>16}"
+        f"{'spread':>6} {'commits/task':>12} {'rows/task':>9} {'CPU ms/task':>11} "
+        f"{'exec to 1st done':>16}"
     )
     for size in (1, 3):
         for name in names:
             print(
                 f"  {name:<14} {size:>5} {median(name, size, 'from_start'):>17.0f} "
                 f"{median(name, size, 'from_first'):>13.0f} "
+                f"{spread(name, size, 'from_first'):>5.0f}% "
                 f"{median(name, size, 'commits'):>12.2f} {median(name, size, 'rows'):>9.2f} "
                 f"{median(name, size, 'cpu_ms'):>11.2f} "
                 f"{median(name, size, 'first_done_s'):>14.2f} s"
             )
+    print("  (spread: (max - min) / median of the tasks/s from the 1st task over the rounds)")
     ours, peers = ENGINES[0].name, [n for n in names if n in PEERS]
+    if ours in names:
+        print(
+            "  django-htask, CPU ms per task, 3 processes / 1 process: "
+            f"{median(ours, 3, 'cpu_ms') / median(ours, 1, 'cpu_ms'):.2f}x"
+        )
     if not peers or ours not in names:
         return
     for size in (1, 3):

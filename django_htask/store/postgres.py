@@ -52,6 +52,7 @@ from django.db import DatabaseError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
+from django_htask.conf import get_settings
 from django_htask.models import Node, Run, Schedule, Task, TaskStatus
 from django_htask.retry import RetryPolicy
 
@@ -188,6 +189,16 @@ def install(connection: BaseDatabaseWrapper) -> None:
 class _QuietAtomic(transaction.Atomic):
     """``transaction.atomic`` that turns the NOTIFY triggers off for its transaction.
 
+    When it opens the transaction (it is not nested in the caller's), it also bounds
+    how long the transaction may sit idle: ``idle_in_transaction_session_timeout`` of
+    half ``NODE_TIMEOUT``. A node's writes lock its node row first (the fence), so a
+    node frozen inside one (SIGSTOP, a VM paused) would otherwise hold that lock for as
+    long as it is frozen, and the other nodes' reaper, which must write that row to
+    declare it dead, would wait for it as long: the frozen node would never be
+    declared dead. With the bound, PostgreSQL ends the frozen node's session, its
+    transaction rolls back, and the reaper goes on; the node, when it resumes, finds
+    its connection gone, reconnects, and its fence says it was declared dead.
+
     Its first statement runs in ``__enter__``: if that fails (the server went away),
     the block is left at once. Python does not call ``__exit__`` when ``__enter__``
     raises, and a block left open would wedge the thread's connection for good: Django
@@ -195,12 +206,22 @@ class _QuietAtomic(transaction.Atomic):
     later query on that thread would fail with "the connection is closed"."""
 
     def __enter__(self) -> None:
-        super().__enter__()
         from django.db import connections  # noqa: PLC0415
 
+        connection = connections[self.using or "default"]
+        outermost = not connection.in_atomic_block
+        super().__enter__()
         try:
-            with connections[self.using or "default"].cursor() as cursor:
-                cursor.execute("SELECT set_config(%s, 'on', true)", [QUIET])
+            with connection.cursor() as cursor:
+                if outermost:
+                    idle_ms = round(get_settings().node_timeout * 500)  # 0: no bound
+                    cursor.execute(
+                        "SELECT set_config(%s, 'on', true), "
+                        "set_config('idle_in_transaction_session_timeout', %s, true)",
+                        [QUIET, str(idle_ms)],
+                    )
+                else:
+                    cursor.execute("SELECT set_config(%s, 'on', true)", [QUIET])
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise

@@ -321,6 +321,49 @@ def test_a_node_is_declared_dead_only_after_its_write_in_flight_commits(
         store.start_tasks("n1", NOW, 1, LEASE)
 
 
+def test_a_node_frozen_inside_a_write_holds_the_reaper_back_for_half_node_timeout_only(
+    store: PostgresStore, other_client: Callable[..., Any], settings: Any
+) -> None:
+    """A node frozen (SIGSTOP, a paused VM) inside a write transaction holds its node
+    row's lock. PostgreSQL ends its session once it has been idle for half
+    NODE_TIMEOUT, so the reaper declares it dead; the node, once it resumes, finds its
+    connection gone, and after reconnecting its writes are refused."""
+    settings.HTASK = {"NODE_TIMEOUT": 2}
+    register(store, "n1")
+    reaper = other_client()
+    reaper.execute("SET lock_timeout = '10s'")  # the test fails rather than hangs
+    waited: list[float] = []
+
+    def frozen_write() -> None:
+        with store._atomic():
+            store._fence("n1")  # the node's write has begun, and then the node froze
+            started = time.monotonic()
+            reaper.execute("UPDATE django_htask_node SET stopped_at = now() WHERE id = 'n1'")
+            waited.append(time.monotonic() - started)
+            store._fence("n1")  # the node resumes: its session was ended
+
+    with pytest.raises(DatabaseError):
+        frozen_write()
+    assert len(waited) == 1 and 0.5 < waited[0] < 5, waited
+    connection.close()  # what the node does with a connection it lost
+    make_tasks(1)
+    with pytest.raises(NodeFenced):
+        store.start_tasks("n1", NOW, 1, LEASE)
+
+
+def test_a_write_nested_in_the_callers_transaction_sets_no_idle_bound(
+    store: PostgresStore,
+) -> None:
+    """The bound is for the store's own transactions: inside a caller's transaction
+    (a web request's, say) it is left as the caller has it."""
+    with transaction.atomic(), store._atomic(), connection.cursor() as cursor:
+        cursor.execute("SHOW idle_in_transaction_session_timeout")
+        assert cursor.fetchone()[0] == "0"
+    with store._atomic(), connection.cursor() as cursor:
+        cursor.execute("SHOW idle_in_transaction_session_timeout")
+        assert cursor.fetchone()[0] == "30s"  # half the default NODE_TIMEOUT of 60 s
+
+
 def test_a_lost_compare_and_set_claims_nothing(store: PostgresStore) -> None:
     row = make_schedule()
     seen = store.get_schedule(row.pk)

@@ -54,7 +54,9 @@ class Liveness:
         on_beat: Callable[[], object],
     ) -> None:
         self.ctx = ctx
-        self._on_fenced, self._on_reaped, self._on_beat = on_fenced, on_reaped, on_beat
+        self._on_fenced = on_fenced
+        self._on_reaped = on_reaped
+        self._on_beat = on_beat
         self.fenced = False
         self.beat = EngineScheduler(
             1,

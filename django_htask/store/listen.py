@@ -39,9 +39,12 @@ class Listener(threading.Thread):
         name: str = "htask-listener",
     ) -> None:
         super().__init__(name=name, daemon=True)
-        self._connect, self.channel = connect, channel
-        self._on_notify, self._on_reconnect = on_notify, on_reconnect
-        self._retry, self._retry_max = retry, retry_max
+        self._connect = connect
+        self._on_notify = on_notify
+        self._on_reconnect = on_reconnect
+        self.channel = channel
+        self._retry = retry
+        self._retry_max = retry_max
         self._stop_event = threading.Event()
         self.listening = threading.Event()
         self.received = 0

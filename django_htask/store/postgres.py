@@ -45,7 +45,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, transaction
@@ -53,6 +53,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from django_htask.conf import get_settings
+from django_htask.engine.clock import from_us
 from django_htask.models import Node, Run, Schedule, Task, TaskStatus
 from django_htask.retry import RetryPolicy
 
@@ -86,13 +87,8 @@ _NEXT_RUN_US = (
     "(extract(epoch FROM date_trunc('second', next_run_at AT TIME ZONE 'UTC'))::bigint"
     " * 1000000 + mod(extract(microseconds FROM next_run_at)::bigint, 1000000))"
 )
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: Rows fetched at a time when loading every schedule.
 _LOAD_CHUNK = 10_000
-
-
-def _from_us(micros: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=micros)
 
 
 def _statements() -> tuple[str, ...]:
@@ -290,7 +286,7 @@ class PostgresStore(DatabaseStore):
             since = self._horizon(cursor)
         conn = self.connection
         chunked = not conn.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
-        reader = RefReader(_from_us)
+        reader = RefReader(from_us)
         refs: list[ScheduleRef] = []
         # one snapshot; reads only
         with (
@@ -315,7 +311,7 @@ class PostgresStore(DatabaseStore):
                 "WHERE version > %s ORDER BY version",
                 [since],
             )
-            refs = RefReader(_from_us).changed(cursor.fetchall())
+            refs = RefReader(from_us).changed(cursor.fetchall())
         return refs, max(since, horizon)
 
     # -- nodes -----------------------------------------------------------------------

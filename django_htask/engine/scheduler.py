@@ -47,6 +47,7 @@ _STATE_NAMES = ("pending", "queued", "running", "done", "cancelled")
 
 _serial = itertools.count(1)
 _INF = math.inf
+Fn = Callable[..., object]  # what a timer calls
 _time = time.time
 
 
@@ -293,100 +294,43 @@ class Scheduler:
         return self._clock
 
     def call_at(
-        self,
-        when: datetime,
-        fn: Callable[..., object],
-        /,
-        *args: Any,
-        token: CancelToken | None = None,
-        **kwargs: Any,
+        self, when: datetime, fn: Fn, /, *args: Any, token: CancelToken | None = None, **kwargs: Any
     ) -> TimerHandle:
         """Call ``fn(*args, **kwargs)`` at ``when`` (an aware datetime).
 
         A time in the past runs as soon as possible.
         """
-        if when.__class__ is datetime and when.tzinfo is UTC and token is None and not kwargs:
-            # The common case, inlined (as in call_later): a UTC datetime, no token.
-            if not callable(fn):
-                raise TypeError(f"fn must be callable, got {fn!r}")
+        if when.__class__ is datetime and when.tzinfo is UTC:  # the common case
             td = when - EPOCH  # to_us(), inlined
-            handle = TimerHandle(
-                ((td.days * 86400 + td.seconds) * 1_000_000 + td.microseconds, self._next_seq())
-            )
-            handle._fn = fn
-            handle._args = args
-            handle._token = None
-            handle._sched = self
-            handle._state = PENDING
-            queue = self._queue
-            heap = self._heap
-            with self._lock:
-                if queue._live >= self._limit:
-                    self._refuse(handle)
-                heappush(heap, handle)
-                queue._live += 1
-                if heap[0] is handle:  # a new earliest timer: the scheduler thread must know
-                    self._clock.kick(self._cond)
-            return handle
+            when_us = (td.days * 86400 + td.seconds) * 1_000_000 + td.microseconds
+            return self._push(when_us, fn, args, kwargs, token)
         if not isinstance(when, datetime):
             raise TypeError(f"when must be an aware datetime, got {when!r}")
         if when.tzinfo is None or when.utcoffset() is None:
             raise ValueError(f"when must be an aware datetime, got naive {when!r}")
-        return self._add(to_us(when), fn, args, kwargs, token)
+        return self._push(to_us(when), fn, args, kwargs, token)
 
     def call_later(
-        self,
-        delay: float,
-        fn: Callable[..., object],
-        /,
-        *args: Any,
-        token: CancelToken | None = None,
-        **kwargs: Any,
+        self, delay: float, fn: Fn, /, *args: Any, token: CancelToken | None = None, **kwargs: Any
     ) -> TimerHandle:
         """Call ``fn(*args, **kwargs)`` after ``delay`` seconds (0 for as soon as possible)."""
         cls = delay.__class__
-        if (cls is float or cls is int) and 0.0 <= delay < _INF and token is None and not kwargs:
-            # The common case, inlined: this is the hottest call of the engine.
-            if not callable(fn):
-                raise TypeError(f"fn must be callable, got {fn!r}")
+        if (cls is float or cls is int) and 0.0 <= delay < _INF:  # the hottest call
             if self._system_clock:  # one reading (truncated to the us, as now_us() is)
-                when_us = int((_time() + delay) * 1e6)
-            else:
-                when_us = self._now_us() + round(delay * 1_000_000)
-            handle = TimerHandle((when_us, self._next_seq()))
-            handle._fn = fn
-            handle._args = args
-            handle._token = None
-            handle._sched = self
-            handle._state = PENDING
-            queue = self._queue
-            heap = self._heap
-            with self._lock:
-                if queue._live >= self._limit:
-                    self._refuse(handle)
-                heappush(heap, handle)
-                queue._live += 1
-                if heap[0] is handle:  # a new earliest timer: the scheduler thread must know
-                    self._clock.kick(self._cond)
-            return handle
-        if cls is not float and cls is not int and not isinstance(delay, float):
+                return self._push(int((_time() + delay) * 1e6), fn, args, kwargs, token)
+        elif cls is not float and cls is not int and not isinstance(delay, float):
             raise TypeError(f"delay must be a number of seconds, got {delay!r}")
-        if not 0.0 <= delay < _INF:  # also rejects NaN
+        elif not 0.0 <= delay < _INF:  # also rejects NaN
             raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-        return self._add(self._now_us() + round(delay * 1_000_000), fn, args, kwargs, token)
+        return self._push(self._now_us() + round(delay * 1_000_000), fn, args, kwargs, token)
 
     def call_soon(
-        self,
-        fn: Callable[..., object],
-        /,
-        *args: Any,
-        token: CancelToken | None = None,
-        **kwargs: Any,
+        self, fn: Fn, /, *args: Any, token: CancelToken | None = None, **kwargs: Any
     ) -> TimerHandle:
         """Call ``fn`` as soon as a worker is free."""
-        return self._add(self._now_us(), fn, args, kwargs, token)
+        return self._push(self._now_us(), fn, args, kwargs, token)
 
-    def _add(
+    def _push(
         self,
         when_us: int,
         fn: Callable[..., object],
@@ -394,6 +338,7 @@ class Scheduler:
         kwargs: dict[str, Any],
         token: CancelToken | None,
     ) -> TimerHandle:
+        # Every add ends here: build the handle (it is its own heap entry) and push it.
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
         handle = TimerHandle((when_us, self._next_seq()))
@@ -406,13 +351,17 @@ class Scheduler:
             token._bind(handle)  # raises TokenCancelled
         queue = self._queue
         heap = self._heap
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not "with": its __exit__ call costs more than the push itself
+        try:
             if queue._live >= self._limit:
                 self._refuse(handle)
             heappush(heap, handle)
             queue._live += 1
             if heap[0] is handle:  # a new earliest timer: the scheduler thread must know
                 self._clock.kick(self._cond)
+        finally:
+            lock.release()
         return handle
 
     def _refuse(self, handle: TimerHandle) -> NoReturn:
@@ -515,23 +464,7 @@ class Scheduler:
                 if idle:
                     self._clock.settled()
                 return
-            # _call(), inlined.
-            token = handle._token
-            if token is not None:
-                previous = _set_current(token)
-            try:
-                fn(*handle._args)
-                failed = False
-            except BaseException:
-                failed = True
-                _log_failure(fn)
-            finally:
-                if token is not None:
-                    _set_current(previous)
-                    token._unbind(handle)
-                handle._state = DONE
-                handle._fn = None
-                handle._args = ()
+            failed = self._call(handle, fn)
             finished = True
             if self._inflight == 1:  # the last run: tell a fake clock at once
                 with lock:

@@ -24,6 +24,10 @@ Run: ``.venv/bin/python bench/cluster.py`` (starts its own throw-away PostgreSQL
    1 and 3 nodes with default settings: occurrences, commits, rows written, CPU and
    connections per second over ``--window`` seconds, and per occurrence over idle; then
    the most schedules on 1 node with 2 and 32 workers.
+6. Claiming from a backlog: 2,000, 10,000 and 100,000 trivial tasks queued; the time
+   of one claim of 8 tasks (``Store.start_tasks``, its transaction included, 200 in a
+   row), with the claim index (``htask_task_claim``) and without it (dropped: what
+   every claim did before migration 0007), alternating, in one Django process.
 """
 
 from __future__ import annotations
@@ -121,6 +125,25 @@ ENGINES = (
 #: workers in one transaction, so this shows what the batch size is worth.
 HTASK_WIDE = replace(ENGINES[0], name="htask -w 32", command=("runscheduler", "--workers", "32"))
 PEERS = tuple(e.name for e in ENGINES[1:])
+
+#: Section 6: the claim index as migration 0007 makes it, and a node's claims timed.
+CLAIM_INDEX_SQL = (
+    "CREATE INDEX IF NOT EXISTS htask_task_claim ON django_htask_task "
+    "(status, priority DESC, run_at, id)"
+)
+CLAIM_TIMING = """
+import time
+from datetime import timedelta
+from django_htask import clock
+from django_htask.store import get_store
+store = get_store()
+store.register_node("bench", "host", 1, "0", clock.now())
+t0 = time.perf_counter()
+for _ in range({claims}):
+    now = clock.now()
+    assert len(store.start_tasks("bench", now, 8, now + timedelta(minutes=5))) == 8
+print((time.perf_counter() - t0) / {claims})
+"""
 
 
 @dataclass(frozen=True)
@@ -320,6 +343,25 @@ class Bench(ClusterSite):
                 "WHERE datname = current_database()"
             )
         )
+
+    # -- 6. claiming from a backlog --------------------------------------------------
+    def claim_cost(self, backlog: int, claims: int, rounds: int) -> tuple[float, float]:
+        """The median ms one claim of 8 tasks takes with ``backlog`` tasks queued, with
+        the claim index and without it (``rounds`` of each, alternating)."""
+        timed: dict[bool, list[float]] = {True: [], False: []}
+        for n in range(rounds * 2):
+            indexed = n % 2 == 0
+            self.reset()
+            if indexed:
+                self.sql(CLAIM_INDEX_SQL)
+            else:
+                self.sql("DROP INDEX htask_task_claim")
+            self.django(ENGINES[0].enqueue.format(tasks=backlog))
+            self.sql("ANALYZE django_htask_task")
+            out = self.django(CLAIM_TIMING.format(claims=claims))
+            timed[indexed].append(float(out.split()[-1]) * 1000)
+        self.sql(CLAIM_INDEX_SQL)
+        return statistics.median(timed[True]), statistics.median(timed[False])
 
     # -- 3. notify to fire -----------------------------------------------------------
     def notify_latency(self, samples: int) -> tuple[float, float]:
@@ -566,7 +608,7 @@ def main() -> None:
     )
     parser.add_argument("--window", type=float, default=20.0, help="section 5's window (s)")
     parser.add_argument(
-        "--only", type=int, choices=(1, 2, 3, 4, 5), help="run one section (default: all)"
+        "--only", type=int, choices=(1, 2, 3, 4, 5, 6), help="run one section (default: all)"
     )
     args = parser.parse_args()
     with PostgresCluster() as pg:
@@ -576,7 +618,7 @@ def main() -> None:
             env={"DJANGO_SETTINGS_MODULE": PEER_SETTINGS, "HTASK_BENCH_PEER": "all"},
         )
         print(f"PostgreSQL {pg.bin_dir.parent.name}, {os.cpu_count()} CPUs")
-        wanted = {args.only} if args.only else {1, 2, 3, 4, 5}
+        wanted = {args.only} if args.only else {1, 2, 3, 4, 5, 6}
         if 1 in wanted:
             engines = [e for e in ENGINES if e.name in args.engines]
             if ENGINES[0] in engines:
@@ -633,6 +675,17 @@ def main() -> None:
                 busy = bench.occurrences(count, 1, args.window, workers=workers)
                 print(f"  with --workers {workers} (default 8):")
                 _print_occurrences(1, count, busy, idle_one)
+        if 6 in wanted:
+            print(
+                "6. claiming from a backlog: ms per claim of 8 tasks (Store.start_tasks, "
+                "200 in a row), median of 3 rounds each"
+            )
+            print(f"  {'backlog':>8} {'claim index':>12} {'without':>9} {'ratio':>6}")
+            for backlog in (2_000, 10_000, 100_000):
+                indexed, plain = bench.claim_cost(backlog, 200, 3)
+                print(
+                    f"  {backlog:>8,} {indexed:>10.2f} ms {plain:>6.2f} ms {plain / indexed:>5.1f}x"
+                )
 
 
 if __name__ == "__main__":

@@ -564,18 +564,23 @@ class DatabaseStore(Store):
         return started
 
     def _start_returning(
-        self, c: base.Claim, lock: str = "", adapt: Callable[[Any], Any] = lambda v: v
+        self,
+        c: base.Claim,
+        lock: str = "",
+        adapt: Callable[[Any], Any] = lambda v: v,
+        indexed_by: str = "",
     ) -> list[StartedTask]:
         """Claim and start due tasks in one ``UPDATE … RETURNING`` statement (in the
         caller's transaction); ``lock``: how the candidate rows are locked, ``adapt``:
-        the database's adapter of timestamps."""
+        the database's adapter of timestamps, ``indexed_by``: a hint after the table
+        name of the candidates' query."""
         node_id, now, limit, lease_until, _finished, serving = c
         served, served_params = served_sql(serving)
         with self.connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {_TASK} SET status = %s, attempts = attempts + 1, started_at = %s,"
                 " locked_by = %s, lease_expires_at = %s WHERE id IN ("
-                f" SELECT id FROM {_TASK} WHERE status = %s AND run_at <= %s"
+                f" SELECT id FROM {_TASK}{indexed_by} WHERE status = %s AND run_at <= %s"
                 f"  AND (locked_by IS NULL OR lease_expires_at < %s){served}"
                 f"  ORDER BY priority DESC, run_at, id LIMIT %s{lock}"
                 f") RETURNING {', '.join(_STARTED_FIELDS)}",

@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_htask.models import Task
+from django_htask.models import CLAIM_INDEX, Task
 
 from . import base
 from .base import ScheduleRef, StartedTask
@@ -175,11 +175,16 @@ class SQLiteStore(DatabaseStore):
         return refs, top
 
     def _start_in(self, c: base.Claim) -> list[StartedTask]:
-        """As the generic one, in one statement where SQLite has ``RETURNING`` (3.35)."""
+        """As the generic one, in one statement where SQLite has ``RETURNING`` (3.35).
+
+        The candidates are read through the claim index, named: left to choose, SQLite
+        takes the due-time index and sorts every pending task to keep a few."""
         conn = self.connection
         if not conn.features.can_return_columns_from_insert:
             return super()._start_in(c)
-        return self._start_returning(c, adapt=conn.ops.adapt_datetimefield_value)
+        return self._start_returning(
+            c, adapt=conn.ops.adapt_datetimefield_value, indexed_by=f" INDEXED BY {CLAIM_INDEX}"
+        )
 
     @contextlib.contextmanager
     def _atomic(self) -> Iterator[None]:

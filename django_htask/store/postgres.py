@@ -54,12 +54,12 @@ from django.db.backends.utils import CursorWrapper
 
 from django_htask.conf import get_settings
 from django_htask.engine.clock import from_us
-from django_htask.models import Node, Run, Schedule, Task, TaskStatus
+from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.retry import RetryPolicy
 
 from . import base
-from .base import RunOutcome, ScheduleRef, StartedTask
-from .database import DatabaseStore, RefReader
+from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask
+from .database import _ROW_FIELDS, DatabaseStore, RefReader
 from .listen import CHANNEL, Listener, connection_params
 
 __all__ = ["CHANNEL", "PostgresStore", "install"]
@@ -80,17 +80,51 @@ TASK = Task._meta.db_table
 NODE = Node._meta.db_table
 RUN = Run._meta.db_table
 
-#: The columns of a finished task's outcome, and one row of them as placeholders (typed:
-#: a VALUES list takes a column's type from its first row, where a NULL has none).
-_FINISH_COLUMNS = (
-    "id, status, finished_at, error, tb, name, function, node, attempt, scheduled_for, "
-    "started_at, duration, schedule_id"
+#: Run outcomes as the rows of a ``VALUES`` list named ``v``: its columns, one row of
+#: placeholders (typed: a VALUES list takes a column's type from its first row, where a
+#: NULL has none), and the insert of the run rows from it.
+_RUN_VALUES = (
+    "v(id, status, finished_at, error, tb, name, function, node, attempt, scheduled_for, "
+    "started_at, duration, schedule_id)"
 )
-_FINISH_ROW = (
+_RUN_ROW = (
     "(%s::bigint, %s::varchar, %s::timestamptz, %s::text, %s::text, %s::varchar, "
     "%s::varchar, %s::varchar, %s::smallint, %s::timestamptz, %s::timestamptz, "
     "%s::float8, %s::bigint)"
 )
+_RUN_INSERT = (
+    f"INSERT INTO {RUN} (task_id, status, finished_at, error, traceback, name, function, "
+    "node, attempt, scheduled_for, started_at, duration, schedule_id) "
+    "SELECT v.id, v.status, v.finished_at, v.error, v.tb, v.name, v.function, v.node, "
+    "v.attempt, v.scheduled_for, v.started_at, v.duration, v.schedule_id FROM v"
+)
+#: What firing reads of a schedule (the fields of ``ScheduleRow``).
+_ROW_SQL = ", ".join(_ROW_FIELDS)
+
+
+def _run_rows(outcomes: list[RunOutcome], schedule_id: int | None = None) -> tuple[str, list[Any]]:
+    """``outcomes`` as the rows of the ``VALUES`` list ``_RUN_VALUES`` names (``id`` is
+    the task's), and their parameters; the same columns as ``RunOutcome.columns()``."""
+    params: list[Any] = []
+    for o in outcomes:
+        params += (
+            o.task_id,
+            o.status,
+            None if o.status == RunStatus.RUNNING else o.finished_at,
+            o.error,
+            o.traceback,
+            o.name,
+            o.function,
+            o.node,
+            o.attempt,
+            o.scheduled_for,
+            o.started_at,
+            o.duration,
+            schedule_id or o.schedule_id,
+        )
+    return ", ".join([_RUN_ROW] * len(outcomes)), params
+
+
 #: Finished tasks written per statement (13 parameters each).
 _FINISH_CHUNK = 1000
 
@@ -392,6 +426,60 @@ class PostgresStore(DatabaseStore):
                 self.notify("node")
         return count
 
+    # -- firing ------------------------------------------------------------------------
+    # A fire reads the schedule, may ask whether its runs go on elsewhere, and claims the
+    # occurrence: each in one statement of SQL here, where the ORM's building of the
+    # queries cost more CPU than the database's work (about 2 ms an occurrence).
+    def get_schedule(self, schedule_id: int) -> ScheduleRow | None:
+        with self._cursor() as cursor:
+            cursor.execute(f"SELECT {_ROW_SQL} FROM {SCHEDULE} WHERE id = %s", [schedule_id])
+            values = cursor.fetchone()
+        if values is None:
+            return None
+        fields = dict(zip(_ROW_FIELDS, values, strict=True))
+        return ScheduleRow(**{**fields, "payload": bytes(fields["payload"] or b"")})
+
+    def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> int:
+        with self._cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*) FROM {RUN} WHERE schedule_id = %s AND status = %s "
+                f"AND node <> %s AND node IN (SELECT id FROM {NODE} "
+                "WHERE last_heartbeat >= %s AND stopped_at IS NULL)",
+                [schedule_id, RunStatus.RUNNING, node_id, dead_before],
+            )
+            (count,) = cursor.fetchone()
+        return int(count)
+
+    def _claim_occurrence(self, o: base.Occurrence) -> list[int] | None:
+        """The compare-and-set and the run rows in one statement: the runs are inserted
+        only if the schedule's update took its row."""
+        node_id, row, next_run_at, now, runs = o
+        sets = "next_run_at = %s"
+        params: list[Any] = [next_run_at]
+        if runs:
+            sets += ", last_run_at = %s, last_status = %s"
+            params += [now, runs[-1].status]
+        claim = (
+            f"UPDATE {SCHEDULE} SET {sets} WHERE id = %s AND next_run_at = %s "
+            "AND version = %s AND enabled RETURNING id"
+        )
+        params += [row.id, row.next_run_at, row.version]
+        with self._atomic():
+            self._fence(node_id)
+            with self._cursor() as cursor:
+                if not runs:
+                    cursor.execute(claim, params)
+                    return [] if cursor.fetchall() else None
+                values, run_params = _run_rows(runs, schedule_id=row.id)
+                cursor.execute(
+                    f"WITH claimed AS ({claim}), {_RUN_VALUES} AS (VALUES {values}) "
+                    f"{_RUN_INSERT} CROSS JOIN claimed RETURNING id",
+                    [*params, *run_params],
+                )
+                # Ids are drawn in the order the rows are inserted: the order of ``runs``.
+                ids = sorted(r[0] for r in cursor.fetchall())
+        return ids or None
+
     # -- one-off tasks ---------------------------------------------------------------
     def _start_in(self, c: base.Claim) -> list[StartedTask]:
         """As the generic one, in one statement; rows another node is claiming are
@@ -466,35 +554,14 @@ class PostgresStore(DatabaseStore):
         the ids it wrote, and the run rows are inserted for those ids only. (The ORM's
         ``bulk_create`` of the run rows cost more CPU than the trivial jobs they
         record, on the control thread every claim waits for.)"""
-        params: list[Any] = []
-        for o in outcomes:
-            params += (
-                o.task_id,
-                o.status,
-                o.finished_at,
-                o.error,
-                o.traceback,
-                o.name,
-                o.function,
-                o.node,
-                o.attempt,
-                o.scheduled_for,
-                o.started_at,
-                o.duration,
-                o.schedule_id,
-            )
-        values = ", ".join([_FINISH_ROW] * len(outcomes))
+        values, params = _run_rows(outcomes)
         with self._cursor() as cursor:
             cursor.execute(
-                f"WITH v({_FINISH_COLUMNS}) AS (VALUES {values}), done AS ("
+                f"WITH {_RUN_VALUES} AS (VALUES {values}), done AS ("
                 f"UPDATE {TASK} AS t SET status = v.status, finished_at = v.finished_at, "
                 "locked_by = NULL, lease_expires_at = NULL, last_error = v.error, "
                 "traceback = v.tb FROM v "
                 "WHERE t.id = v.id AND t.status = %s AND t.locked_by = %s RETURNING t.id"
-                f") INSERT INTO {RUN} (task_id, status, finished_at, error, traceback, name, "
-                "function, node, attempt, scheduled_for, started_at, duration, schedule_id) "
-                "SELECT v.id, v.status, v.finished_at, v.error, v.tb, v.name, v.function, "
-                "v.node, v.attempt, v.scheduled_for, v.started_at, v.duration, v.schedule_id "
-                "FROM v JOIN done ON done.id = v.id",
+                f") {_RUN_INSERT} JOIN done ON done.id = v.id",
                 [*params, TaskStatus.RUNNING, node_id],
             )

@@ -144,6 +144,42 @@ def test_an_occurrence_is_claimed_once(kit: Kit) -> None:
     assert [r.status for r in kit.runs(schedule_id=sid)] == ["running"]
 
 
+def test_a_claim_returns_its_run_ids_in_the_order_of_its_runs(kit: Kit) -> None:
+    sid = kit.add_schedule()
+    kit.register("n1")
+    row = kit.store.get_schedule(sid)
+    assert row is not None and row.next_run_at is not None
+    first = row.next_run_at + timedelta(minutes=1)
+    runs = [
+        outcome({"schedule_id": sid}, status=RunStatus.MISSED, error="missed"),
+        outcome({"schedule_id": sid}, status=RunStatus.RUNNING, scheduled_for=NOW),
+        outcome({"schedule_id": sid}, status=RunStatus.RUNNING, scheduled_for=first),
+    ]
+    ids = kit.store.claim_occurrence("n1", row, first, NOW, runs)
+    assert ids is not None and len(ids) == 3
+    by_id = {r.run_id if kit.memory else r.id: r for r in kit.runs(schedule_id=sid)}
+    assert [(by_id[i].status, by_id[i].scheduled_for) for i in ids] == [
+        ("missed", NOW),
+        ("running", NOW),
+        ("running", first),
+    ]
+    if kit.memory is None:  # a run row still running has no finish time
+        assert [by_id[i].finished_at for i in ids[1:]] == [None, None]
+    assert (kit.schedule(sid).last_status, kit.schedule(sid).last_run_at) == ("running", NOW)
+
+
+def test_a_claim_without_runs_moves_the_schedule_and_says_so(kit: Kit) -> None:
+    sid = kit.add_schedule()
+    kit.register("n1")
+    row = kit.store.get_schedule(sid)
+    assert row is not None and row.next_run_at is not None
+    later = row.next_run_at + timedelta(minutes=1)
+    assert kit.store.claim_occurrence("n1", row, later, NOW, []) == []
+    assert kit.schedule(sid).next_run_at == later
+    assert kit.runs(schedule_id=sid) == []
+    assert kit.store.claim_occurrence("n1", row, later, NOW, []) is None  # row moved on
+
+
 def test_a_broken_schedule_stops_with_its_reason_and_a_failed_run(kit: Kit) -> None:
     sid = kit.add_schedule()
     kit.register("n1")

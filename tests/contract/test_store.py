@@ -18,7 +18,7 @@ from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import NodeFenced
 from django_htask.queues import QueueFilter
 from django_htask.retry import RetryPolicy
-from django_htask.store import Abandoned, RunOutcome, Serving, Store, get_store
+from django_htask.store import Abandoned, RunOutcome, ScheduleRow, Serving, Store, get_store
 from django_htask.testing import InMemoryStore
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -144,11 +144,17 @@ def test_an_occurrence_is_claimed_once(kit: Kit) -> None:
     assert [r.status for r in kit.runs(schedule_id=sid)] == ["running"]
 
 
-def test_a_claim_returns_its_run_ids_in_the_order_of_its_runs(kit: Kit) -> None:
+def due_schedule(kit: Kit) -> tuple[int, ScheduleRow]:
+    """A schedule, as node n1 (registered) reads it to fire it."""
     sid = kit.add_schedule()
     kit.register("n1")
     row = kit.store.get_schedule(sid)
     assert row is not None and row.next_run_at is not None
+    return sid, row
+
+
+def test_a_claim_returns_its_run_ids_in_the_order_of_its_runs(kit: Kit) -> None:
+    sid, row = due_schedule(kit)
     first = row.next_run_at + timedelta(minutes=1)
     runs = [
         outcome({"schedule_id": sid}, status=RunStatus.MISSED, error="missed"),
@@ -169,10 +175,7 @@ def test_a_claim_returns_its_run_ids_in_the_order_of_its_runs(kit: Kit) -> None:
 
 
 def test_a_claim_without_runs_moves_the_schedule_and_says_so(kit: Kit) -> None:
-    sid = kit.add_schedule()
-    kit.register("n1")
-    row = kit.store.get_schedule(sid)
-    assert row is not None and row.next_run_at is not None
+    sid, row = due_schedule(kit)
     later = row.next_run_at + timedelta(minutes=1)
     assert kit.store.claim_occurrence("n1", row, later, NOW, []) == []
     assert kit.schedule(sid).next_run_at == later

@@ -58,7 +58,7 @@ from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.retry import RetryPolicy
 
 from . import base
-from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask
+from .base import _RUN_COLUMNS, RunOutcome, ScheduleRef, ScheduleRow, StartedTask
 from .database import _ROW_FIELDS, DatabaseStore, RefReader
 from .listen import CHANNEL, Listener, connection_params
 
@@ -80,48 +80,45 @@ TASK = Task._meta.db_table
 NODE = Node._meta.db_table
 RUN = Run._meta.db_table
 
+#: The type of each column of a run row (``RunOutcome.columns()``), for the VALUES
+#: list below: a VALUES list takes a column's type from its first row, where a NULL has
+#: none.
+_RUN_TYPES = {
+    "status": "varchar",
+    "function": "varchar",
+    "name": "varchar",
+    "node": "varchar",
+    "attempt": "smallint",
+    "scheduled_for": "timestamptz",
+    "started_at": "timestamptz",
+    "finished_at": "timestamptz",
+    "duration": "float8",
+    "error": "text",
+    "traceback": "text",
+    "schedule_id": "bigint",
+    "task_id": "bigint",
+}
 #: Run outcomes as the rows of a ``VALUES`` list named ``v``: its columns, one row of
-#: placeholders (typed: a VALUES list takes a column's type from its first row, where a
-#: NULL has none), and the insert of the run rows from it.
-_RUN_VALUES = (
-    "v(id, status, finished_at, error, tb, name, function, node, attempt, scheduled_for, "
-    "started_at, duration, schedule_id)"
-)
-_RUN_ROW = (
-    "(%s::bigint, %s::varchar, %s::timestamptz, %s::text, %s::text, %s::varchar, "
-    "%s::varchar, %s::varchar, %s::smallint, %s::timestamptz, %s::timestamptz, "
-    "%s::float8, %s::bigint)"
-)
+#: typed placeholders, and the insert of the run rows from it.
+_RUN_VALUES = f"v({', '.join(_RUN_COLUMNS)})"
+_RUN_ROW = "(" + ", ".join(f"%s::{_RUN_TYPES[name]}" for name in _RUN_COLUMNS) + ")"
 _RUN_INSERT = (
-    f"INSERT INTO {RUN} (task_id, status, finished_at, error, traceback, name, function, "
-    "node, attempt, scheduled_for, started_at, duration, schedule_id) "
-    "SELECT v.id, v.status, v.finished_at, v.error, v.tb, v.name, v.function, v.node, "
-    "v.attempt, v.scheduled_for, v.started_at, v.duration, v.schedule_id FROM v"
+    f"INSERT INTO {RUN} ({', '.join(_RUN_COLUMNS)}) "
+    f"SELECT {', '.join(f'v.{name}' for name in _RUN_COLUMNS)} FROM v"
 )
 #: What firing reads of a schedule (the fields of ``ScheduleRow``).
 _ROW_SQL = ", ".join(_ROW_FIELDS)
 
 
 def _run_rows(outcomes: list[RunOutcome], schedule_id: int | None = None) -> tuple[str, list[Any]]:
-    """``outcomes`` as the rows of the ``VALUES`` list ``_RUN_VALUES`` names (``id`` is
-    the task's), and their parameters; the same columns as ``RunOutcome.columns()``."""
+    """``outcomes`` as the rows of the ``VALUES`` list ``_RUN_VALUES`` names, and their
+    parameters (each outcome's ``columns()``; ``schedule_id`` for every row, if given)."""
     params: list[Any] = []
     for o in outcomes:
-        params += (
-            o.task_id,
-            o.status,
-            None if o.status == RunStatus.RUNNING else o.finished_at,
-            o.error,
-            o.traceback,
-            o.name,
-            o.function,
-            o.node,
-            o.attempt,
-            o.scheduled_for,
-            o.started_at,
-            o.duration,
-            schedule_id or o.schedule_id,
-        )
+        columns = o.columns()
+        if schedule_id:
+            columns["schedule_id"] = schedule_id
+        params += columns.values()
     return ", ".join([_RUN_ROW] * len(outcomes)), params
 
 
@@ -560,8 +557,8 @@ class PostgresStore(DatabaseStore):
                 f"WITH {_RUN_VALUES} AS (VALUES {values}), done AS ("
                 f"UPDATE {TASK} AS t SET status = v.status, finished_at = v.finished_at, "
                 "locked_by = NULL, lease_expires_at = NULL, last_error = v.error, "
-                "traceback = v.tb FROM v "
-                "WHERE t.id = v.id AND t.status = %s AND t.locked_by = %s RETURNING t.id"
-                f") {_RUN_INSERT} JOIN done ON done.id = v.id",
+                "traceback = v.traceback FROM v WHERE t.id = v.task_id AND t.status = %s "
+                "AND t.locked_by = %s RETURNING t.id"
+                f") {_RUN_INSERT} JOIN done ON done.id = v.task_id",
                 [*params, TaskStatus.RUNNING, node_id],
             )

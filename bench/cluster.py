@@ -27,8 +27,10 @@ Run: ``.venv/bin/python bench/cluster.py`` (starts its own throw-away PostgreSQL
    the most schedules on 1 node with 2 and 32 workers.
 6. Claiming from a backlog: 2,000, 10,000 and 100,000 trivial tasks queued; the time
    of one claim of 8 tasks (``Store.start_tasks``, its transaction included, 200 in a
-   row), with the claim index (``htask_task_claim``) and without it (dropped: what
-   every claim did before migration 0007), alternating, in one Django process.
+   row), with the claim index (``htask_task_claim``) on fresh statistics, on stale
+   ones (taken before the backlog was queued), on stale ones with the plan left to
+   them (``CLAIM_PLANNER`` off: every claim before it), and without the index
+   (dropped: every claim before migration 0007), taking turns.
 """
 
 from __future__ import annotations
@@ -132,11 +134,17 @@ CLAIM_INDEX_SQL = (
     "CREATE INDEX IF NOT EXISTS htask_task_claim ON django_htask_task "
     "(status, priority DESC, run_at, id)"
 )
+#: Section 6's cases: the claim as shipped on fresh statistics, on stale ones (taken
+#: before the backlog was queued), on stale ones with the plan left to them, and on
+#: fresh statistics without the claim index (every claim before migration 0007).
+CLAIM_CASES = ("fresh", "stale", "stale, unpinned", "no index")
 CLAIM_TIMING = """
 import time
 from datetime import timedelta
 from django_htask import clock
-from django_htask.store import get_store
+from django_htask.store import get_store, postgres
+if {unpinned}:  # the claim's plan left to the statistics, as before CLAIM_PLANNER
+    postgres.CLAIM_PLANNER = ()
 store = get_store()
 store.register_node("bench", "host", 1, "0", clock.now())
 t0 = time.perf_counter()
@@ -354,23 +362,27 @@ class Bench(ClusterSite):
         )
 
     # -- 6. claiming from a backlog --------------------------------------------------
-    def claim_cost(self, backlog: int, claims: int, rounds: int) -> tuple[float, float]:
-        """The median ms one claim of 8 tasks takes with ``backlog`` tasks queued, with
-        the claim index and without it (``rounds`` of each, alternating)."""
-        timed: dict[bool, list[float]] = {True: [], False: []}
-        for n in range(rounds * 2):
-            indexed = n % 2 == 0
-            self.reset()
-            if indexed:
-                self.sql(CLAIM_INDEX_SQL)
-            else:
-                self.sql("DROP INDEX htask_task_claim")
-            self.django(ENGINES[0].enqueue.format(tasks=backlog))
-            self.sql("ANALYZE django_htask_task")
-            out = self.django(CLAIM_TIMING.format(claims=claims))
-            timed[indexed].append(float(out.split()[-1]) * 1000)
+    def claim_cost(self, backlog: int, claims: int, rounds: int) -> dict[str, float]:
+        """The median ms one claim of 8 tasks takes with ``backlog`` tasks queued, for
+        each of :data:`CLAIM_CASES` (``rounds`` of each, taking turns)."""
+        timed: dict[str, list[float]] = {case: [] for case in CLAIM_CASES}
+        for _ in range(rounds):
+            for case in CLAIM_CASES:
+                self.reset()
+                self.sql(CLAIM_INDEX_SQL if case != "no index" else "DROP INDEX htask_task_claim")
+                stale = case.startswith("stale")
+                if stale:  # statistics taken when the table held as many tasks, all done
+                    self.django(ENGINES[0].enqueue.format(tasks=backlog))
+                    self.sql("UPDATE django_htask_task SET status = 'succeeded'")
+                    self.sql("ANALYZE django_htask_task")
+                self.django(ENGINES[0].enqueue.format(tasks=backlog))
+                if not stale:
+                    self.sql("ANALYZE django_htask_task")
+                unpinned = case in ("stale, unpinned", "no index")
+                out = self.django(CLAIM_TIMING.format(claims=claims, unpinned=unpinned))
+                timed[case].append(float(out.split()[-1]) * 1000)
         self.sql(CLAIM_INDEX_SQL)
-        return statistics.median(timed[True]), statistics.median(timed[False])
+        return {case: statistics.median(times) for case, times in timed.items()}
 
     # -- 3. notify to fire -----------------------------------------------------------
     def notify_latency(self, samples: int) -> tuple[float, float]:
@@ -692,11 +704,17 @@ def main() -> None:
                 "6. claiming from a backlog: ms per claim of 8 tasks (Store.start_tasks, "
                 "200 in a row), median of 3 rounds each"
             )
-            print(f"  {'backlog':>8} {'claim index':>12} {'without':>9} {'ratio':>6}")
+            print(
+                "   statistics: fresh (ANALYZE after queueing) or stale (taken when the "
+                "table held as many tasks, all done);\n   unpinned: the plan left to the "
+                "statistics (CLAIM_PLANNER off), as before it; no index: so too, and the "
+                "claim index dropped, as before migration 0007"
+            )
+            print("  " + f"{'backlog':>8}" + "".join(f"{case:>17}" for case in CLAIM_CASES))
             for backlog in (2_000, 10_000, 100_000):
-                indexed, plain = bench.claim_cost(backlog, 200, 3)
+                cost = bench.claim_cost(backlog, 200, 3)
                 print(
-                    f"  {backlog:>8,} {indexed:>10.2f} ms {plain:>6.2f} ms {plain / indexed:>5.1f}x"
+                    f"  {backlog:>8,}" + "".join(f"{cost[case]:>14.2f} ms" for case in CLAIM_CASES)
                 )
 
 

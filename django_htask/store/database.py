@@ -212,6 +212,11 @@ class DatabaseStore(Store):
     def _atomic(self) -> AbstractContextManager[Any]:
         return transaction.atomic(using=self.using)
 
+    def _claim_atomic(self) -> AbstractContextManager[Any]:
+        """The transaction of a claim (finished tasks written, due ones started): a
+        write transaction; PostgreSQL also pins the plans of its statements."""
+        return self._atomic()
+
     # -- fencing ---------------------------------------------------------------------
     #: Appended to the fencing read: PostgreSQL locks the node's row for the
     #: transaction (SQLite's write transactions are exclusive already).
@@ -556,7 +561,7 @@ class DatabaseStore(Store):
         )
 
     def _start_tasks(self, c: base.Claim) -> list[StartedTask]:
-        with self._atomic():
+        with self._claim_atomic():
             self._fence(c.node_id)
             late = self._record_in(c.node_id, c.finished)
             started = self._start_in(c) if c.limit > 0 else []

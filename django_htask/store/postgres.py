@@ -68,6 +68,13 @@ logger = logging.getLogger(__name__)
 
 #: Transaction-local setting that silences the NOTIFY triggers for node bookkeeping.
 QUIET = "django_htask.quiet"
+#: The planner settings of a claim's transaction: no sort, so a claim walks the claim
+#: index in its order and stops at the rows it takes, whatever the table's statistics
+#: say. Left to them, a backlog queued since the last ANALYZE (statistics taken when
+#: nothing was pending, then a burst of enqueues) looks like a row or two, and the
+#: planner reads every pending task and sorts them to take a few: each claim then
+#: costs more the longer the backlog (see tests/integration/test_claim_plan.py).
+CLAIM_PLANNER = (("enable_sort", "off"),)
 #: Transaction-local count of the schedule rows written, so versions grow inside one
 #: transaction too: version = transaction id * PER_XACT + the row's rank (capped).
 SEQ = "django_htask.seq"
@@ -241,29 +248,36 @@ class _QuietAtomic(transaction.Atomic):
     transaction rolls back, and the reaper goes on; the node, when it resumes, finds
     its connection gone, reconnects, and its fence says it was declared dead.
 
+    ``planner`` settings are set by the same first statement, for the transaction
+    (:data:`CLAIM_PLANNER` for a claim's): no round trip is added.
+
     Its first statement runs in ``__enter__``: if that fails (the server went away),
     the block is left at once. Python does not call ``__exit__`` when ``__enter__``
     raises, and a block left open would wedge the thread's connection for good: Django
     keeps a connection closed inside a transaction until the block ends, so every
     later query on that thread would fail with "the connection is closed"."""
 
+    def __init__(self, using: str, planner: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(using, savepoint=True, durable=False)
+        #: Planner settings for the transaction, set by the same first statement.
+        self.planner = planner
+
     def __enter__(self) -> None:
         from django.db import connections  # noqa: PLC0415
 
         connection = connections[self.using or "default"]
-        outermost = not connection.in_atomic_block
+        settings = [(QUIET, "on")]
+        if not connection.in_atomic_block:  # the outermost block: the transaction's own
+            idle_ms = round(get_settings().node_timeout * 500)  # 0: no bound
+            settings.append(("idle_in_transaction_session_timeout", str(idle_ms)))
+        settings += self.planner
         super().__enter__()
         try:
             with connection.cursor() as cursor:
-                if outermost:
-                    idle_ms = round(get_settings().node_timeout * 500)  # 0: no bound
-                    cursor.execute(
-                        "SELECT set_config(%s, 'on', true), "
-                        "set_config('idle_in_transaction_session_timeout', %s, true)",
-                        [QUIET, str(idle_ms)],
-                    )
-                else:
-                    cursor.execute("SELECT set_config(%s, 'on', true)", [QUIET])
+                cursor.execute(
+                    "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(settings)),
+                    [value for setting in settings for value in setting],
+                )
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise
@@ -306,7 +320,10 @@ class PostgresStore(DatabaseStore):
         return listener
 
     def _atomic(self) -> transaction.Atomic:
-        return _QuietAtomic(self.using, savepoint=True, durable=False)
+        return _QuietAtomic(self.using)
+
+    def _claim_atomic(self) -> transaction.Atomic:
+        return _QuietAtomic(self.using, CLAIM_PLANNER)
 
     def _cursor(self) -> CursorWrapper:
         return self.connection.cursor()
@@ -550,15 +567,21 @@ class PostgresStore(DatabaseStore):
         statement: the outcomes are rows of a ``VALUES`` list, the task update returns
         the ids it wrote, and the run rows are inserted for those ids only. (The ORM's
         ``bulk_create`` of the run rows cost more CPU than the trivial jobs they
-        record, on the control thread every claim waits for.)"""
+        record, on the control thread every claim waits for.)
+
+        The tasks are found by id only: whether this node still runs one is checked
+        with ``IS NOT DISTINCT FROM``, which no index serves. Written with ``=``, the
+        planner may read them through the status or ``locked_by`` index instead, every
+        task marked running since the last vacuum, when stale statistics make those
+        look like a row or two (see :data:`CLAIM_PLANNER`)."""
         values, params = _run_rows(outcomes)
         with self._cursor() as cursor:
             cursor.execute(
                 f"WITH {_RUN_VALUES} AS (VALUES {values}), done AS ("
                 f"UPDATE {TASK} AS t SET status = v.status, finished_at = v.finished_at, "
                 "locked_by = NULL, lease_expires_at = NULL, last_error = v.error, "
-                "traceback = v.traceback FROM v WHERE t.id = v.task_id AND t.status = %s "
-                "AND t.locked_by = %s RETURNING t.id"
+                "traceback = v.traceback FROM v WHERE t.id = v.task_id "
+                "AND (t.status, t.locked_by) IS NOT DISTINCT FROM (%s, %s) RETURNING t.id"
                 f") {_RUN_INSERT} JOIN done ON done.id = v.task_id",
                 [*params, TaskStatus.RUNNING, node_id],
             )

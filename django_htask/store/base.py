@@ -114,9 +114,25 @@ class StartedTask:
     priority: int = 0
 
 
+def storable(text: str) -> str:
+    """``text`` as every database can store it: NUL, which PostgreSQL's text columns
+    refuse, and lone surrogates, which UTF-8 cannot encode, written as the escapes
+    ``repr()`` would show (``\\x00``, ``\\udc80``). Error texts come from tasks, and
+    a task's exception message from its arguments: such a text must not make the
+    write of a whole batch of runs fail."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 @dataclass(slots=True)
 class RunOutcome:
-    """How a run ended, to be written by :meth:`Store.record` (batched)."""
+    """How a run ended, to be written by :meth:`Store.record` (batched). Its error
+    and traceback are made :func:`storable`."""
 
     status: str  # a RunStatus value
     function: str
@@ -135,6 +151,12 @@ class RunOutcome:
     #: For a failed task with attempts left: when it runs again (it is then pending).
     retry_at: datetime | None = None
     extra: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.error:
+            self.error = storable(self.error)
+        if self.traceback:
+            self.traceback = storable(self.traceback)
 
     def columns(self) -> dict[str, Any]:
         """The fields of its ``Run`` row (a run still going is not finished yet)."""
@@ -395,7 +417,7 @@ class Store(abc.ABC):
         """Stop the schedule for good (no next run), ``reason`` in its ``broken`` field,
         and record ``run`` (failed); with a ``version``, only if it is still that one.
         Return whether it was marked. Saving the schedule clears the mark."""
-        return self._mark_broken(Breakage(node_id, schedule_id, version, reason, run))
+        return self._mark_broken(Breakage(node_id, schedule_id, version, storable(reason), run))
 
     @abc.abstractmethod
     def _mark_broken(self, b: Breakage) -> bool: ...

@@ -76,6 +76,44 @@ def type_name(error: str) -> str:
     return error.split(":", maxsplit=1)[0]
 
 
+@pytest.mark.parametrize(
+    ("function", "message", "stored"),
+    [
+        (tasks.boom, "bad\x00value", "bad\\x00value"),
+        (tasks.boom_bytes, b"bad\xffvalue", "bad\\udcffvalue"),
+    ],
+    ids=["nul", "lone-surrogate"],
+)
+def test_an_error_text_no_database_can_store_is_written_escaped(
+    make_node: MakeNode,
+    fake_clock: FakeClock,
+    calls: Any,
+    function: Any,
+    message: str | bytes,
+    stored: str,
+) -> None:
+    """A task's exception message comes from its arguments, which come from anyone:
+    PostgreSQL's text columns refuse NUL, and UTF-8 cannot encode a lone surrogate
+    (what a file name that is not UTF-8 decodes to). Such an error is written with
+    those characters escaped. Before, on PostgreSQL, the write of the node's whole
+    batch of finished runs failed and was tried again and again: the node recorded
+    nothing more and claimed no other task."""
+    node = make_node()
+    poison = schedule(function, message, max_attempts=1)
+    fake_clock.advance(0)
+    after = schedule(tasks.add, 2, 3)
+    fake_clock.advance(0)
+
+    poison.refresh_from_db()
+    error = f"RuntimeError: {stored}"
+    assert (poison.status, poison.last_error) == (TaskStatus.FAILED, error)
+    assert stored in poison.traceback
+    assert Run.objects.get(task=poison).error == error
+    assert Task.objects.get(pk=after.pk).status == TaskStatus.SUCCEEDED
+    assert calls[function.__name__] == [message]
+    assert not node.stop_requested
+
+
 def test_a_schedule_run_raising_system_exit_fails_and_the_schedule_goes_on(
     make_node: MakeNode, fake_clock: FakeClock, calls: Any
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import defaultdict
 from datetime import datetime
@@ -35,6 +36,14 @@ def when(at: datetime) -> None:
 def boom(message: str = "boom") -> None:
     record("boom", message)
     raise RuntimeError(message)
+
+
+@task
+def boom_bytes(message: bytes) -> None:
+    """Raise with ``message`` decoded as file names are: bytes that are not UTF-8
+    become lone surrogates."""
+    record("boom_bytes", message)
+    raise RuntimeError(os.fsdecode(message))
 
 
 @task

@@ -43,6 +43,7 @@ functions and triggers; it is idempotent. PostgreSQL 13 or later.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import sys
 from datetime import datetime, timedelta
@@ -87,9 +88,7 @@ TASK = Task._meta.db_table
 NODE = Node._meta.db_table
 RUN = Run._meta.db_table
 
-#: The type of each column of a run row (``RunOutcome.columns()``), for the VALUES
-#: list below: a VALUES list takes a column's type from its first row, where a NULL has
-#: none.
+#: The type of each column of a run row (``RunOutcome.columns()``).
 _RUN_TYPES = {
     "status": "varchar",
     "function": "varchar",
@@ -105,10 +104,16 @@ _RUN_TYPES = {
     "schedule_id": "bigint",
     "task_id": "bigint",
 }
-#: Run outcomes as the rows of a ``VALUES`` list named ``v``: its columns, one row of
-#: typed placeholders, and the insert of the run rows from it.
-_RUN_VALUES = f"v({', '.join(_RUN_COLUMNS)})"
-_RUN_ROW = "(" + ", ".join(f"%s::{_RUN_TYPES[name]}" for name in _RUN_COLUMNS) + ")"
+_RUN_TIMES = tuple(name for name in _RUN_COLUMNS if _RUN_TYPES[name] == "timestamptz")
+#: Run outcomes as the rows of ``v``, from one JSON parameter and their count (see
+#: :func:`_run_rows`), and the insert of the run rows from it. The count, as a LIMIT,
+#: tells the planner how many rows there are: it takes a function's for 100, and with
+#: so many it read the whole task table to write a few tasks.
+_RUN_VALUES = (
+    "v AS (SELECT * FROM json_to_recordset(%s::json) AS v("
+    + ", ".join(f"{name} {_RUN_TYPES[name]}" for name in _RUN_COLUMNS)
+    + ") LIMIT %s)"
+)
 _RUN_INSERT = (
     f"INSERT INTO {RUN} ({', '.join(_RUN_COLUMNS)}) "
     f"SELECT {', '.join(f'v.{name}' for name in _RUN_COLUMNS)} FROM v"
@@ -117,19 +122,30 @@ _RUN_INSERT = (
 _ROW_SQL = ", ".join(_ROW_FIELDS)
 
 
-def _run_rows(outcomes: list[RunOutcome], schedule_id: int | None = None) -> tuple[str, list[Any]]:
-    """``outcomes`` as the rows of the ``VALUES`` list ``_RUN_VALUES`` names, and their
-    parameters (each outcome's ``columns()``; ``schedule_id`` for every row, if given)."""
-    params: list[Any] = []
+def _run_rows(outcomes: list[RunOutcome], schedule_id: int | None = None) -> list[Any]:
+    """``outcomes`` as the parameters of ``_RUN_VALUES``: a JSON list of objects keyed
+    by column (each outcome's ``columns()``; ``schedule_id`` for every row, if given),
+    times in ISO 8601, in the order of ``outcomes``; and their count.
+
+    One parameter, whatever the number of runs: the statement's text and its parameter
+    count are the same for every batch. psycopg parses a statement's text for its
+    placeholders afresh on every call when it has more than 50 parameters, which a
+    ``VALUES`` list of 8 runs (13 parameters each) had: that parsing was a quarter of
+    a node's CPU running trivial tasks (a yappi profile)."""
+    rows = []
     for o in outcomes:
         columns = o.columns()
         if schedule_id:
             columns["schedule_id"] = schedule_id
-        params += columns.values()
-    return ", ".join([_RUN_ROW] * len(outcomes)), params
+        for name in _RUN_TIMES:
+            at = columns[name]
+            if at is not None:
+                columns[name] = at.isoformat()
+        rows.append(columns)
+    return [json.dumps(rows), len(rows)]
 
 
-#: Finished tasks written per statement (13 parameters each).
+#: Finished tasks written per statement (a bound on the statement's size).
 _FINISH_CHUNK = 1000
 
 #: ``next_run_at`` as microseconds since the epoch: psycopg reads an integer in C,
@@ -484,11 +500,10 @@ class PostgresStore(DatabaseStore):
                 if not runs:
                     cursor.execute(claim, params)
                     return [] if cursor.fetchall() else None
-                values, run_params = _run_rows(runs, schedule_id=row.id)
                 cursor.execute(
-                    f"WITH claimed AS ({claim}), {_RUN_VALUES} AS (VALUES {values}) "
+                    f"WITH claimed AS ({claim}), {_RUN_VALUES} "
                     f"{_RUN_INSERT} CROSS JOIN claimed RETURNING id",
-                    [*params, *run_params],
+                    [*params, *_run_rows(runs, schedule_id=row.id)],
                 )
                 # Ids are drawn in the order the rows are inserted: the order of ``runs``.
                 ids = sorted(r[0] for r in cursor.fetchall())
@@ -564,8 +579,9 @@ class PostgresStore(DatabaseStore):
 
     def _finish_tasks(self, node_id: str, outcomes: list[RunOutcome]) -> None:
         """Write the finished tasks this node still runs, and a run row for each, in one
-        statement: the outcomes are rows of a ``VALUES`` list, the task update returns
-        the ids it wrote, and the run rows are inserted for those ids only. (The ORM's
+        statement: the outcomes are the rows of ``v`` (one JSON parameter), the task
+        update returns the ids it wrote, and the run rows are inserted for those ids
+        only. (The ORM's
         ``bulk_create`` of the run rows cost more CPU than the trivial jobs they
         record, on the control thread every claim waits for.)
 
@@ -574,14 +590,13 @@ class PostgresStore(DatabaseStore):
         planner may read them through the status or ``locked_by`` index instead, every
         task marked running since the last vacuum, when stale statistics make those
         look like a row or two (see :data:`CLAIM_PLANNER`)."""
-        values, params = _run_rows(outcomes)
         with self._cursor() as cursor:
             cursor.execute(
-                f"WITH {_RUN_VALUES} AS (VALUES {values}), done AS ("
+                f"WITH {_RUN_VALUES}, done AS ("
                 f"UPDATE {TASK} AS t SET status = v.status, finished_at = v.finished_at, "
                 "locked_by = NULL, lease_expires_at = NULL, last_error = v.error, "
                 "traceback = v.traceback FROM v WHERE t.id = v.task_id "
                 "AND (t.status, t.locked_by) IS NOT DISTINCT FROM (%s, %s) RETURNING t.id"
                 f") {_RUN_INSERT} JOIN done ON done.id = v.task_id",
-                [*params, TaskStatus.RUNNING, node_id],
+                [*_run_rows(outcomes), TaskStatus.RUNNING, node_id],
             )

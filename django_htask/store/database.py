@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -145,6 +145,15 @@ def served_sql(serving: base.Serving) -> tuple[str, list[Any]]:
     return "".join(f" AND {p}" for p in parts), params
 
 
+@contextmanager
+def _fenced_in(
+    atomic: AbstractContextManager[Any], store: DatabaseStore, node_id: str
+) -> Iterator[None]:
+    with atomic:
+        store._fence(node_id)
+        yield
+
+
 class DatabaseStore(Store):
     """The ORM store over the database alias ``using``."""
 
@@ -212,10 +221,11 @@ class DatabaseStore(Store):
     def _atomic(self) -> AbstractContextManager[Any]:
         return transaction.atomic(using=self.using)
 
-    def _claim_atomic(self) -> AbstractContextManager[Any]:
-        """The transaction of a claim (finished tasks written, due ones started): a
-        write transaction; PostgreSQL also pins the plans of its statements."""
-        return self._atomic()
+    def _fenced(self, node_id: str, *, claim: bool = False) -> AbstractContextManager[Any]:
+        """A write transaction of node ``node_id``, which first checks that the node is
+        registered and not declared dead (:meth:`_fence`). ``claim``: a claim's (finished
+        tasks written, due ones started), whose plans PostgreSQL pins."""
+        return _fenced_in(self._atomic(), self, node_id)
 
     # -- fencing ---------------------------------------------------------------------
     #: Appended to the fencing read: PostgreSQL locks the node's row for the
@@ -250,8 +260,7 @@ class DatabaseStore(Store):
         )
 
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
-        with self._atomic():
-            self._fence(node_id)
+        with self._fenced(node_id):
             Node.objects.using(self.using).filter(id=node_id).update(last_heartbeat=now)
             return self._renew_leases(node_id, lease_until)
 
@@ -270,8 +279,7 @@ class DatabaseStore(Store):
     def _abandon(self, d: base.Departure) -> None:
         node_id, now, abandoned, dead_at, heartbeat_at = d
         tasks = Task.objects.using(self.using)
-        with self._atomic():
-            self._fence(node_id)
+        with self._fenced(node_id):
             runs = Run.objects.using(self.using)
             task_ids = [a.task_id for a in abandoned if a.task_id is not None]
             held = {
@@ -348,8 +356,7 @@ class DatabaseStore(Store):
         )
 
     def reap(self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
-        with self._atomic():
-            self._fence(node_id)
+        with self._fenced(node_id):
             return self._reap(now, dead_before, retry)
 
     def take_over(
@@ -478,8 +485,7 @@ class DatabaseStore(Store):
 
     def _claim_occurrence(self, o: base.Occurrence) -> list[int] | None:
         node_id, row, next_run_at, now, runs = o
-        with self._atomic():
-            self._fence(node_id)
+        with self._fenced(node_id):
             claimed = (
                 Schedule.objects.using(self.using)
                 .filter(id=row.id, next_run_at=row.next_run_at, version=row.version, enabled=True)
@@ -494,8 +500,7 @@ class DatabaseStore(Store):
 
     def _mark_broken(self, b: base.Breakage) -> bool:
         node_id, schedule_id, version, reason, run = b
-        with self._atomic():
-            self._fence(node_id)
+        with self._fenced(node_id):
             rows = Schedule.objects.using(self.using).filter(id=schedule_id)
             if version is not None:
                 rows = rows.filter(version=version)
@@ -538,8 +543,7 @@ class DatabaseStore(Store):
         )
 
     def start_schedule_run(self, node_id: str, outcome: RunOutcome) -> int:
-        with self._atomic():
-            self._fence(node_id)
+        with self._fenced(node_id):
             run = self._run(outcome)
             run.save(using=self.using)
         return run.pk
@@ -561,8 +565,7 @@ class DatabaseStore(Store):
         )
 
     def _start_tasks(self, c: base.Claim) -> list[StartedTask]:
-        with self._claim_atomic():
-            self._fence(c.node_id)
+        with self._fenced(c.node_id, claim=True):
             late = self._record_in(c.node_id, c.finished)
             started = self._start_in(c) if c.limit > 0 else []
         self._record_late(late)
@@ -634,8 +637,7 @@ class DatabaseStore(Store):
     def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:
         if not outcomes:
             return
-        with self._atomic():
-            self._fence(node_id)
+        with self._fenced(node_id):
             late = self._record_in(node_id, outcomes)
         self._record_late(late)
 

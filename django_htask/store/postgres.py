@@ -55,6 +55,7 @@ from django.db.backends.utils import CursorWrapper
 
 from django_htask.conf import get_settings
 from django_htask.engine.clock import from_us
+from django_htask.exceptions import NodeFenced
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.retry import RetryPolicy
 
@@ -265,7 +266,8 @@ class _QuietAtomic(transaction.Atomic):
     its connection gone, reconnects, and its fence says it was declared dead.
 
     ``planner`` settings are set by the same first statement, for the transaction
-    (:data:`CLAIM_PLANNER` for a claim's): no round trip is added.
+    (:data:`CLAIM_PLANNER` for a claim's), and, given a ``fence``, that node is fenced
+    by it (the node's row read and share-locked): no round trip is added.
 
     Its first statement runs in ``__enter__``: if that fails (the server went away),
     the block is left at once. Python does not call ``__exit__`` when ``__enter__``
@@ -273,10 +275,14 @@ class _QuietAtomic(transaction.Atomic):
     keeps a connection closed inside a transaction until the block ends, so every
     later query on that thread would fail with "the connection is closed"."""
 
-    def __init__(self, using: str, planner: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(
+        self, using: str, planner: tuple[tuple[str, str], ...] = (), fence: str | None = None
+    ) -> None:
         super().__init__(using, savepoint=True, durable=False)
         #: Planner settings for the transaction, set by the same first statement.
         self.planner = planner
+        #: The node whose transaction it is, fenced by the same first statement.
+        self.fence = fence
 
     def __enter__(self) -> None:
         from django.db import connections  # noqa: PLC0415
@@ -287,13 +293,21 @@ class _QuietAtomic(transaction.Atomic):
             idle_ms = round(get_settings().node_timeout * 500)  # 0: no bound
             settings.append(("idle_in_transaction_session_timeout", str(idle_ms)))
         settings += self.planner
+        configs = ", ".join(["set_config(%s, %s, true)"] * len(settings))
+        values = [value for setting in settings for value in setting]
         super().__enter__()
         try:
             with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(settings)),
-                    [value for setting in settings for value in setting],
-                )
+                if self.fence is None:
+                    cursor.execute(f"SELECT {configs}", values)
+                else:  # DatabaseStore._fence, with the settings: one round trip
+                    cursor.execute(
+                        f"SELECT stopped_at, {configs} FROM {NODE} WHERE id = %s FOR SHARE",
+                        [*values, self.fence],
+                    )
+                    row = cursor.fetchone()
+                    if row is None or row[0] is not None:
+                        raise NodeFenced(self.fence, None if row is None else row[0])
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise
@@ -338,8 +352,8 @@ class PostgresStore(DatabaseStore):
     def _atomic(self) -> transaction.Atomic:
         return _QuietAtomic(self.using)
 
-    def _claim_atomic(self) -> transaction.Atomic:
-        return _QuietAtomic(self.using, CLAIM_PLANNER)
+    def _fenced(self, node_id: str, *, claim: bool = False) -> transaction.Atomic:
+        return _QuietAtomic(self.using, CLAIM_PLANNER if claim else (), fence=node_id)
 
     def _cursor(self) -> CursorWrapper:
         return self.connection.cursor()
@@ -494,19 +508,17 @@ class PostgresStore(DatabaseStore):
             "AND version = %s AND enabled RETURNING id"
         )
         params += [row.id, row.next_run_at, row.version]
-        with self._atomic():
-            self._fence(node_id)
-            with self._cursor() as cursor:
-                if not runs:
-                    cursor.execute(claim, params)
-                    return [] if cursor.fetchall() else None
-                cursor.execute(
-                    f"WITH claimed AS ({claim}), {_RUN_VALUES} "
-                    f"{_RUN_INSERT} CROSS JOIN claimed RETURNING id",
-                    [*params, *_run_rows(runs, schedule_id=row.id)],
-                )
-                # Ids are drawn in the order the rows are inserted: the order of ``runs``.
-                ids = sorted(r[0] for r in cursor.fetchall())
+        with self._fenced(node_id), self._cursor() as cursor:
+            if not runs:
+                cursor.execute(claim, params)
+                return [] if cursor.fetchall() else None
+            cursor.execute(
+                f"WITH claimed AS ({claim}), {_RUN_VALUES} "
+                f"{_RUN_INSERT} CROSS JOIN claimed RETURNING id",
+                [*params, *_run_rows(runs, schedule_id=row.id)],
+            )
+            # Ids are drawn in the order the rows are inserted: the order of ``runs``.
+            ids = sorted(r[0] for r in cursor.fetchall())
         return ids or None
 
     # -- one-off tasks ---------------------------------------------------------------

@@ -145,6 +145,13 @@ def served_sql(serving: base.Serving) -> tuple[str, list[Any]]:
     return "".join(f" AND {p}" for p in parts), params
 
 
+def check_fence(node_id: str, row: tuple[Any, ...] | None) -> None:
+    """Raise NodeFenced unless ``row``, the node's row read by a fence (its
+    ``stopped_at`` first), says ``node_id`` is registered and not declared dead."""
+    if row is None or row[0] is not None:
+        raise NodeFenced(node_id, None if row is None else _as_datetime(row[0]))
+
+
 @contextmanager
 def _fenced_in(
     atomic: AbstractContextManager[Any], store: DatabaseStore, node_id: str
@@ -239,9 +246,7 @@ class DatabaseStore(Store):
             cursor.execute(
                 f"SELECT stopped_at FROM {_NODE} WHERE id = %s{self._fence_lock}", [node_id]
             )
-            row = cursor.fetchone()
-        if row is None or row[0] is not None:
-            raise NodeFenced(node_id, None if row is None else _as_datetime(row[0]))
+            check_fence(node_id, cursor.fetchone())
 
     # -- nodes -----------------------------------------------------------------------
     def _register(self, r: base.Registration) -> None:

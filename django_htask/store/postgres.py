@@ -55,13 +55,12 @@ from django.db.backends.utils import CursorWrapper
 
 from django_htask.conf import get_settings
 from django_htask.engine.clock import from_us
-from django_htask.exceptions import NodeFenced
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.retry import RetryPolicy
 
 from . import base
 from .base import _RUN_COLUMNS, RunOutcome, ScheduleRef, ScheduleRow, StartedTask
-from .database import _ROW_FIELDS, DatabaseStore, RefReader
+from .database import _ROW_FIELDS, DatabaseStore, RefReader, check_fence
 from .listen import CHANNEL, Listener, connection_params
 
 __all__ = ["CHANNEL", "PostgresStore", "install"]
@@ -305,9 +304,7 @@ class _QuietAtomic(transaction.Atomic):
                         f"SELECT stopped_at, {configs} FROM {NODE} WHERE id = %s FOR SHARE",
                         [*values, self.fence],
                     )
-                    row = cursor.fetchone()
-                    if row is None or row[0] is not None:
-                        raise NodeFenced(self.fence, None if row is None else row[0])
+                    check_fence(self.fence, cursor.fetchone())
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise

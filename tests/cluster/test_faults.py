@@ -1,5 +1,6 @@
 """Faults with real ``runscheduler`` processes on PostgreSQL: ``kill -9`` mid-batch, a
-task that takes its process down, a task raising SystemExit, the node holding a
+task that takes its process down, a task raising SystemExit, a task's error holding
+NUL, the node holding a
 schedule killed, a SIGTERM past ``SHUTDOWN_TIMEOUT``, a node paused
 (SIGSTOP) past ``NODE_TIMEOUT``, caught-up occurrences under the overlap policy.
 
@@ -164,6 +165,17 @@ def test_kill_9_charges_only_the_tasks_whose_function_had_started(site: Site) ->
 TASKS = "tests.cluster.clusterapp.tasks"
 
 
+def wait_for_the_task_after_it(site: Site) -> None:
+    """Wait until a ``noop`` task queued after a failing one has succeeded."""
+    wait_until(
+        lambda: site.sql(
+            "SELECT 1 FROM django_htask_task WHERE function LIKE '%%noop' AND status = 'succeeded'"
+        ),
+        30,
+        "the task after it",
+    )
+
+
 def started_by(site: Site, function: str) -> list[str]:
     """The processes that started ``function`` (``die`` or ``exits``), in order."""
     return [parts[2] for parts in site.lines() if parts[:2] == ["start", function]]
@@ -213,13 +225,7 @@ def test_a_task_raising_system_exit_fails_and_the_node_goes_on(
         f"schedule('{TASKS}:exits', {kind!r}, max_attempts=3)\n"
         f"schedule('{TASKS}:noop', 1, delay=1)\n"
     )
-    wait_until(
-        lambda: site.sql(
-            "SELECT 1 FROM django_htask_task WHERE function LIKE '%%noop' AND status = 'succeeded'"
-        ),
-        30,
-        "the task after it",
-    )
+    wait_for_the_task_after_it(site)
     failed = "SELECT status FROM django_htask_task WHERE function LIKE '%%exits'"
     # attempts at once, 0.5 s and 1.5 s later
     wait_until(lambda: site.sql(failed) == [("failed",)], 30, "three attempts")
@@ -243,6 +249,31 @@ def test_a_task_raising_system_exit_fails_and_the_node_goes_on(
     )
     assert site.sql(failed) == [("failed",)]
     assert len(started_by(site, "exits")) == 3
+
+
+def test_an_error_text_with_a_nul_is_stored_escaped_and_the_node_goes_on(site: Site) -> None:
+    """A task's exception message holding NUL (from its arguments, sent by anyone):
+    PostgreSQL's text columns refuse it. The node stores it escaped and goes on; it
+    used to retry the write of its whole batch for ever, recording and claiming
+    nothing more."""
+    node = site.node()
+    site.django(
+        "from django_htask import schedule\n"
+        f"schedule('{TASKS}:fails', 'bad\\x00value', max_attempts=1)\n"
+        f"schedule('{TASKS}:noop', 1, delay=1)\n"
+    )
+    wait_for_the_task_after_it(site)
+    error = "RuntimeError: bad\\x00value"
+    assert site.sql(
+        "SELECT status, last_error FROM django_htask_task WHERE function LIKE '%%fails'"
+    ) == [("failed", error)]
+    [(status, message, traceback)] = site.sql(
+        "SELECT status, error, traceback FROM django_htask_run WHERE function LIKE '%%fails'"
+    )
+    assert (status, message) == ("failed", error)
+    assert "bad\\x00value" in traceback
+    assert started_by(site, "fails") == [str(node.process.pid)]
+    assert node.process.poll() is None
 
 
 # -- 9. the node holding a schedule is killed: the schedule goes on within seconds ---------

@@ -74,3 +74,10 @@ def exits(kind: str) -> None:
     if kind == "keyboard":
         raise KeyboardInterrupt
     raise SystemExit(1)
+
+
+@task
+def fails(message: str) -> None:
+    """Raise RuntimeError(message): logs ``start fails`` with its process first."""
+    _log(f"start fails {os.getpid()} {time.time():.6f}\n")
+    raise RuntimeError(message)

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import router, transaction
+from django.db import DatabaseError, router, transaction
 
 from django_htask.engine import registry
 
@@ -33,6 +33,7 @@ from .models import MAX_ATTEMPTS_RANGE, Task, TaskStatus
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
 from .signals import task_scheduled
+from .store.database import not_migrated
 
 __all__ = [
     "MAX_DELAY",
@@ -105,7 +106,8 @@ def schedule(
     node serving ``queue_name``.
 
     Returns the stored :class:`~django_htask.models.Task`; keep ``task.token`` to
-    cancel or move it.
+    cancel or move it. Raises :class:`~django_htask.exceptions.NotMigrated` when the
+    database lacks the table (``manage.py migrate`` has not run).
     """
     name = function_name(fn_or_name)
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
@@ -121,7 +123,13 @@ def schedule(
         queue_name=check_queue(queue_name),
     )
     using = router.db_for_write(Task)
-    task.save(using=using)
+    try:
+        task.save(using=using)
+    except DatabaseError as exc:
+        missing = not_migrated(exc, using)
+        if missing is None:
+            raise
+        raise missing from exc
 
     def committed() -> None:
         task_scheduled.send_robust(sender=Task, task=task)

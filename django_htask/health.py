@@ -3,7 +3,7 @@ the health endpoint (:mod:`django_htask.urls`).
 
 The scheduler is healthy when, at ``now``:
 
-1. the database answers;
+1. the database answers, and has django_htask's tables (``manage.py migrate`` ran);
 2. at least one node is live (not stopped, heartbeat within ``NODE_TIMEOUT``), and,
    when a node id is given, that node is live;
 3. no due work is late: no pending one-off task and no enabled, unbroken schedule was
@@ -28,6 +28,7 @@ from django.db import DEFAULT_DB_ALIAS, Error
 from django_htask import clock
 from django_htask.models import Node, Schedule, Task, TaskStatus
 from django_htask.operations import live_nodes
+from django_htask.store.database import not_migrated
 
 __all__ = ["DEFAULT_MAX_LATE", "Verdict", "check_health", "parse_max_late", "parse_node"]
 
@@ -38,6 +39,9 @@ __all__ = ["DEFAULT_MAX_LATE", "Verdict", "check_health", "parse_max_late", "par
 DEFAULT_MAX_LATE = 60.0
 #: The longest node id (``Node.id``'s ``max_length``).
 NODE_ID_MAX = 100
+#: The problem of a database without django_htask's tables, for the endpoint (the
+#: command's line also names the database and the missing table).
+NOT_MIGRATED = "django_htask's tables are missing: run `manage.py migrate`"
 
 
 def _iso(when: datetime) -> str:
@@ -60,6 +64,9 @@ class Verdict:
     node: str | None = None
     #: ``"ClassName: message"`` of the database error, empty when the database answered.
     database_error: str = ""
+    #: What to do when the database answered but lacks django_htask's tables (the
+    #: message of :class:`~django_htask.exceptions.NotMigrated`), empty otherwise.
+    not_migrated: str = ""
     #: The ids of the live nodes.
     live_nodes: tuple[str, ...] = ()
     #: The named node's state: ``"live"``, ``"dead"``, ``"stopped"`` or ``"unknown"``.
@@ -101,6 +108,9 @@ class Verdict:
         if self.database_error:
             shown = self.database_error if detail else self.database_error.partition(":")[0]
             return [f"database unavailable ({shown})"]
+        if self.not_migrated:
+            # The message names the database; without detail, only what to do.
+            return [self.not_migrated if detail else NOT_MIGRATED]
         found: list[str] = []
         heard = self._last_heard()
         if not self.live_nodes:
@@ -219,6 +229,9 @@ def check_health(
     try:
         facts = _look(now, max_late, node, using)
     except Error as exc:
+        missing = not_migrated(exc, using)
+        if missing is not None:
+            return Verdict(checked_at=now, max_late=max_late, node=node, not_migrated=str(missing))
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         error = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
         return Verdict(checked_at=now, max_late=max_late, node=node, database_error=error)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -20,7 +22,7 @@ from django_htask.retry import RetryPolicy
 from . import base
 from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store
 
-__all__ = ["DatabaseStore", "RefReader"]
+__all__ = ["DatabaseStore", "RefReader", "not_migrated"]
 
 _ROW_FIELDS = (
     "id",
@@ -58,6 +60,12 @@ _TASK = Task._meta.db_table
 _RUN_LOST = "the node running it stopped answering (killed, crashed or out of memory)"
 #: The longest reason kept on a broken schedule.
 _BROKEN_MAX = 2000
+#: django_htask's tables.
+_TABLES = frozenset(model._meta.db_table for model in (Node, Run, Schedule, Task))
+#: How SQLite and PostgreSQL say a statement's table does not exist.
+_NO_SUCH_TABLE = re.compile(
+    r'no such table: (?:\w+\.)?(\w+)|relation "(?:\w+\.)?(\w+)" does not exist'
+)
 
 
 class RefReader:
@@ -161,6 +169,20 @@ def _fenced_in(
         yield
 
 
+def not_migrated(exc: Exception, using: str = "default") -> NotMigrated | None:
+    """The :class:`NotMigrated` that ``exc``, an error of the database ``using``, means
+    when it says one of django_htask's tables does not exist; None otherwise.
+
+    Reads the error only, no query: the failed statement may have aborted the
+    transaction, and the callers (``schedule()``, the commands) pay nothing until a
+    statement fails."""
+    match = _NO_SUCH_TABLE.search(str(exc))
+    table = next((name for name in match.groups() if name), "") if match else ""
+    if table not in _TABLES:
+        return None
+    return DatabaseStore(using)._not_migrated(f"table {table}")
+
+
 class DatabaseStore(Store):
     """The ORM store over the database alias ``using``."""
 
@@ -179,11 +201,13 @@ class DatabaseStore(Store):
         the rest of the start)."""
         import pkgutil  # noqa: PLC0415
 
+        from django.apps import apps  # noqa: PLC0415
         from django.db.migrations.recorder import MigrationRecorder  # noqa: PLC0415
 
-        from django_htask import migrations  # noqa: PLC0415
-
-        wanted = {m.name for m in pkgutil.iter_modules(migrations.__path__) if m.name[0].isdigit()}
+        # The folder, not the package: importing it would import the package's root,
+        # which sits above the store.
+        folder = os.path.join(apps.get_app_config("django_htask").path, "migrations")
+        wanted = {m.name for m in pkgutil.iter_modules([folder]) if m.name[0].isdigit()}
         recorder = MigrationRecorder(self.connection)
         applied = set()
         if recorder.has_table():
@@ -192,11 +216,18 @@ class DatabaseStore(Store):
             )
         missing = sorted(wanted - applied)
         if missing:
-            raise NotMigrated(
-                f"the database {self.describe()!r} lacks django_htask's tables or some of "
-                f"its migrations ({len(missing)} not applied: {', '.join(missing)}): "
-                "run `manage.py migrate`"
+            raise self._not_migrated(
+                f"tables or some of its migrations ({len(missing)} not applied: "
+                f"{', '.join(missing)})"
             )
+
+    def _not_migrated(self, lacking: str) -> NotMigrated:
+        """What to say when this database lacks ``lacking`` of django_htask's (the
+        one wording of ``check_migrated`` and :func:`not_migrated`)."""
+        return NotMigrated(
+            f"the database {self.describe()!r} lacks django_htask's {lacking}: "
+            "run `manage.py migrate`"
+        )
 
     def install(self) -> None:
         pass

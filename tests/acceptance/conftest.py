@@ -38,6 +38,38 @@ def _env(db: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def python(
+    tmp_path: Path, settings: str, *args: str, database: Path | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``python *args`` on the SQLite file ``database`` (default: a fresh one in
+    ``tmp_path``, not migrated), with the acceptance settings plus the lines
+    ``settings`` and the variables ``env``; ``tmp_path`` is on the path, for apps
+    written there."""
+    (tmp_path / "check_settings.py").write_text(
+        f"from tests.acceptance.settings import *  # noqa: F403\n{settings}\n"
+    )
+    db = database or tmp_path / "db.sqlite3"
+    env = _env(db, DJANGO_SETTINGS_MODULE="check_settings", **env)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+    env.pop("HTASK_TEST_DATABASE_URL", None)
+    return subprocess.run(
+        [sys.executable, *args],
+        check=False,  # the caller asserts on the exit code
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def manage(
+    tmp_path: Path, settings: str, *args: str, database: Path | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m django *args``, as :func:`python` runs it."""
+    return python(tmp_path, settings, "-m", "django", *args, database=database, **env)
+
+
 @pytest.fixture(scope="session")
 def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     db = tmp_path_factory.mktemp("template") / "db.sqlite3"

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +13,7 @@ from django.test import override_settings
 from django_htask import checks as htask_checks
 from django_htask.engine import FakeClock
 from django_htask.models import Schedule, Task
+from tests.acceptance.conftest import manage
 from tests.integration.node_rows import node_row
 
 pytestmark = pytest.mark.django_db
@@ -94,33 +92,6 @@ def test_several_live_nodes_on_postgresql_are_fine(fake_clock: FakeClock) -> Non
 
 
 # -- no check ever raises ----------------------------------------------------------------
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def manage(tmp_path: Path, settings: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m django *args`` on a fresh SQLite file, with the acceptance settings
-    plus the lines ``settings``."""
-    (tmp_path / "check_settings.py").write_text(
-        f"from tests.acceptance.settings import *  # noqa: F403\n{settings}\n"
-    )
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "check_settings",
-        "HTASK_ACCEPTANCE_DB": str(tmp_path / "db.sqlite3"),
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
-    }
-    env.pop("HTASK_TEST_DATABASE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "django", *args],
-        check=False,  # the caller asserts on the exit code
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @pytest.mark.parametrize(
     ("settings", "shown"),
     [

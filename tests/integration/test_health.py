@@ -4,9 +4,7 @@ subprocess against a broken database) and the JSON endpoint of ``django_htask.ur
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from datetime import timedelta
 from io import StringIO
 from pathlib import Path
@@ -24,10 +22,10 @@ from django.urls import reverse
 from django_htask.engine import FakeClock
 from django_htask.health import DEFAULT_MAX_LATE, check_health, parse_max_late
 from django_htask.models import Node, Schedule, Task, TaskStatus
+from tests.acceptance.conftest import manage as run_manage
 from tests.integration.node_rows import node_row
 
 ADD = "tests.integration.testapp.tasks:add"
-ROOT = Path(__file__).resolve().parents[2]
 URL = "/htask/health/"
 
 db = pytest.mark.django_db
@@ -292,23 +290,7 @@ def test_command_bad_options_exit_2(args: list[str], message: str) -> None:
 # -- manage.py htask health, as a subprocess -------------------------------------------------
 def manage(tmp_path: Path, database: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``python -m django *args`` with the acceptance settings on ``database``."""
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.acceptance.settings",
-        "HTASK_ACCEPTANCE_DB": str(database),
-        "HTASK_ACCEPTANCE_TIMEOUT": "1",
-        "PYTHONPATH": str(ROOT),
-    }
-    env.pop("HTASK_TEST_DATABASE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "django", *args],
-        check=False,  # the caller asserts on the exit code
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_manage(tmp_path, "", *args, database=database, HTASK_ACCEPTANCE_TIMEOUT="1")
 
 
 def test_exec_against_a_file_that_is_not_a_database_exits_1(tmp_path: Path) -> None:

@@ -22,8 +22,9 @@
     send failed one-off tasks again (the admin's *Send again*): a fresh attempt count,
     their run history kept (see :func:`django_htask.operations.send_again`).
 
-Exit codes: 0 done; 1 the run failed or the scheduler is unhealthy; 2 bad usage or an
-unknown schedule name.
+Exit codes: 0 done; 1 the run failed, the scheduler is unhealthy or the database lacks
+django_htask's tables (the message says to run ``manage.py migrate``); 2 bad usage or
+an unknown schedule name.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, router
 from django.db.models import Count
 
 from django_htask import clock
@@ -50,6 +52,7 @@ from django_htask.operations import (
     validate_zone,
 )
 from django_htask.queues import DEFAULT_QUEUE
+from django_htask.store.database import not_migrated
 
 #: Exit code of a run that failed.
 RUN_FAILED = 1
@@ -125,7 +128,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
-        getattr(self, f"do_{action.replace('-', '_')}")(**options)
+        try:
+            getattr(self, f"do_{action.replace('-', '_')}")(**options)
+        except DatabaseError as exc:
+            missing = not_migrated(exc, router.db_for_read(Schedule))
+            if missing is None:
+                raise
+            raise CommandError(str(missing)) from exc
 
     # -- list ------------------------------------------------------------------------
     def do_list(self, runs: int, **options: Any) -> None:

@@ -30,15 +30,24 @@ share 100 expressions hold 100 compiled tables.
 from __future__ import annotations
 
 import calendar
+import difflib
 import functools
 import re
 from bisect import bisect_left
+from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 from typing import NamedTuple
 
 from .errors import InvalidSchedule
 
-__all__ = ["DESCRIPTORS", "FIELDS", "CronExpression", "compile_cron", "split_fields"]
+__all__ = [
+    "DESCRIPTORS",
+    "FIELDS",
+    "CronExpression",
+    "compile_cron",
+    "split_fields",
+    "unknown_descriptor",
+]
 
 #: The ``@`` descriptors and the expressions they stand for.
 DESCRIPTORS: dict[str, str] = {
@@ -344,6 +353,14 @@ def split_fields(text: str) -> list[str]:
     return [part for part in _SPACE.split(text) if part]
 
 
+def unknown_descriptor(word: str, known: Sequence[str]) -> InvalidSchedule:
+    """The error of ``word``, an ``@`` word that is none of ``known``: it names the
+    known ones, and the one ``word`` is a typo of, if it is close to one."""
+    close = difflib.get_close_matches(word.lower(), known, n=1, cutoff=0.8)
+    guess = f": did you mean {close[0]!r}?" if close else ""
+    return InvalidSchedule(f"unknown descriptor {word!r}{guess} (known: {', '.join(known)})")
+
+
 def _normalise(text: str) -> tuple[str, tuple[str, ...]]:
     if not isinstance(text, str):
         raise InvalidSchedule(f"a cron expression must be a string, got {text!r}")
@@ -360,11 +377,10 @@ def _normalise(text: str) -> tuple[str, tuple[str, ...]]:
         )
     if parts[0].startswith("@"):
         name = parts[0].lower()
+        if name not in DESCRIPTORS:
+            raise unknown_descriptor(parts[0], list(DESCRIPTORS))
         if len(parts) != 1:
             raise InvalidSchedule(f"descriptor {parts[0]!r} takes no fields, got {text!r}")
-        if name not in DESCRIPTORS:
-            known = ", ".join(DESCRIPTORS)
-            raise InvalidSchedule(f"unknown descriptor {parts[0]!r} (known: {known})")
         return name, tuple(DESCRIPTORS[name].split())
     if len(parts) not in (5, 6):
         raise InvalidSchedule(

@@ -36,7 +36,13 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import SupportsFloat, TypeAlias
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .cron_expression import CronExpression, compile_cron, split_fields
+from .cron_expression import (
+    DESCRIPTORS,
+    CronExpression,
+    compile_cron,
+    split_fields,
+    unknown_descriptor,
+)
 from .errors import InvalidSchedule
 from .solar import EVENTS, event_on, local_mean_time, require_astral
 
@@ -658,6 +664,8 @@ def _mix64(value: int) -> int:
 
 # -- parsing --------------------------------------------------------------------------
 _PREFIX = re.compile(r"^([A-Za-z_]+)=(\S*)$")
+#: The ``@`` words :func:`parse_schedule` reads: its own, then cron's descriptors.
+_WORDS = ("@every", "@once", "@solar", *DESCRIPTORS)
 
 
 def parse_schedule(text: str, tz: str | tzinfo | None = None) -> Schedule:
@@ -719,6 +727,8 @@ def _parse(text: str, default_zone: ZoneInfo) -> Schedule:
     start = None if start_text is None else _parse_instant(start_text, zone, "FROM")
     end = None if end_text is None else _parse_instant(end_text, zone, "UNTIL")
     head = words[0].lower()
+    if head.startswith("@") and head not in _WORDS:
+        raise unknown_descriptor(words[0], _WORDS)
     if head == "@once":
         if start is not None or end is not None:
             raise InvalidSchedule("FROM= and UNTIL= do not apply to @once")

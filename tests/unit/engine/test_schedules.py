@@ -155,7 +155,9 @@ def test_compiled_expressions_are_shared() -> None:
         ("1,,2 * * * *", "empty list item"),
         ("0 0 30 2 *", "can never fire"),
         ("0 0 31 4,6,9,11 *", "can never fire"),
-        ("@fortnightly", "unknown descriptor '@fortnightly'"),
+        ("@fortnightly", "unknown descriptor '@fortnightly' (known: @every, @once, @solar, @"),
+        ("@evry 10s", "unknown descriptor '@evry': did you mean '@every'? (known: @every, "),
+        ("CRON_TZ=UTC @dayly", "unknown descriptor '@dayly': did you mean '@daily'?"),
         ("@daily 5", "takes no fields"),
         ("CRON_TZ=Mars/Olympus 0 4 * * *", "unknown time zone 'Mars/Olympus'"),
         ("CRON_TZ=../../etc/passwd 0 4 * * *", "unknown time zone"),
@@ -187,6 +189,15 @@ def test_errors_name_the_bad_part(text: str, message: str) -> None:
         parse_schedule(text)
     assert message in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+def test_a_cron_schedule_knows_only_the_cron_descriptors() -> None:
+    with pytest.raises(InvalidSchedule) as info:
+        CronSchedule("@evry 10s")
+    assert str(info.value) == (
+        "unknown descriptor '@evry' (known: @yearly, @annually, @monthly, @weekly, @daily, "
+        "@midnight, @hourly)"
+    )
 
 
 def test_bad_values() -> None:

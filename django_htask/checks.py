@@ -12,9 +12,13 @@ id                     level    when
 ``django_htask.W004``  warning  several live ``runscheduler`` nodes share a SQLite database.
 ``django_htask.E005``  error    the django.tasks backend is configured but ``django_htask``
                                 is not in ``INSTALLED_APPS`` (checked by the backend).
-
+``django_htask.E006``  error    the backend's ``OPTIONS["MAX_ATTEMPTS"]`` is not an int from
+                                1 to 1000 (checked by the backend).
 ``django_htask.W007``  warning  a check could not run (an error it did not foresee, named
                                 in the message); the others still ran.
+``django_htask.E008``  error    an ``@periodic`` declaration cannot be read (a typo in its
+                                schedule, a bad option or argument): the function, its
+                                file and line, what it was given and the error.
 =====================  =======  ===========================================================
 
 W003 and W004 read the database, so they run with the ``database`` tag:
@@ -41,6 +45,7 @@ from django.db import DatabaseError, connections, router
 
 __all__ = [
     "check_database_rows",
+    "check_periodic_declarations",
     "check_settings",
     "check_sqlite_nodes",
     "check_use_tz",
@@ -111,6 +116,25 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             )
         ]
     return []
+
+
+@checks.register()
+@_never_raises
+def check_periodic_declarations(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[Any]:
+    from .decorators import bad_declarations  # noqa: PLC0415
+
+    return [
+        checks.Error(
+            str(bad),
+            hint="fix the declaration: until then its schedule is not synced, and "
+            "runscheduler does not start",
+            obj=bad.function,
+            id="django_htask.E008",
+        )
+        for bad in bad_declarations()
+    ]
 
 
 def _database_check(

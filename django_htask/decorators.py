@@ -14,9 +14,13 @@
     def nightly_report() -> None: ...
 
 Both decorators return the function unchanged. ``@periodic`` checks its schedule and
-arguments when the module is imported (a typo fails at start-up, not at 3 a.m.); the
-declared schedules reach the database with :func:`sync_schedules`, which
-``runscheduler`` runs at start and ``manage.py htask sync`` runs on demand.
+arguments when the module is imported (a typo fails at start-up, not at 3 a.m.), and
+records a declaration it cannot read instead of raising, so that every process still
+starts (``migrate`` and ``runserver`` included): the system check
+``django_htask.E008`` reports it, naming the function, its file and line and the
+error, and stops ``runscheduler``. The declared schedules reach the database with
+:func:`sync_schedules`, which ``runscheduler`` runs at start and ``manage.py htask
+sync`` runs on demand.
 """
 
 from __future__ import annotations
@@ -32,7 +36,15 @@ from django.apps import apps
 from django.conf import settings
 from django.db import transaction
 
-from django_htask.engine import FunctionNotRegistered, encode_call, parse_schedule, registry
+from django_htask.engine import (
+    FunctionNotRegistered,
+    HtaskError,
+    InvalidSchedule,
+    encode_call,
+    parse_schedule,
+    registry,
+)
+from django_htask.engine.errors import short_repr
 from django_htask.engine.registry import default_name
 
 from . import notices
@@ -49,8 +61,10 @@ from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
 
 __all__ = [
+    "BadDeclaration",
     "PeriodicSpec",
     "SyncResult",
+    "bad_declarations",
     "declared_schedules",
     "function_name",
     "periodic",
@@ -84,14 +98,50 @@ class PeriodicSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class BadDeclaration:
+    """An ``@periodic`` declaration that cannot be read, recorded instead of raised."""
+
+    #: The decorated function, ``module.qualname``.
+    function: str
+    #: Where it is declared: ``file:line`` of its first decorator.
+    place: str
+    #: What ``@periodic`` was given (``repr`` of the schedule).
+    when: str
+    #: What is wrong with it.
+    error: Exception
+
+    def __str__(self) -> str:
+        return f"@periodic({self.when}) at {self.place}: {type(self.error).__name__}: {self.error}"
+
+
+#: What a declaration that cannot be read raises (and ``@periodic`` records).
+_DECLARATION_ERRORS = (HtaskError, ValueError, TypeError)
+
 _lock = threading.Lock()
 _declared: dict[str, PeriodicSpec] = {}
+_bad: dict[tuple[str, str], BadDeclaration] = {}
 
 
 def declared_schedules() -> dict[str, PeriodicSpec]:
     """The schedules declared with ``@periodic`` so far, by schedule name."""
     with _lock:
         return dict(_declared)
+
+
+def bad_declarations() -> list[BadDeclaration]:
+    """The ``@periodic`` declarations that could not be read, in the order seen."""
+    with _lock:
+        return list(_bad.values())
+
+
+def _record_bad(fn: Callable[..., Any], when: object, error: Exception) -> None:
+    code = getattr(fn, "__code__", None)
+    place = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "?"
+    what = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    bad = BadDeclaration(what, place, short_repr(when), error)
+    with _lock:
+        _bad[(bad.function, bad.place)] = bad
 
 
 def _register(fn: Callable[..., Any], name: str | None) -> str:
@@ -179,7 +229,61 @@ def periodic(
     registers the function under another name. ``args`` / ``kwargs`` are passed at
     every run and checked against the signature now. Only the nodes serving
     ``queue_name`` fire it (``runscheduler --queue``).
+
+    A declaration that cannot be read is recorded (:func:`bad_declarations`), not
+    raised: the function is still registered (if it can be), its schedule is not
+    declared.
     """
+    problem: Exception | None = None
+    try:
+        text = _check_options(
+            when, tz, overlap, catch_up, grace, max_attempts, retry_backoff, queue_name
+        )
+    except _DECLARATION_ERRORS as exc:
+        problem, text = exc, ""
+
+    def decorate(fn: F) -> F:
+        error = problem
+        try:
+            registered = _register(fn, function_name)
+            if error is None:
+                _declare(
+                    PeriodicSpec(
+                        name=name or registered,
+                        function=registered,
+                        schedule=text,
+                        timezone=tz,
+                        overlap=str(overlap),
+                        catch_up=str(catch_up),
+                        grace=None if grace is None else float(grace),
+                        max_attempts=max_attempts,
+                        retry_backoff=float(retry_backoff),
+                        args=tuple(args),
+                        kwargs=dict(kwargs or {}),
+                        queue_name=queue_name,
+                    )
+                )
+        except _DECLARATION_ERRORS as exc:
+            error = error or exc  # the options' error first
+        if error is not None:
+            _record_bad(fn, when, error)
+        return fn
+
+    return decorate
+
+
+def _check_options(
+    when: object,
+    tz: str | None,
+    overlap: str,
+    catch_up: str,
+    grace: float | None,
+    max_attempts: int,
+    retry_backoff: float,
+    queue_name: str,
+) -> str:
+    """Check what ``@periodic`` was given (raises naming the bad one); the schedule's
+    canonical text."""
     text = _schedule_text(when, tz)
     check_queue(queue_name)
     if overlap not in Overlap.values:
@@ -197,36 +301,21 @@ def periodic(
     RETRY_BACKOFF_RANGE.check(retry_backoff)
     if grace is not None:
         GRACE_RANGE.check(grace)
+    return text
 
-    def decorate(fn: F) -> F:
-        registered = _register(fn, function_name)
-        call_args, call_kwargs = tuple(args), dict(kwargs or {})
-        registry.check_call(registered, call_args, call_kwargs)
-        spec = PeriodicSpec(
-            name=name or registered,
-            function=registered,
-            schedule=text,
-            timezone=tz,
-            overlap=str(overlap),
-            catch_up=str(catch_up),
-            grace=None if grace is None else float(grace),
-            max_attempts=max_attempts,
-            retry_backoff=float(retry_backoff),
-            args=call_args,
-            kwargs=call_kwargs,
-            queue_name=queue_name,
-        )
-        with _lock:
-            other = _declared.get(spec.name)
-            if other is not None and other.function != spec.function:
-                raise ValueError(
-                    f"schedule name {spec.name!r} is declared twice: for {other.function!r} "
-                    f"and for {spec.function!r}"
-                )
-            _declared[spec.name] = spec
-        return fn
 
-    return decorate
+def _declare(spec: PeriodicSpec) -> None:
+    """Check ``spec``'s call against the signature and declare it (raises naming what
+    does not fit, or the other function declared under its name)."""
+    registry.check_call(spec.function, spec.args, spec.kwargs)
+    with _lock:
+        other = _declared.get(spec.name)
+        if other is not None and other.function != spec.function:
+            raise ValueError(
+                f"schedule name {spec.name!r} is declared twice: for {other.function!r} "
+                f"and for {spec.function!r}"
+            )
+        _declared[spec.name] = spec
 
 
 def _schedule_text(when: object, tz: str | None) -> str:
@@ -263,7 +352,16 @@ def sync_schedules(using: str = "default") -> SyncResult:
     deleted (its runs stay). A row is saved only when something changed, so a sync
     that changes nothing bumps no version. The enabled flag of an existing row is left
     as the admin set it, except that an orphan declared again is enabled again.
+
+    Raises :class:`InvalidSchedule`, syncing nothing, while a declaration cannot be
+    read (its row would be taken for gone, and disabled).
     """
+    bad = bad_declarations()
+    if bad:
+        raise InvalidSchedule(
+            f"{len(bad)} @periodic declaration(s) cannot be read, nothing synced: "
+            + "; ".join(f"{b.function}: {b}" for b in bad)
+        )
     result = SyncResult()
     declared = declared_schedules()
     default_tz = getattr(settings, "TIME_ZONE", None) or "UTC"

@@ -7,11 +7,14 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from django_htask.engine import FakeClock
+
+if TYPE_CHECKING:
+    from django_htask.decorators import BadDeclaration
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -83,6 +86,35 @@ def make_node(fake_clock: FakeClock) -> Iterator[Callable[..., Any]]:
     yield make
     for node in nodes:
         node.stop(timeout=5)
+
+
+@pytest.fixture
+def declared() -> Iterator[None]:
+    """Restore the declared schedules, and the declarations that could not be read,
+    after a test declares more."""
+    from django_htask import decorators
+
+    with decorators._lock:
+        before, bad = dict(decorators._declared), dict(decorators._bad)
+    yield
+    with decorators._lock:
+        decorators._declared.clear()
+        decorators._declared.update(before)
+        decorators._bad.clear()
+        decorators._bad.update(bad)
+
+
+def refused(declare: Callable[[], object]) -> BadDeclaration:
+    """The one declaration that ``declare()`` makes, recorded by ``@periodic`` as
+    unreadable (not raised); taken out of the record."""
+    from django_htask import decorators
+
+    before = set(decorators._bad)
+    declare()
+    with decorators._lock:
+        made = [key for key in decorators._bad if key not in before]
+        assert len(made) == 1, f"expected one bad declaration, got {made}"
+        return decorators._bad.pop(made[0])
 
 
 @pytest.fixture

@@ -57,3 +57,55 @@ def test_schedule_before_migrate_raises_not_migrated(tmp_path: Path) -> None:
         f"the database 'sqlite {database}' lacks django_htask's table django_htask_task: "
         f"{MIGRATE}\n"
     )
+
+
+# -- a typo in @periodic ---------------------------------------------------------------------
+TYPO_APP = 'INSTALLED_APPS = [*INSTALLED_APPS, "typo_app"]'
+
+
+def typo_app(tmp_path: Path) -> Path:
+    """An installed app whose tasks module declares ``@periodic("@evry 10s")``."""
+    app = tmp_path / "typo_app"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    tasks = app / "tasks.py"
+    tasks.write_text(
+        "from django_htask import periodic\n\n\n"
+        '@periodic("@evry 10s")\n'
+        "def ping() -> None:\n"
+        "    pass\n"
+    )
+    return tasks
+
+
+@pytest.mark.parametrize("command", ["check", "runscheduler"])
+def test_a_typo_in_periodic_is_a_check_error_naming_the_place(tmp_path: Path, command: str) -> None:
+    tasks = typo_app(tmp_path)
+    done = manage(tmp_path, TYPO_APP, command)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        f"typo_app.tasks.ping: (django_htask.E008) @periodic('@evry 10s') at {tasks}:4: "
+        "InvalidSchedule: unknown descriptor '@evry': did you mean '@every'? (known: @every, "
+    ) in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "stop:" not in done.stdout  # no node started
+
+
+def test_runscheduler_skipping_the_checks_still_refuses_to_sync_a_typo(tmp_path: Path) -> None:
+    tasks = typo_app(tmp_path)
+    assert manage(tmp_path, TYPO_APP, "migrate", "--skip-checks", "-v", "0").returncode == 0
+    done = manage(tmp_path, TYPO_APP, "runscheduler", "--skip-checks")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.endswith(
+        "CommandError: 1 @periodic declaration(s) cannot be read, nothing synced: "
+        f"typo_app.tasks.ping: @periodic('@evry 10s') at {tasks}:4: InvalidSchedule: "
+        "unknown descriptor '@evry': did you mean '@every'? (known: @every, @once, @solar, "
+        "@yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly)\n"
+    )
+
+
+def test_a_typo_in_periodic_leaves_the_site_starting(tmp_path: Path) -> None:
+    typo_app(tmp_path)
+    done = manage(tmp_path, TYPO_APP, "shell", "-c", "print('started')")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("started\n")

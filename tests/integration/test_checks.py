@@ -11,6 +11,7 @@ from django.db import connection
 from django.test import override_settings
 
 from django_htask import checks as htask_checks
+from django_htask import periodic
 from django_htask.engine import FakeClock
 from django_htask.models import Schedule, Task
 from tests.acceptance.conftest import manage
@@ -53,6 +54,23 @@ def test_a_wrong_setting_is_an_error_naming_it(value: object, named: str) -> Non
     with override_settings(HTASK=value):
         found = messages()
     assert named in found["django_htask.E002"]
+
+
+def typo() -> None: ...
+
+
+@pytest.mark.usefixtures("declared")
+def test_a_periodic_declaration_that_cannot_be_read_is_an_error_naming_it() -> None:
+    periodic("@evry 10s")(typo)
+    found = [m for m in checks.run_checks() if m.id == "django_htask.E008"]
+    assert [(m.level, m.obj) for m in found] == [(checks.ERROR, f"{__name__}.typo")]
+    line = typo.__code__.co_firstlineno
+    assert found[0].msg == (
+        f"@periodic('@evry 10s') at {__file__}:{line}: InvalidSchedule: unknown descriptor "
+        "'@evry': did you mean '@every'? (known: @every, @once, @solar, @yearly, @annually, "
+        "@monthly, @weekly, @daily, @midnight, @hourly)"
+    )
+    assert "runscheduler does not start" in (found[0].hint or "")
 
 
 def test_rows_naming_unregistered_functions_warn_with_their_names() -> None:

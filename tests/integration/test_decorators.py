@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -13,18 +14,9 @@ from django_htask import decorators, periodic, task
 from django_htask.engine import ArgumentError, FakeClock, InvalidSchedule, registry
 from django_htask.models import Origin, Run, RunStatus, Schedule
 from django_htask.tasks import autodiscover, discovered_modules
+from tests.conftest import refused
 
 PREFIX = "tests.integration.test_decorators"
-
-
-@pytest.fixture
-def declared() -> Iterator[None]:
-    """Restore the declared schedules after a test declares more."""
-    before = decorators.declared_schedules()
-    yield
-    with decorators._lock:
-        decorators._declared.clear()
-        decorators._declared.update(before)
 
 
 def test_the_test_apps_tasks_module_was_autodiscovered() -> None:
@@ -59,15 +51,43 @@ def test_task_registers_under_the_dotted_path_or_a_name() -> None:
 
 
 @pytest.mark.usefixtures("declared")
-def test_periodic_checks_everything_at_import_time() -> None:
-    with pytest.raises(InvalidSchedule, match="every blue moon"):
-        periodic("every blue moon")
-    with pytest.raises(ValueError, match="'sometimes'"):
-        periodic("@every 5m", overlap="sometimes")
-    with pytest.raises(ValueError, match="max_attempts"):
-        periodic("@every 5m", max_attempts=0)
-    with pytest.raises(ArgumentError):
-        periodic("@every 5m", args=("x",))(needs_int)
+@pytest.mark.parametrize(
+    ("declaration", "error", "message"),
+    [
+        (periodic("every blue moon"), InvalidSchedule, "every blue moon"),
+        (periodic("@evry 10s"), InvalidSchedule, "did you mean '@every'?"),
+        (periodic("@every 5m", overlap="sometimes"), ValueError, "'sometimes'"),
+        (periodic("@every 5m", max_attempts=0), ValueError, "max_attempts"),
+        (periodic("@every 5m", args=("x",)), ArgumentError, "'x'"),
+    ],
+)
+def test_periodic_checks_everything_at_import_time_and_records_what_is_wrong(
+    declaration: Callable[[Any], Any], error: type[Exception], message: str
+) -> None:
+    bad = refused(lambda: declaration(needs_int))
+    assert isinstance(bad.error, error)
+    assert message in str(bad.error)
+    assert bad.function == f"{PREFIX}.needs_int"
+    line = needs_int.__code__.co_firstlineno
+    assert bad.place == f"{__file__}:{line}"
+    assert str(bad).startswith(f"@periodic({bad.when}) at {__file__}:{line}: ")
+    assert decorators.function_name(needs_int) == f"{PREFIX}:needs_int"  # still registered
+    assert f"{PREFIX}:needs_int" not in decorators.declared_schedules()
+
+
+@pytest.mark.usefixtures("declared")
+@pytest.mark.django_db
+def test_sync_refuses_while_a_declaration_cannot_be_read(fake_clock: FakeClock) -> None:
+    periodic("@every 5m", name="kept")(job_a)
+    decorators.sync_schedules()
+    periodic("@evry 5m", name="kept")(other)
+    with pytest.raises(InvalidSchedule) as info:
+        decorators.sync_schedules()
+    assert str(info.value).startswith(
+        f"1 @periodic declaration(s) cannot be read, nothing synced: {PREFIX}.other: "
+        "@periodic('@evry 5m') at "
+    )
+    assert Schedule.objects.get(name="kept").enabled  # not taken for gone
 
 
 @pytest.mark.usefixtures("declared")
@@ -95,8 +115,8 @@ def test_sync_creates_updates_and_orphans(fake_clock: FakeClock) -> None:
         del decorators._declared["sync-a"]
     periodic("@every 10m", name="sync-a", kwargs={"n": 4})(job_a)
 
-    with pytest.raises(ValueError, match="declared twice"):
-        periodic("@every 1m", name="sync-a")(other)
+    twice = refused(lambda: periodic("@every 1m", name="sync-a")(other))
+    assert "declared twice" in str(twice.error)
 
     updated = decorators.sync_schedules()
     assert "sync-a" in updated.updated

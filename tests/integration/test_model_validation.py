@@ -5,7 +5,6 @@ item 5). The database's CHECK constraints are in ``test_raw_rows.py``."""
 from __future__ import annotations
 
 import math
-import re
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +17,7 @@ from django.test import Client
 from django_htask.admin import ScheduleForm, TaskForm
 from django_htask.engine import FakeClock
 from django_htask.models import Run, RunStatus, Schedule, Task
+from tests.conftest import refused
 
 pytestmark = pytest.mark.django_db
 
@@ -177,8 +177,10 @@ def test_the_admin_refuses_a_negative_backoff_and_a_failing_function_is_retried(
     assert calls["boom"] == ["down"] * 3
 
 
-# -- the same ranges for code: schedule() and @periodic raise ValueError, not IntegrityError
+# -- the same ranges for code: schedule() raises ValueError, not IntegrityError, and
+# @periodic records it (django_htask.E008)
 @pytest.mark.parametrize(("field", "value", "message"), SCHEDULE_OUT_OF_RANGE[1:])
+@pytest.mark.usefixtures("declared")
 def test_periodic_refuses_out_of_range_numbers_naming_them(
     field: str, value: Any, message: str
 ) -> None:
@@ -187,8 +189,9 @@ def test_periodic_refuses_out_of_range_numbers_naming_them(
     def job() -> None:
         pass
 
-    with pytest.raises(ValueError, match=re.escape(message)):
-        periodic("@every 1m", **{field: value})(job)
+    bad = refused(lambda: periodic("@every 1m", **{field: value})(job))
+    assert isinstance(bad.error, ValueError)
+    assert message in str(bad.error)
 
 
 def test_schedule_refuses_too_many_attempts_naming_them() -> None:

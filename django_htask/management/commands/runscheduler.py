@@ -19,7 +19,7 @@ import django_htask
 from django_htask.apps import HTASK_BACKEND, is_htask_backend
 from django_htask.conf import get_settings
 from django_htask.decorators import sync_schedules
-from django_htask.exceptions import NotMigrated
+from django_htask.exceptions import InvalidSchedule, NotMigrated
 from django_htask.models import Node as NodeRow
 from django_htask.node import Node, NodeStats, StartAborted
 from django_htask.queues import QueueFilter
@@ -186,7 +186,7 @@ class Command(BaseCommand):
             except StartAborted:
                 self.stdout.write("stopped before the database could be reached.")
                 return
-            except NotMigrated as exc:
+            except (NotMigrated, InvalidSchedule) as exc:  # InvalidSchedule: from the sync
                 raise CommandError(str(exc)) from exc
             self.stdout.write(self._banner(node, workers, poll, stats, metrics))
             self.stdout.flush()

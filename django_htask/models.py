@@ -15,7 +15,8 @@ import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import models, transaction
 from django.db.models import Q
 from django.utils.deconstruct import deconstructible
@@ -48,6 +49,14 @@ __all__ = [
     "new_token",
     "prune_runs",
 ]
+
+# Django's own error for the models of an app that is not installed names neither the
+# app nor the fix; importing the decorators, the api or a task module ends here first.
+if apps.apps_ready and not apps.is_installed("django_htask"):
+    raise ImproperlyConfigured(
+        "django_htask is imported but is not in INSTALLED_APPS: add 'django_htask' to "
+        "INSTALLED_APPS (then run `manage.py migrate`)"
+    )
 
 
 #: The ranges of the numbers a schedule or a task holds. The model fields refuse a value

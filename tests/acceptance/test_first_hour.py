@@ -109,3 +109,33 @@ def test_a_typo_in_periodic_leaves_the_site_starting(tmp_path: Path) -> None:
     done = manage(tmp_path, TYPO_APP, "shell", "-c", "print('started')")
     assert done.returncode == 0, done.stderr
     assert done.stdout.endswith("started\n")
+
+
+# -- django_htask missing from INSTALLED_APPS ------------------------------------------------
+NOT_INSTALLED = (
+    'INSTALLED_APPS = [a for a in INSTALLED_APPS if a != "django_htask"] + ["shop"]\n'
+    "TASKS = {}"  # on Django 6 the backend's check would import django_htask too
+)
+ADD_THE_APP = (
+    "django.core.exceptions.ImproperlyConfigured: django_htask is imported but is not in "
+    "INSTALLED_APPS: add 'django_htask' to INSTALLED_APPS (then run `manage.py migrate`)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-c", "import django; django.setup(); from django_htask import periodic"],
+        ["-m", "django", "check"],  # the app's models import django_htask's
+    ],
+)
+def test_without_the_app_installed_importing_it_says_to_add_it(
+    tmp_path: Path, args: list[str]
+) -> None:
+    shop = tmp_path / "shop"
+    shop.mkdir()
+    (shop / "__init__.py").write_text("")
+    (shop / "models.py").write_text("from django_htask.models import Task  # noqa: F401\n")
+    done = python(tmp_path, NOT_INSTALLED, *args)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.endswith(ADD_THE_APP), done.stderr

@@ -14,11 +14,12 @@
     def nightly_report() -> None: ...
 
 Both decorators return the function unchanged. ``@periodic`` checks its schedule and
-arguments when the module is imported (a typo fails at start-up, not at 3 a.m.), and
-records a declaration it cannot read instead of raising, so that every process still
-starts (``migrate`` and ``runserver`` included): the system check
-``django_htask.E008`` reports it, naming the function, its file and line and the
-error, and stops ``runscheduler``. The declared schedules reach the database with
+arguments when the module is imported (a typo shows at start-up, not at 3 a.m.), and
+records a declaration it cannot read instead of raising, so that importing the module
+never fails: the site serves, and the system check ``django_htask.E008`` reports it,
+naming the function, its file and line and the error (the commands that run the
+checks, ``runscheduler``, ``migrate`` and ``runserver`` included, stop with it instead
+of a traceback). The declared schedules reach the database with
 :func:`sync_schedules`, which ``runscheduler`` runs at start and ``manage.py htask
 sync`` runs on demand.
 """

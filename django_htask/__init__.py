@@ -15,11 +15,15 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AbortResult",
+    "aabort",
+    "abort",
     "acancel",
     "aget_task",
     "areschedule",
     "aschedule",
     "cancel",
+    "current_token",
     "get_task",
     "periodic",
     "reschedule",
@@ -28,6 +32,10 @@ __all__ = [
 ]
 
 _LAZY = {
+    "AbortResult": "django_htask.api",
+    "aabort": "django_htask.api",
+    "abort": "django_htask.api",
+    "current_token": "django_htask.engine",
     "task": "django_htask.decorators",
     "periodic": "django_htask.decorators",
     "schedule": "django_htask.api",
@@ -42,6 +50,9 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from .api import (
+        AbortResult,
+        aabort,
+        abort,
         acancel,
         aget_task,
         areschedule,
@@ -52,6 +63,7 @@ if TYPE_CHECKING:
         schedule,
     )
     from .decorators import periodic, task
+    from .engine import current_token
 
 
 def __getattr__(name: str) -> Any:

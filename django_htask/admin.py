@@ -48,6 +48,7 @@ from django.utils.safestring import SafeString
 from . import charts, clock
 from .models import Node, Origin, Overview, Run, RunStatus, Schedule, Task, TaskStatus
 from .operations import (
+    abort_runs,
     describe_schedule,
     edited_runs,
     live_nodes,
@@ -138,6 +139,7 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
             "overlap",
             "max_attempts",
             "retry_backoff",
+            "timeout",
         )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -304,7 +306,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 {"fields": ["next_runs"]},
             ),
             (
-                "Misfires, overlap and retries",
+                "Misfires, overlap, retries and timeout",
                 {
                     "fields": [
                         "grace",
@@ -312,6 +314,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                         "overlap",
                         "max_attempts",
                         "retry_backoff",
+                        "timeout",
                         "queue_name",
                     ]
                 },
@@ -336,6 +339,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 "overlap",
                 "max_attempts",
                 "retry_backoff",
+                "timeout",
                 "queue_name",
             ]
         return fields
@@ -546,6 +550,7 @@ class RunAdmin(_ReadOnly, _Traceback, admin.ModelAdmin):  # type: ignore[type-ar
     list_select_related = ("schedule",)
     search_fields = ("name", "function", "error", "node")
     date_hierarchy = "started_at"
+    actions = ("abort_runs",)
     fields = (
         "name",
         "function",
@@ -558,10 +563,28 @@ class RunAdmin(_ReadOnly, _Traceback, admin.ModelAdmin):  # type: ignore[type-ar
         "started_at",
         "finished_at",
         "took",
+        "abort_requested_at",
         "error",
         "traceback_text",
     )
     readonly_fields = fields
+
+    def has_abort_permission(self, request: HttpRequest) -> bool:
+        """Runs are never changed by hand; aborting one takes the right to change
+        schedules."""
+        return request.user.has_perm(f"{Schedule._meta.app_label}.change_schedule")
+
+    @admin.action(description="Abort the selected running runs", permissions=["abort"])
+    def abort_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        selected = list(queryset.values_list("pk", flat=True))
+        asked = abort_runs(selected)
+        self.message_user(request, f"abort asked for {asked} running run(s)", messages.SUCCESS)
+        if len(selected) > asked:
+            self.message_user(
+                request,
+                f"{len(selected) - asked} run(s) not aborted: not running, or asked already",
+                messages.WARNING,
+            )
 
     @admin.display(description="duration", ordering="duration")
     def took(self, obj: Run) -> str:
@@ -604,7 +627,7 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = ("status", "queue_name", "run_at")
     search_fields = ("function", "token", "last_error")
     date_hierarchy = "run_at"
-    actions = ("cancel_tasks", "send_tasks_again")
+    actions = ("cancel_tasks", "abort_tasks", "send_tasks_again")
     _info = (
         "function",
         "status",
@@ -612,12 +635,14 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         "token",
         "attempts",
         "max_attempts",
+        "timeout",
         "priority",
         "queue_name",
         "backend",
         "locked_by",
         "started_at",
         "lease_expires_at",
+        "abort_requested_at",
         "last_error",
         "traceback_text",
         "return_value",
@@ -679,6 +704,20 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
                 skipped += 1
         refused = "task(s) not cancelled: already running or finished"
         self._report(request, f"{done} task(s) cancelled", skipped, refused)
+
+    @admin.action(
+        description="Abort the selected tasks (running: stopped; pending: cancelled)",
+        permissions=["change"],
+    )
+    def abort_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        from .api import AbortResult, abort  # noqa: PLC0415
+
+        results = [abort(token) for token in queryset.values_list("token", flat=True)]
+        asked = results.count(AbortResult.REQUESTED)
+        cancelled = results.count(AbortResult.CANCELLED)
+        done = f"abort asked for {asked} running task(s), {cancelled} pending task(s) cancelled"
+        missed = results.count(AbortResult.NOT_FOUND)
+        self._report(request, done, missed, "task(s) not aborted: already finished")
 
     @admin.action(description="Send the selected failed tasks again", permissions=["change"])
     def send_tasks_again(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:

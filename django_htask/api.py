@@ -1,5 +1,5 @@
-"""Scheduling one-off tasks from views: ``schedule``, ``cancel``, ``reschedule``,
-``get_task`` and their async twins.
+"""Scheduling one-off tasks from views: ``schedule``, ``cancel``, ``abort``,
+``reschedule``, ``get_task`` and their async twins.
 
 ::
 
@@ -17,6 +17,7 @@ transaction: it exists, and can fire, only once the transaction commits.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -28,7 +29,7 @@ from django.db import DatabaseError, router, transaction
 from django_htask.engine import registry
 
 from . import clock, notices
-from .decorators import function_name
+from .decorators import check_timeout, function_name, task_timeout
 from .models import MAX_ATTEMPTS_RANGE, Task, TaskStatus
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
@@ -37,6 +38,9 @@ from .store.database import not_migrated
 
 __all__ = [
     "MAX_DELAY",
+    "AbortResult",
+    "aabort",
+    "abort",
     "acancel",
     "aget_task",
     "areschedule",
@@ -100,20 +104,25 @@ def schedule(
     delay: float | timedelta | None = None,
     max_attempts: int = 1,
     queue_name: str = DEFAULT_QUEUE,
+    timeout: float | timedelta | None = None,
     **kwargs: Any,
 ) -> Task:
     """Run ``fn(*args, **kwargs)`` once, at ``at``, after ``delay`` seconds, or now, on a
     node serving ``queue_name``.
 
-    Returns the stored :class:`~django_htask.models.Task`; keep ``task.token`` to
-    cancel or move it. Raises :class:`~django_htask.exceptions.NotMigrated` when the
-    database lacks the table (``manage.py migrate`` has not run).
+    ``timeout``: seconds (or a timedelta) a run may take before it is stopped (see
+    docs/timeouts.md); default: the function's ``@task(timeout=...)``, else the
+    ``DEFAULT_TIMEOUT`` setting. Returns the stored :class:`~django_htask.models.Task`;
+    keep ``task.token`` to cancel, abort or move it. Raises
+    :class:`~django_htask.exceptions.NotMigrated` when the database lacks the table
+    (``manage.py migrate`` has not run).
     """
     name = function_name(fn_or_name)
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
     MAX_ATTEMPTS_RANGE.check(max_attempts)
     run_at = due_time(at, delay)
+    seconds = check_timeout(timeout) if timeout is not None else task_timeout(name)
     payload = registry.check_call(name, args, kwargs)
     task = Task(
         function=name,
@@ -121,6 +130,7 @@ def schedule(
         run_at=run_at,
         max_attempts=max_attempts,
         queue_name=check_queue(queue_name),
+        timeout=seconds,
     )
     using = router.db_for_write(Task)
     try:
@@ -139,9 +149,43 @@ def schedule(
     return task
 
 
-def cancel(token: str) -> bool:
+class AbortResult(enum.StrEnum):
+    """What :func:`abort` did. True unless :attr:`NOT_FOUND`."""
+
+    #: The task had not started: it is cancelled and will not run.
+    CANCELLED = "cancelled"
+    #: The task is running: its node stops it (docs/timeouts.md) and records its run
+    #: as aborted; it is not retried.
+    REQUESTED = "requested"
+    #: No task has this token, or it has finished.
+    NOT_FOUND = "not_found"
+
+    def __bool__(self) -> bool:
+        return self is not AbortResult.NOT_FOUND
+
+
+def abort(token: str) -> AbortResult:
+    """Stop the task with this token: cancel it if it has not started, else ask its node
+    to stop it (cooperatively first, by force after ``TIMEOUT_GRACE``)."""
+    if cancel(token):
+        return AbortResult.CANCELLED
+    using = router.db_for_write(Task)
+    running = Task.objects.using(using).filter(token=token, status=TaskStatus.RUNNING)
+    asked = running.filter(abort_requested_at__isnull=True).update(abort_requested_at=clock.now())
+    if asked:  # on PostgreSQL the update notifies the nodes; here, a node in this process
+        _after_commit(using, notices.notify_local_change)
+    return AbortResult.REQUESTED if asked or running.exists() else AbortResult.NOT_FOUND
+
+
+_abort = abort  # cancel(abort=True) reaches it under its parameter's name
+
+
+def cancel(token: str, *, abort: bool = False) -> bool:
     """Cancel a pending task. False if the token is unknown, or the task is running or
-    finished."""
+    finished. With ``abort=True`` a running task is stopped too (see :func:`abort`,
+    which also says which of the two happened)."""
+    if abort:
+        return bool(_abort(token))
     using = router.db_for_write(Task)
     count = (
         Task.objects.using(using)
@@ -190,9 +234,14 @@ async def aschedule(fn_or_name: Callable[..., Any] | str, /, *args: Any, **optio
     return await sync_to_async(schedule)(fn_or_name, *args, **options)
 
 
-async def acancel(token: str) -> bool:
+async def acancel(token: str, *, abort: bool = False) -> bool:
     """:func:`cancel` for async views."""
-    return await sync_to_async(cancel)(token)
+    return await sync_to_async(cancel)(token, abort=abort)
+
+
+async def aabort(token: str) -> AbortResult:
+    """:func:`abort` for async views."""
+    return await sync_to_async(abort)(token)
 
 
 async def areschedule(

@@ -53,6 +53,15 @@ class HtaskSettings:
     standby_delay: float = 2.0
     #: Seconds running jobs get to finish after SIGTERM before they are handed back.
     shutdown_timeout: float = 30.0
+    #: Seconds a run may take when neither its task nor its schedule says (None: no
+    #: limit). See docs/timeouts.md.
+    default_timeout: float | None = None
+    #: Seconds a run asked to stop (timeout, abort) gets to stop by itself before it is
+    #: forced: an exception raised in its thread, or its process killed.
+    timeout_grace: float = 5.0
+    #: Worker threads a node may give up (stuck in C after a forced stop) before it
+    #: stops and exits with status 4, for its supervisor to start it afresh.
+    max_abandoned_threads: int = 4
     #: First retry delay of a failed one-off task, in seconds (doubled at each attempt).
     retry_backoff: float = 10.0
     #: The longest retry delay, in seconds.
@@ -82,7 +91,23 @@ _lock = threading.Lock()
 _cached: HtaskSettings | None = None
 
 
+#: The settings that may be None (no limit) besides a number > 0.
+_OPTIONAL_SECONDS = frozenset({"default_timeout"})
+
+
 def _check(key: str, value: Any, default: Any) -> Any:
+    if key.lower() in _OPTIONAL_SECONDS:
+        if value is None:
+            return None
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 < value < math.inf
+        ):
+            raise ImproperlyConfigured(
+                f"HTASK[{key!r}] must be None or a number of seconds > 0, got {value!r}"
+            )
+        return float(value)
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ImproperlyConfigured(f"HTASK[{key!r}] must be True or False, got {value!r}")

@@ -31,6 +31,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TypeVar, overload
 
 from django.apps import apps
@@ -53,6 +54,7 @@ from .models import (
     GRACE_RANGE,
     MAX_ATTEMPTS_RANGE,
     RETRY_BACKOFF_RANGE,
+    TIMEOUT_RANGE,
     CatchUp,
     Origin,
     Overlap,
@@ -66,11 +68,13 @@ __all__ = [
     "PeriodicSpec",
     "SyncResult",
     "bad_declarations",
+    "check_timeout",
     "declared_schedules",
     "function_name",
     "periodic",
     "sync_schedules",
     "task",
+    "task_timeout",
 ]
 
 logger = logging.getLogger(__name__)
@@ -97,6 +101,7 @@ class PeriodicSpec:
     args: tuple[Any, ...] = ()
     queue_name: str = DEFAULT_QUEUE
     kwargs: dict[str, Any] = field(default_factory=dict)
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,24 @@ _DECLARATION_ERRORS = (HtaskError, ValueError, TypeError)
 _lock = threading.Lock()
 _declared: dict[str, PeriodicSpec] = {}
 _bad: dict[tuple[str, str], BadDeclaration] = {}
+#: ``@task(timeout=...)``: registered name -> seconds, what ``schedule()`` stores.
+_timeouts: dict[str, float] = {}
+
+
+def check_timeout(timeout: object) -> float:
+    """``timeout`` in seconds, checked (a ValueError naming it when out of range)."""
+    if isinstance(timeout, timedelta):
+        timeout = timeout.total_seconds()
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise ValueError(f"timeout must be seconds or a timedelta, got {timeout!r}")
+    TIMEOUT_RANGE.check(timeout)
+    return float(timeout)
+
+
+def task_timeout(name: str) -> float | None:
+    """The timeout ``@task(timeout=...)`` declared for the function registered as
+    ``name``, if any."""
+    return _timeouts.get(name)
 
 
 def declared_schedules() -> dict[str, PeriodicSpec]:
@@ -193,15 +216,31 @@ def _not_registered(problem: str, module: str | None) -> FunctionNotRegistered:
 @overload
 def task(fn: F, /) -> F: ...
 @overload
-def task(*, name: str | None = None) -> Callable[[F], F]: ...
-def task(fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
+def task(
+    *, name: str | None = None, timeout: float | timedelta | None = None
+) -> Callable[[F], F]: ...
+def task(
+    fn: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    timeout: float | timedelta | None = None,
+) -> F | Callable[[F], F]:
     """Register ``fn`` so that :func:`django_htask.schedule` can run it later.
 
-    Its name is ``package.module:qualname`` unless ``name`` is given.
+    Its name is ``package.module:qualname`` unless ``name`` is given. ``timeout``:
+    seconds a run of it may take, stored on each task ``schedule()`` makes without a
+    timeout of its own (docs/timeouts.md).
     """
+    seconds = None if timeout is None else check_timeout(timeout)
 
     def decorate(f: F) -> F:
-        _register(f, name)
+        registered = _register(f, name)
+        with _lock:
+            if seconds is None:
+                _timeouts.pop(registered, None)
+            else:
+                _timeouts[registered] = seconds
         return f
 
     return decorate if fn is None else decorate(fn)
@@ -218,6 +257,7 @@ def periodic(
     grace: float | None = None,
     max_attempts: int = 1,
     retry_backoff: float = 10.0,
+    timeout: float | timedelta | None = None,
     args: tuple[Any, ...] | list[Any] = (),
     kwargs: dict[str, Any] | None = None,
     queue_name: str = DEFAULT_QUEUE,
@@ -229,7 +269,8 @@ def periodic(
     the schedule (default: the function's registered name); ``function_name``
     registers the function under another name. ``args`` / ``kwargs`` are passed at
     every run and checked against the signature now. Only the nodes serving
-    ``queue_name`` fire it (``runscheduler --queue``).
+    ``queue_name`` fire it (``runscheduler --queue``). ``timeout``: seconds a run may
+    take before it is stopped (docs/timeouts.md).
 
     A declaration that cannot be read is recorded (:func:`bad_declarations`), not
     raised: the function is still registered (if it can be), its schedule is not
@@ -240,8 +281,9 @@ def periodic(
         text = _check_options(
             when, tz, overlap, catch_up, grace, max_attempts, retry_backoff, queue_name
         )
+        seconds = None if timeout is None else check_timeout(timeout)
     except _DECLARATION_ERRORS as exc:
-        problem, text = exc, ""
+        problem, text, seconds = exc, "", None
 
     def decorate(fn: F) -> F:
         error = problem
@@ -259,6 +301,7 @@ def periodic(
                         grace=None if grace is None else float(grace),
                         max_attempts=max_attempts,
                         retry_backoff=float(retry_backoff),
+                        timeout=seconds,
                         args=tuple(args),
                         kwargs=dict(kwargs or {}),
                         queue_name=queue_name,
@@ -379,6 +422,7 @@ def sync_schedules(using: str = "default") -> SyncResult:
                 "grace": spec.grace,
                 "max_attempts": spec.max_attempts,
                 "retry_backoff": spec.retry_backoff,
+                "timeout": spec.timeout,
                 "queue_name": spec.queue_name,
                 "origin": Origin.CODE,
                 "orphaned": False,

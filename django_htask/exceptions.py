@@ -26,6 +26,9 @@ error                       also a                 raised when
                                                    process does not define
 ``TaskCancelled``           ``RuntimeError``       a django.tasks result of a cancelled task
 ``RunInterrupted``          ``RuntimeError``       a django.tasks attempt the node ended
+``ForcedStop``              ``BaseException``      raised in a task's thread to force it
+                            (no ``HtaskError``)    to stop (timeout, abort): see
+                                                   docs/timeouts.md
 ==========================  =====================  ======================================
 """
 

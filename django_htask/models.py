@@ -35,6 +35,9 @@ __all__ = [
     "PRIORITY_RANGE",
     "RETRY_BACKOFF_MAX",
     "RETRY_BACKOFF_RANGE",
+    "TIMEOUT_MAX",
+    "TIMEOUT_MIN",
+    "TIMEOUT_RANGE",
     "CatchUp",
     "InRange",
     "Node",
@@ -66,6 +69,7 @@ MAX_ATTEMPTS_MAX = 1000  # runs of one occurrence or task, retries included (min
 RETRY_BACKOFF_MAX = 86_400.0  # seconds before the first retry: one day (min 0)
 GRACE_MAX = 31_536_000.0  # seconds an occurrence may be late: 365 days (min 0, or empty)
 PRIORITY_MIN, PRIORITY_MAX = -100, 100  # as django.tasks
+TIMEOUT_MIN, TIMEOUT_MAX = 0.001, 31_536_000.0  # seconds a run may take (or empty)
 
 
 @deconstructible
@@ -113,6 +117,7 @@ MAX_ATTEMPTS_RANGE = InRange("max_attempts", 1, MAX_ATTEMPTS_MAX)
 RETRY_BACKOFF_RANGE = InRange("retry_backoff", 0, RETRY_BACKOFF_MAX, "seconds")
 GRACE_RANGE = InRange("grace", 0, GRACE_MAX, "seconds")
 PRIORITY_RANGE = InRange("priority", PRIORITY_MIN, PRIORITY_MAX)
+TIMEOUT_RANGE = InRange("timeout", TIMEOUT_MIN, TIMEOUT_MAX, "seconds")
 
 
 def _num(value: float) -> str:
@@ -150,6 +155,24 @@ def _max_attempts(help_text: str) -> models.PositiveSmallIntegerField[int, int]:
     """The ``max_attempts`` of a schedule or a task (a retry is an attempt)."""
     return models.PositiveSmallIntegerField(
         default=1, validators=[MAX_ATTEMPTS_RANGE], help_text=help_text
+    )
+
+
+def _timeout() -> models.FloatField[float | None, float | None]:
+    """The ``timeout`` of a schedule or a task (docs/timeouts.md)."""
+    return models.FloatField(
+        null=True,
+        blank=True,
+        validators=[TIMEOUT_RANGE],
+        help_text="seconds a run may take before it is stopped (a failed run, retried "
+        "by max_attempts); empty: the DEFAULT_TIMEOUT setting, if any",
+    )
+
+
+def _abort_requested_at() -> models.DateTimeField[datetime | None, datetime | None]:
+    """When an abort of a running task or run was asked for (its node stops it)."""
+    return models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="when an abort was asked for"
     )
 
 
@@ -205,6 +228,7 @@ class Schedule(models.Model):
         validators=[RETRY_BACKOFF_RANGE],
         help_text="seconds before the first retry, doubled after each (0 to 86400: a day)",
     )
+    timeout = _timeout()
     origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.ADMIN)
     orphaned = models.BooleanField(
         default=False, editable=False, help_text="declared in code once, no longer"
@@ -228,6 +252,7 @@ class Schedule(models.Model):
             _constraint("schedule", "max_attempts", 1, MAX_ATTEMPTS_MAX),
             _constraint("schedule", "retry_backoff", 0, RETRY_BACKOFF_MAX),
             _constraint("schedule", "grace", 0, GRACE_MAX, null=True),
+            _constraint("schedule", "timeout", TIMEOUT_MIN, TIMEOUT_MAX, null=True),
         )
 
     def __str__(self) -> str:
@@ -372,8 +397,10 @@ class Task(models.Model):
         validators=[PRIORITY_RANGE],
         help_text="among tasks due together, a higher priority starts first (-100 to 100)",
     )
+    timeout = _timeout()
     locked_by = models.CharField(max_length=100, blank=True, null=True, db_index=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    abort_requested_at = _abort_requested_at()
     started_at = models.DateTimeField(
         null=True, blank=True, editable=False, help_text="when its last attempt started"
     )
@@ -396,10 +423,17 @@ class Task(models.Model):
             # not every pending one (a backlog of 100k tasks made each claim sort them
             # all). Not a partial index: SQLite uses one only for a literal status.
             models.Index(fields=("status", "-priority", "run_at", "id"), name=CLAIM_INDEX),
+            # The aborts a node looks for, as for runs.
+            models.Index(
+                fields=("locked_by",),
+                condition=Q(abort_requested_at__isnull=False),
+                name="htask_task_abort",
+            ),
         )
         constraints = (
             _constraint("task", "max_attempts", 1, MAX_ATTEMPTS_MAX),
             _constraint("task", "priority", PRIORITY_MIN, PRIORITY_MAX),
+            _constraint("task", "timeout", TIMEOUT_MIN, TIMEOUT_MAX, null=True),
         )
 
     def __str__(self) -> str:
@@ -434,10 +468,18 @@ class Run(models.Model):
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
     duration = models.FloatField(null=True, blank=True, help_text="seconds")
+    abort_requested_at = _abort_requested_at()
 
     class Meta:
         ordering = ("-started_at", "-id")
         indexes = (
+            # The aborts a node looks for (a few rows at most): a small partial index,
+            # on a condition without parameters, which SQLite can use too.
+            models.Index(
+                fields=("node",),
+                condition=Q(abort_requested_at__isnull=False),
+                name="htask_run_abort",
+            ),
             # A schedule's last runs (the admin's strip of marks): an index range each.
             models.Index(fields=("schedule", "started_at"), name="htask_run_recent"),
             # The runs of one outcome in a time range (the overview's failures).

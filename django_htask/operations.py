@@ -38,10 +38,12 @@ from django.utils.dateparse import parse_datetime
 from . import clock, notices
 from .conf import get_settings
 from .models import Node, Run, RunStatus, Schedule, Task, TaskStatus
+from .store import notify_nodes
 
 __all__ = [
     "SentAgain",
     "Upcoming",
+    "abort_runs",
     "describe_schedule",
     "edited_runs",
     "live_nodes",
@@ -301,6 +303,7 @@ def send_again(
                 last_error="",
                 traceback="",
                 return_value=None,
+                abort_requested_at=None,  # an aborted task sent again runs afresh
             )
             sent.extend(failed)
         if sent:
@@ -318,6 +321,33 @@ def send_again(
             extra={"action": "send_again"},
         )
     return result
+
+
+def abort_runs(
+    run_ids: Iterable[int], *, now: datetime | None = None, using: str | None = None
+) -> int:
+    """Ask for the abort of the running schedule runs among ``run_ids`` (the admin's
+    *Abort*); return how many were asked (runs not running, or asked already, are
+    left alone). Their nodes stop them as they stop an aborted task
+    (docs/timeouts.md): told at once on PostgreSQL, else at their next poll."""
+    ids = sorted({int(pk) for pk in run_ids})
+    now = now or clock.now()
+    using = using or router.db_for_write(Run)
+    asked = 0
+    with transaction.atomic(using=using):
+        for i in range(0, len(ids), _CHUNK):
+            asked += (
+                Run.objects.using(using)
+                .filter(pk__in=ids[i : i + _CHUNK], status=RunStatus.RUNNING)
+                .filter(abort_requested_at__isnull=True)
+                .update(abort_requested_at=now)
+            )
+        if asked:
+            notify_nodes(using)
+            transaction.on_commit(notices.notify_local_change, using=using)
+    if asked:
+        logger.info("abort asked for %d run(s)", asked, extra={"action": "abort_runs"})
+    return asked
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)

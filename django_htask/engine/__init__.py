@@ -15,6 +15,7 @@ from .clock import FakeClock, SystemClock
 from .errors import (
     CALL_ERRORS,
     ArgumentError,
+    ForcedStop,
     FunctionNotRegistered,
     HtaskError,
     InvalidSchedule,
@@ -24,6 +25,7 @@ from .errors import (
     TokenCancelled,
 )
 from .interfaces import BusySource, Clock, Executor
+from .interrupt import RunGuard
 from .pool import WorkerPool
 from .scheduler import Scheduler, TimerHandle, TimerQueue
 from .tokens import CancelToken, current_token
@@ -88,6 +90,7 @@ __all__ = [
     "Every",
     "Executor",
     "FakeClock",
+    "ForcedStop",
     "FunctionNotRegistered",
     "HtaskError",
     "IntervalSchedule",
@@ -100,6 +103,7 @@ __all__ = [
     "Registry",
     "RunContext",
     "RunEvent",
+    "RunGuard",
     "Schedule",
     "Scheduler",
     "SchedulerClosed",

@@ -13,6 +13,7 @@ from typing import Any
 __all__ = [
     "CALL_ERRORS",
     "ArgumentError",
+    "ForcedStop",
     "FunctionNotRegistered",
     "HtaskError",
     "InvalidSchedule",
@@ -37,6 +38,16 @@ class SchedulerFull(HtaskError, RuntimeError):
 
 class TokenCancelled(HtaskError, RuntimeError):
     """A timer was scheduled with a :class:`CancelToken` that is already cancelled."""
+
+
+class ForcedStop(BaseException):
+    """Raised inside a running task's thread to force it to stop: its timeout passed, or
+    it was aborted, and it did not stop by itself within the grace (see
+    :class:`~django_htask.engine.interrupt.RunGuard`).
+
+    It derives from ``BaseException`` (as ``KeyboardInterrupt`` does), not from
+    :class:`HtaskError`, so that a task's ``except Exception`` does not swallow it; a
+    task that must clean up uses ``finally`` (or catches it and raises it again)."""
 
 
 class InvalidSchedule(HtaskError, ValueError):

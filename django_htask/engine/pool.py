@@ -4,9 +4,11 @@
 ``WorkerPool(0)`` starts a thread for each callable instead. :meth:`WorkerPool.resize`
 changes between the two, up or down, without dropping or pausing work: surplus
 workers leave after the task in hand, and a pool shrinking to zero drains its queue
-first. ``on_thread_exit``, if given, runs on each worker thread just before it ends
-(to close what the thread opened: the node passes ``django.db.connections.close_all``);
-:meth:`WorkerPool.shutdown` waits for it.
+first. :meth:`WorkerPool.replace` gives up a worker stuck in a call (a node's forced
+stop that did not take) and starts another in its place. ``on_thread_exit``, if
+given, runs on each worker thread just before it ends (to close what the thread
+opened: the node passes ``django.db.connections.close_all``); :meth:`WorkerPool.shutdown`
+waits for it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class WorkerPool:
         self._threads: set[threading.Thread] = set()  # pool workers alive
         self._extra: set[threading.Thread] = set()  # thread-per-task threads running
         self._leaving: set[threading.Thread] = set()  # left the pool, in on_thread_exit
+        self._abandoned: set[threading.Thread] = set()  # replaced, still in their call
         self._serial = 0
         self._closed = False
         self.resize(workers)
@@ -65,6 +68,42 @@ class WorkerPool:
         """Threads currently alive: pool workers plus thread-per-task threads."""
         with self._lock:
             return len(self._threads) + len(self._extra) + len(self._leaving)
+
+    def abandoned(self) -> int:
+        """Threads given up by :meth:`replace` whose call has not returned yet."""
+        with self._lock:
+            return len(self._abandoned)
+
+    def replace(self, thread: threading.Thread) -> bool:
+        """Give up ``thread``, a worker stuck in its call: it leaves the pool (it ends
+        when its call returns, if ever, and :meth:`shutdown` does not wait for it) and a
+        new worker takes its place, so the pool's capacity is back. False if ``thread``
+        is not a worker of this pool."""
+        with self._lock:
+            if thread in self._extra:  # a thread per task: nothing to start
+                self._extra.discard(thread)
+                self._abandoned.add(thread)
+                return True
+            if thread not in self._threads:
+                return False
+            self._threads.discard(thread)
+            self._abandoned.add(thread)
+            started = None
+            if len(self._threads) < self._target and not self._closed:
+                self._serial += 1
+                started = threading.Thread(
+                    target=self._work, name=f"{self.name}-worker-{self._serial}", daemon=True
+                )
+                self._threads.add(started)
+        if started is not None:
+            started.start()
+        logger.warning(
+            "worker pool %r gave up thread %s (stuck in its call) and started another",
+            self.name,
+            thread.name,
+            extra={"action": "worker_replaced"},
+        )
+        return True
 
     def is_worker_thread(self) -> bool:
         """True when called from a thread of this pool."""
@@ -130,6 +169,9 @@ class WorkerPool:
             fn = get()
             if fn is not None:
                 self._call(fn)
+                if self._abandoned and threading.current_thread() in self._abandoned:
+                    self._thread_exit(self._abandoned)  # replaced while in that call
+                    return
             if len(self._threads) > self._target and self._leave_if_surplus(fn is None):
                 if self._on_thread_exit is not None:
                     self._thread_exit(self._leaving)
@@ -156,6 +198,7 @@ class WorkerPool:
         finally:
             with self._lock:
                 members.discard(threading.current_thread())
+                self._abandoned.discard(threading.current_thread())
 
     def _call(self, fn: Callable[[], object]) -> None:
         try:

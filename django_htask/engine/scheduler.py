@@ -526,6 +526,16 @@ class Scheduler:
             raise SchedulerClosed(f"scheduler {self.name!r} is closed")
         self._pool.resize(workers)
 
+    def replace_worker(self, thread: threading.Thread) -> bool:
+        """Give up a worker stuck in a call and start another in its place (see
+        :meth:`WorkerPool.replace`). The stuck call still counts as running until it
+        returns, if ever."""
+        return self._pool.replace(thread)
+
+    def abandoned_workers(self) -> int:
+        """Workers given up by :meth:`replace_worker` still in their call."""
+        return self._pool.abandoned()
+
     def __len__(self) -> int:
         """The number of pending timers."""
         return len(self._queue)

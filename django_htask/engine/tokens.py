@@ -40,13 +40,14 @@ def _set_current(token: CancelToken | None) -> CancelToken | None:
 class CancelToken:
     """Cancels a group of timers at once; tells running tasks to stop."""
 
-    __slots__ = ("_callbacks", "_cancelled", "_handles", "_lock", "reason")
+    __slots__ = ("_callbacks", "_cancelled", "_event", "_handles", "_lock", "reason")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._cancelled = False
         self._handles: set[TimerHandle] = set()
         self._callbacks: list[Callable[[CancelToken], object]] = []
+        self._event: threading.Event | None = None  # made by the first wait()
         self.reason: str | None = None
 
     @property
@@ -67,6 +68,8 @@ class CancelToken:
             self.reason = reason
             handles, self._handles = self._handles, set()
             callbacks, self._callbacks = self._callbacks, []
+            if self._event is not None:
+                self._event.set()
         count = sum(1 for handle in handles if handle.cancel())
         for callback in callbacks:
             callback(self)
@@ -84,6 +87,21 @@ class CancelToken:
         """Raise :class:`TokenCancelled` if the token is cancelled (for cooperative tasks)."""
         if self._cancelled:
             raise TokenCancelled(f"token cancelled: {self.reason or 'no reason given'}")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Sleep until the token is cancelled or ``timeout`` seconds have passed; return
+        whether it is cancelled. A task's interruptible ``time.sleep``::
+
+            while not token.wait(60):
+                poll_once()
+        """
+        with self._lock:
+            if self._cancelled:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def pending(self) -> int:
         """How many timers bound to this token are still pending."""

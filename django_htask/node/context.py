@@ -14,7 +14,6 @@ from django_htask.retry import RetryPolicy
 from django_htask.store import RunOutcome, Serving, Store
 
 from .control import ControlThread
-from .execution import Call, execute
 from .running import Running
 
 __all__ = ["NodeContext", "Results"]
@@ -69,8 +68,3 @@ class NodeContext:
     results: Results = field(default_factory=Results)
     #: Whether the node stops: nothing new is started.
     stopping: Callable[[], bool] = lambda: False
-
-    def execute(self, call: Call) -> RunOutcome:
-        """Make ``call`` on this thread, on the node's clock (see
-        :func:`~django_htask.node.execution.execute`)."""
-        return execute(call, clock=self.clock)

@@ -1,10 +1,17 @@
 """Running one call of a registered function: the single place that sends the run
 signals, times the call and captures what it raised. A node's workers use it for tasks
-and schedule runs, and ``manage.py htask run`` for a schedule run by hand."""
+and schedule runs, and ``manage.py htask run`` for a schedule run by hand.
+
+A worker's call has a :class:`~django_htask.engine.RunGuard`: the call runs with the
+guard's token as :func:`~django_htask.engine.current_token`, and a call the node asked
+to stop (its timeout, an abort) that then raises — :class:`ForcedStop`, the token's
+``TokenCancelled``, an async task's ``CancelledError``, or anything else — ends with
+the guard's reason as its error."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -15,12 +22,13 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from django_htask.engine import CALL_ERRORS, Clock, decode_call, registry
+from django_htask.engine import CALL_ERRORS, CancelToken, Clock, RunGuard, decode_call, registry
+from django_htask.engine.tokens import _set_current
 from django_htask.enums import RunStatus
 from django_htask.signals import run_finished, run_started
 from django_htask.store import RunOutcome
 
-__all__ = ["Call", "call_of", "execute", "should_retry"]
+__all__ = ["Call", "call_of", "execute", "given_up", "should_retry"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,15 +76,17 @@ def should_retry(result: RunOutcome, attempt: int, max_attempts: int) -> bool:
     )
 
 
-def execute(call: Call, *, clock: Clock, refresh_connections: bool = True) -> RunOutcome:
+def execute(
+    call: Call, *, clock: Clock, refresh_connections: bool = True, guard: RunGuard | None = None
+) -> RunOutcome:
     """Make ``call``: the registered function with the arguments it holds; never raises.
 
     Whatever the function raises ends the run failed, ``SystemExit`` and
     ``KeyboardInterrupt`` included (they end only this run, not the process). The run
     is ``retryable`` (in ``extra``) unless it could not start at all (a function not
-    registered, a payload or arguments that do not fit). With ``refresh_connections``
-    (a worker's call) the database connections are refreshed before and after, as a
-    request's are."""
+    registered, a payload or arguments that do not fit) or its ``guard`` was stopped
+    by an abort. With ``refresh_connections`` (a worker's call) the database
+    connections are refreshed before and after, as a request's are."""
     from django_htask.models import Run  # noqa: PLC0415 - the signals' sender
 
     if refresh_connections:
@@ -89,6 +99,7 @@ def execute(call: Call, *, clock: Clock, refresh_connections: bool = True) -> Ru
     status = RunStatus.SUCCEEDED
     error = tb = ""
     retryable = False
+    entered = True
     try:
         try:
             args, kwargs = call_of(call.payload)
@@ -98,24 +109,92 @@ def execute(call: Call, *, clock: Clock, refresh_connections: bool = True) -> Ru
             error = f"{type(exc).__name__}: {exc}"
             logger.error("%s cannot run: %s", name, error, extra={"action": "run_unrunnable"})
         else:
-            if inspect.iscoroutinefunction(fn):
-                asyncio.run(fn(*bound_args, **bound_kwargs))
+            if guard is None:
+                _call(fn, bound_args, bound_kwargs, None)
             else:
-                fn(*bound_args, **bound_kwargs)
+                previous = _set_current(guard.token)
+                try:
+                    entered = guard.enter()
+                    if entered:
+                        try:
+                            _call(fn, bound_args, bound_kwargs, guard.token)
+                        finally:
+                            guard.leave()
+                finally:
+                    _set_current(previous)
     except BaseException as exc:  # a task's SystemExit ends that run only
         status = RunStatus.FAILED
         retryable = True
         error = f"{type(exc).__name__}: {exc}"
         tb = traceback.format_exc()
-        level = logging.WARNING if isinstance(exc, Exception) else logging.ERROR
-        logger.log(level, "%s failed: %s", name, error, extra={"action": "run_failed"})
+        if guard is None or guard.reason is None:
+            level = logging.WARNING if isinstance(exc, Exception) else logging.ERROR
+            logger.log(level, "%s failed: %s", name, error, extra={"action": "run_failed"})
     finally:
         if refresh_connections:
             close_old_connections()
-    ended: dict[str, Any] = {"status": status, "error": error, "duration": clock.monotonic() - t0}
-    finished_at = clock.now()
+    if guard is not None and guard.reason is not None and (status != "succeeded" or not entered):
+        # Stopped (it raised once asked to, or was asked before it began): the reason.
+        status, error, retryable = RunStatus.FAILED, guard.reason, guard.retryable
+        logger.warning("%s stopped: %s", name, error, extra={"action": "run_stopped"})
+    duration = clock.monotonic() - t0
+    return _finished(call, info, status, error, tb, retryable, started_at, clock.now(), duration)
+
+
+def given_up(
+    call: Call, started_at: datetime, reason: str, retryable: bool, clock: Clock
+) -> RunOutcome:
+    """The outcome of a call whose worker was given up: it did not return within the
+    grace after it was forced to stop (stuck in C, or it swallowed the exception)."""
+    info: dict[str, Any] = {name: getattr(call, name) for name in _RUN_FIELDS}
+    now = clock.now()
+    error = f"{reason}; it did not stop when forced, and its worker thread was given up"
+    duration = (now - started_at).total_seconds()
+    return _finished(call, info, RunStatus.FAILED, error, "", retryable, started_at, now, duration)
+
+
+def _finished(
+    call: Call,
+    info: dict[str, Any],
+    status: str,
+    error: str,
+    tb: str,
+    retryable: bool,
+    started_at: datetime,
+    finished_at: datetime,
+    duration: float,
+) -> RunOutcome:
+    """Send ``run_finished`` and build the run's outcome."""
+    from django_htask.models import Run  # noqa: PLC0415 - the signals' sender
+
+    ended: dict[str, Any] = {"status": status, "error": error, "duration": duration}
     run_finished.send_robust(sender=Run, **ended, **info)
     retry: dict[str, object] = {"retryable": retryable}
     return RunOutcome(
         started_at=started_at, finished_at=finished_at, traceback=tb, extra=retry, **ended, **info
     )
+
+
+def _call(fn: Any, args: Any, kwargs: dict[str, Any], token: CancelToken | None) -> None:
+    """Call ``fn``; an async one in an event loop of its own, cancelled at its next
+    ``await`` when ``token`` is."""
+    if not inspect.iscoroutinefunction(fn):
+        fn(*args, **kwargs)
+        return
+    if token is None:
+        asyncio.run(fn(*args, **kwargs))
+        return
+
+    async def cancellable() -> None:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+
+        def cancel(_token: CancelToken) -> None:
+            if task is not None:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(task.cancel)
+
+        token.on_cancel(cancel)
+        await fn(*args, **kwargs)
+
+    asyncio.run(cancellable())

@@ -12,6 +12,7 @@ decided by :mod:`~django_htask.node.planning`, which writes nothing.
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -27,6 +28,7 @@ from django_htask.store import RunOutcome, ScheduleRef, ScheduleRow
 from .context import NodeContext
 from .execution import Call, should_retry
 from .planning import broken_run, plan, problem, schedule_run
+from .supervisor import Supervisor
 
 __all__ = ["Firing", "Roles"]
 
@@ -58,8 +60,9 @@ class _Held:
 class Firing:
     """The schedules one node fires (see the module)."""
 
-    def __init__(self, ctx: NodeContext) -> None:
+    def __init__(self, ctx: NodeContext, supervisor: Supervisor) -> None:
         self.ctx = ctx
+        self.supervisor = supervisor
         self.roles: Roles | None = None  # several nodes
         self._table: Timetable[int, _Held] = Timetable(ctx.control.scheduler, self._due)
         self._delayed: dict[int, _Held | None] = {}  # waiting for a run (overlap=delay)
@@ -256,12 +259,14 @@ class Firing:
 
     def _job(self, row: ScheduleRow, started: RunOutcome) -> None:
         """A worker runs one occurrence (or a retry of it)."""
+        call = Call.of_run(started, row.payload)
+        finish = functools.partial(self._finish, row, started)
+        self.supervisor.run(("run", started.run_id or 0), call, row.timeout, finish)
+
+    def _finish(self, row: ScheduleRow, started: RunOutcome, result: RunOutcome) -> None:
+        """Record how the run ended (on its worker, or by the supervisor)."""
         ctx = self.ctx
         run_id = started.run_id or 0
-        if not ctx.running.call(("run", run_id)):
-            return  # the node is stopping: not run (stop() writes it)
-        call = Call.of_run(started, row.payload)
-        result = ctx.execute(call)
         result.run_id = run_id
         ctx.running.run_done(row.id, run_id)
         retry = should_retry(result, started.attempt, row.max_attempts)

@@ -38,13 +38,18 @@ from .firing import Firing
 from .liveness import Liveness
 from .membership import Membership
 from .shutdown import shut_down, shut_down_fenced
+from .supervisor import ABORTED, Supervisor
 from .tasks import TaskDispatch
 
-__all__ = ["Node", "NodeStats", "new_node_id"]
+__all__ = ["EXIT_STUCK", "Node", "NodeStats", "new_node_id"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: The exit status of a node that gave up more than ``MAX_ABANDONED_THREADS`` worker
+#: threads stuck in their calls (``runscheduler``), for its supervisor to restart it.
+EXIT_STUCK = 4
 
 
 def new_node_id(kind: str | None = None) -> str:
@@ -109,6 +114,8 @@ class Node:
         #: Why the node asked to stop by itself (``max_tasks``, ``batch``), if it did.
         self.done = ""
         self.fenced: NodeFenced | None = None
+        #: The process's exit status when the node asks to stop for a fault (else 0).
+        self.exit_status = 0
         self._stopping = False
         self._started = False
         self._unsubscribe: Callable[[], None] = lambda: None
@@ -203,15 +210,17 @@ class Node:
             self.task_retry,
             stopping=lambda: self._stopping or self.fenced is not None,
         )
-        firing = Firing(ctx)
-        tasks = TaskDispatch(ctx, self.max_tasks)
+        supervisor = Supervisor(ctx, self._too_many_stuck)
+        firing = Firing(ctx, supervisor)
+        tasks = TaskDispatch(ctx, supervisor, self.max_tasks)
         tasks.on_dispatched = self._stop_when_done
         membership = None
         if self.store.supports_several_nodes:
             membership = Membership(ctx, firing, self.wake)
         on_beat = membership.refresher.request if membership is not None else _nothing
         liveness = Liveness(ctx, self._on_fenced, self.wake, on_beat)
-        return _Parts(ctx, firing, tasks, liveness, membership, control.once(self._on_wake))
+        waker = control.once(self._on_wake)
+        return _Parts(ctx, firing, tasks, liveness, membership, waker, supervisor)
 
     def _backoff(self) -> DatabaseBackoff:
         return DatabaseBackoff(self.settings.db_retry, self.settings.db_retry_max, self.store.close)
@@ -240,6 +249,23 @@ class Node:
         )
         self.stop_requested = True
 
+    def _too_many_stuck(self, stuck: int) -> None:
+        """More worker threads are stuck than ``MAX_ABANDONED_THREADS``: stop, so that
+        the process exits (status :data:`EXIT_STUCK`) and its supervisor starts it
+        afresh, with all its capacity."""
+        logger.error(
+            "node %s: %d worker threads are stuck in calls that did not stop when forced "
+            "(more than MAX_ABANDONED_THREADS %d): stopping, exit status %d",
+            self.node_id,
+            stuck,
+            self.settings.max_abandoned_threads,
+            EXIT_STUCK,
+            extra={"action": "node_stuck", "stuck": stuck},
+        )
+        self.done = f"{stuck} worker threads are stuck (more than MAX_ABANDONED_THREADS)"
+        self.exit_status = EXIT_STUCK
+        self.stop_requested = True
+
     # -- looking at the database -----------------------------------------------------
     def wake(self) -> None:
         """Look at the database now (a change in this process, or a notification)."""
@@ -249,6 +275,15 @@ class Node:
     def _look(self) -> None:
         self.parts.firing.sync()
         self.parts.tasks.watch()
+        self._look_for_aborts()
+
+    def _look_for_aborts(self) -> None:
+        """Stop the running jobs whose abort was asked for (reads only while jobs run)."""
+        parts = self.parts
+        if not len(parts.ctx.running):
+            return
+        for key in self.store.aborts(self.node_id):
+            parts.supervisor.stop(key, ABORTED)
 
     def _on_wake(self) -> None:
         if self._stopping:
@@ -309,11 +344,14 @@ class Node:
         parts = self._parts
         if parts.membership is not None:
             parts.membership.close()
-        if self.fenced is not None:
-            self.unfinished = shut_down_fenced(parts.ctx, parts.liveness)
-            return
-        timeout = self.settings.shutdown_timeout if timeout is None else timeout
-        self.unfinished = shut_down(parts.ctx, parts.liveness, timeout, self._on_fenced)
+        try:
+            if self.fenced is not None:
+                self.unfinished = shut_down_fenced(parts.ctx, parts.liveness)
+                return
+            timeout = self.settings.shutdown_timeout if timeout is None else timeout
+            self.unfinished = shut_down(parts.ctx, parts.liveness, timeout, self._on_fenced)
+        finally:
+            parts.supervisor.close()  # it times jobs out while the node waits for them
 
     # -- state, for tests and the banner ---------------------------------------------
     def held_schedules(self) -> dict[int, datetime]:
@@ -354,3 +392,4 @@ class _Parts:
     liveness: Liveness
     membership: Membership | None
     waker: Once
+    supervisor: Supervisor

@@ -51,7 +51,8 @@ def abandoned(left: Snapshot, now: datetime, timeout: float, retry: RetryPolicy)
     for task in left.tasks:
         started = ("task", task.id) in left.calling
         retry_at = None
-        if started and task.attempts < task.max_attempts:
+        aborted = ("task", task.id) in left.aborted
+        if started and task.attempts < task.max_attempts and not aborted:
             retry_at = now + timedelta(seconds=retry.delay(task.attempts))
         error = interrupted if started else unstarted
         result.append(Abandoned(error, started, task_id=task.id, retry_at=retry_at))

@@ -21,6 +21,7 @@ from django_htask.store import RunOutcome, StartedTask
 
 from .context import NodeContext
 from .execution import Call, should_retry
+from .supervisor import Supervisor
 
 __all__ = ["TaskDispatch"]
 
@@ -30,8 +31,11 @@ logger = logging.getLogger(__name__)
 class TaskDispatch:
     """The one-off tasks of a node (see the module)."""
 
-    def __init__(self, ctx: NodeContext, max_tasks: int | None = None) -> None:
+    def __init__(
+        self, ctx: NodeContext, supervisor: Supervisor, max_tasks: int | None = None
+    ) -> None:
         self.ctx = ctx
+        self.supervisor = supervisor
         self.max_tasks = max_tasks
         self.claimed = 0  # tasks started
         self.finished = 0
@@ -124,8 +128,6 @@ class TaskDispatch:
     def _job(self, task: StartedTask) -> None:
         """A worker runs one task."""
         ctx = self.ctx
-        if not ctx.running.call(("task", task.id)):
-            return  # the node is stopping: handed back by stop()
         call = Call(
             task.payload,
             task.function,
@@ -135,7 +137,12 @@ class TaskDispatch:
             task.run_at,
             task_id=task.id,
         )
-        result = ctx.execute(call)
+        finish = functools.partial(self._finish, task)
+        self.supervisor.run(("task", task.id), call, task.timeout, finish)
+
+    def _finish(self, task: StartedTask, result: RunOutcome) -> None:
+        """Record how the task's attempt ended (on its worker, or by the supervisor)."""
+        ctx = self.ctx
         if should_retry(result, task.attempts, task.max_attempts):
             delay = ctx.task_retry.delay(task.attempts)
             result.retry_at = result.finished_at + timedelta(seconds=delay)

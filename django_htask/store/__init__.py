@@ -8,7 +8,7 @@ from django.db import connections
 from . import base
 from .base import *  # noqa: F403 - the store's interface and values
 
-__all__ = [*base.__all__, "get_store", "install"]  # noqa: PLE0604
+__all__ = [*base.__all__, "get_store", "install", "notify_nodes"]  # noqa: PLE0604
 
 
 def get_store(using: str = "default") -> base.Store:
@@ -34,3 +34,14 @@ def install(using: str = "default") -> None:
     Databases without a store yet are left alone (the migrations still apply)."""
     if connections[using].vendor in ("sqlite", "postgresql"):
         get_store(using).install()
+
+
+def notify_nodes(using: str = "default") -> None:
+    """Wake the nodes of the other processes now, in the caller's transaction (they
+    hear it when it commits): PostgreSQL's ``NOTIFY``, for a change its triggers do not
+    announce (an abort asked for on a run). Elsewhere nodes see it at their next poll."""
+    if connections[using].vendor == "postgresql":
+        from .listen import CHANNEL  # noqa: PLC0415
+
+        with connections[using].cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, 'task')", [CHANNEL])

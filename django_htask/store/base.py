@@ -98,6 +98,7 @@ class ScheduleRow:
     retry_backoff: float
     version: int
     queue_name: str = DEFAULT_QUEUE
+    timeout: float | None = None  # seconds a run may take (None: the default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,7 @@ class StartedTask:
     attempts: int
     max_attempts: int
     priority: int = 0
+    timeout: float | None = None  # seconds a run may take (None: the default)
 
 
 def storable(text: str) -> str:
@@ -464,6 +466,12 @@ class Store(abc.ABC):
     def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:
         """Write finished runs and their tasks and schedules, in one transaction. A
         task or run the node no longer holds (reaped meanwhile) is left as it is."""
+
+    @abc.abstractmethod
+    def aborts(self, node_id: str) -> list[tuple[str, int]]:
+        """The jobs running on ``node_id`` whose abort was asked for
+        (``cancel(token, abort=True)``, the admin's *Abort*): ``("task", task id)`` and
+        ``("run", run id)``. Reads only."""
 
     @abc.abstractmethod
     def count_pending_tasks(self) -> int: ...

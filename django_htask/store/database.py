@@ -40,6 +40,7 @@ _ROW_FIELDS = (
     "retry_backoff",
     "version",
     "queue_name",
+    "timeout",
 )
 #: What a started task carries, in :class:`StartedTask`'s order.
 _STARTED_FIELDS = (
@@ -51,6 +52,7 @@ _STARTED_FIELDS = (
     "attempts",
     "max_attempts",
     "priority",
+    "timeout",
 )
 #: SQLite allows 999 host parameters in old builds: chunk ``IN (...)`` lists.
 _CHUNK = 500
@@ -424,7 +426,14 @@ class DatabaseStore(Store):
         lost = Q(lease_expires_at__lt=now) | ~Q(locked_by__in=live.values("id"))
         crashed = list(
             tasks.filter(lost, status=TaskStatus.RUNNING).only(
-                "id", "function", "attempts", "max_attempts", "run_at", "started_at", "locked_by"
+                "id",
+                "function",
+                "attempts",
+                "max_attempts",
+                "run_at",
+                "started_at",
+                "locked_by",
+                "abort_requested_at",
             )
         )
         runs = []
@@ -441,7 +450,7 @@ class DatabaseStore(Store):
                 "last_error": error,
                 "traceback": "",
             }
-            if task.attempts < task.max_attempts:
+            if task.attempts < task.max_attempts and task.abort_requested_at is None:
                 delay = timedelta(seconds=retry.delay(max(task.attempts, 1)))
                 changes.update(status=TaskStatus.PENDING, run_at=now + delay)
             else:
@@ -642,8 +651,8 @@ class DatabaseStore(Store):
             )
             rows = cursor.fetchall()
         return [
-            StartedTask(i, t, f, bytes(p), _as_datetime(r), a, m, pr)
-            for i, t, f, p, r, a, m, pr in rows
+            StartedTask(i, t, f, bytes(p), _as_datetime(r), a, m, pr, to)
+            for i, t, f, p, r, a, m, pr, to in rows
         ]
 
     def _start_in(self, c: base.Claim) -> list[StartedTask]:
@@ -668,7 +677,21 @@ class DatabaseStore(Store):
         rows = tasks.filter(id__in=ids, locked_by=node_id, status=TaskStatus.RUNNING).values_list(
             *_STARTED_FIELDS
         )
-        return [StartedTask(i, t, f, bytes(p), r, a, m, pr) for i, t, f, p, r, a, m, pr in rows]
+        return [
+            StartedTask(i, t, f, bytes(p), r, a, m, pr, to) for i, t, f, p, r, a, m, pr, to in rows
+        ]
+
+    def aborts(self, node_id: str) -> list[tuple[str, int]]:
+        # Both read through their small partial index (abort_requested_at IS NOT NULL).
+        tasks = Task.objects.using(self.using).filter(
+            locked_by=node_id, abort_requested_at__isnull=False, status=TaskStatus.RUNNING
+        )
+        runs = Run.objects.using(self.using).filter(
+            node=node_id, abort_requested_at__isnull=False, status=RunStatus.RUNNING
+        )
+        return [("task", i) for i in tasks.values_list("id", flat=True)] + [
+            ("run", i) for i in runs.values_list("id", flat=True)
+        ]
 
     def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:
         if not outcomes:

@@ -65,6 +65,7 @@ class ScheduleRecord:
     retry_backoff: float = 10.0
     version: int = 0
     queue_name: str = DEFAULT_QUEUE
+    timeout: float | None = None
     last_run_at: datetime | None = None
     last_status: str = ""
     broken: str = ""
@@ -83,8 +84,10 @@ class TaskRecord:
     priority: int = 0
     queue_name: str = DEFAULT_QUEUE
     backend: str = ""
+    timeout: float | None = None
     locked_by: str | None = None
     lease_expires_at: datetime | None = None
+    abort_requested_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
     last_error: str = ""
@@ -120,6 +123,7 @@ class InMemoryStore(Store):
         self.tasks: dict[int, TaskRecord] = {}
         #: The runs, by id (``run_id``), as :class:`RunOutcome` s.
         self.runs: dict[int, RunOutcome] = {}
+        self.run_aborts: set[int] = set()  # runs whose abort was asked for
         self._ids = itertools.count(1)
         self._versions = itertools.count(1)
         self._listeners: set[_Listener] = set()
@@ -174,6 +178,7 @@ class InMemoryStore(Store):
         max_attempts: int = 1,
         priority: int = 0,
         queue_name: str = DEFAULT_QUEUE,
+        timeout: float | None = None,
         **kwargs: Any,
     ) -> int:
         """A pending one-off task ``function(*args, **kwargs)``, as ``schedule()`` makes
@@ -187,6 +192,7 @@ class InMemoryStore(Store):
                 max_attempts=max_attempts,
                 priority=priority,
                 queue_name=queue_name,
+                timeout=timeout,
             )
             self.tasks[task.id] = task
         self._notify("task")
@@ -202,6 +208,39 @@ class InMemoryStore(Store):
             task.locked_by = task.lease_expires_at = None
         self._notify("task")
         return True
+
+    def request_abort(self, *, task_id: int | None = None, run_id: int | None = None) -> bool:
+        """Ask for the abort of a running task or schedule run (as ``abort(token)`` and
+        the admin do); False if it is not running, or was asked already."""
+        with self._lock:
+            now = self.clock.now()
+            if task_id is not None:
+                task = self.tasks[task_id]
+                if task.status != TaskStatus.RUNNING or task.abort_requested_at is not None:
+                    return False
+                task.abort_requested_at = now
+            elif run_id is not None:
+                if self.runs[run_id].status != RunStatus.RUNNING or run_id in self.run_aborts:
+                    return False
+                self.run_aborts.add(run_id)
+        self._notify("task")
+        return True
+
+    def aborts(self, node_id: str) -> list[tuple[str, int]]:
+        with self._lock:
+            tasks = [
+                ("task", t.id)
+                for t in self.tasks.values()
+                if t.abort_requested_at is not None
+                and t.locked_by == node_id
+                and t.status == TaskStatus.RUNNING
+            ]
+            runs = [
+                ("run", i)
+                for i in sorted(self.run_aborts)
+                if self.runs[i].node == node_id and self.runs[i].status == RunStatus.RUNNING
+            ]
+            return tasks + runs
 
     def runs_of(
         self, *, schedule_id: int | None = None, task_id: int | None = None
@@ -413,7 +452,7 @@ class InMemoryStore(Store):
                 self._crashed_run(task, holder, now, error)
                 task.locked_by = task.lease_expires_at = None
                 task.last_error, task.traceback = error, ""
-                if task.attempts < task.max_attempts:
+                if task.attempts < task.max_attempts and task.abort_requested_at is None:
                     delay = timedelta(seconds=retry.delay(max(task.attempts, 1)))
                     task.status, task.run_at = TaskStatus.PENDING, now + delay
                 else:
@@ -474,6 +513,7 @@ class InMemoryStore(Store):
                 s.retry_backoff,
                 s.version,
                 s.queue_name,
+                s.timeout,
             )
 
     def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> int:
@@ -581,6 +621,7 @@ class InMemoryStore(Store):
                         task.attempts,
                         task.max_attempts,
                         task.priority,
+                        task.timeout,
                     )
                 )
             return started

@@ -29,9 +29,12 @@ HTASK = {
     "RETRY_BACKOFF": 0.2,
     "DB_RETRY": 0.2,
     "DB_RETRY_MAX": 1.0,
+    "TIMEOUT_GRACE": 1.0,
 }
 if os.environ.get("HTASK_ACCEPTANCE_TASK_MODULES"):
     HTASK["DJANGO_TASK_MODULES"] = os.environ["HTASK_ACCEPTANCE_TASK_MODULES"].split(",")
+if os.environ.get("HTASK_ACCEPTANCE_MAX_ABANDONED"):
+    HTASK["MAX_ABANDONED_THREADS"] = int(os.environ["HTASK_ACCEPTANCE_MAX_ABANDONED"])
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -36,6 +36,7 @@ HTASK = {
     "SHUTDOWN_TIMEOUT": 5.0,
     "DB_RETRY": 0.2,
     "DB_RETRY_MAX": 1.0,
+    "TIMEOUT_GRACE": 1.0,
 }
 if os.environ.get("HTASK_CLUSTER_DEFAULTS"):
     HTASK = {}
@@ -43,6 +44,8 @@ if os.environ.get("HTASK_CLUSTER_SHUTDOWN"):
     HTASK["SHUTDOWN_TIMEOUT"] = float(os.environ["HTASK_CLUSTER_SHUTDOWN"])
 if os.environ.get("HTASK_CLUSTER_RETRY_BACKOFF"):
     HTASK["RETRY_BACKOFF"] = float(os.environ["HTASK_CLUSTER_RETRY_BACKOFF"])
+if os.environ.get("HTASK_CLUSTER_MAX_ABANDONED"):
+    HTASK["MAX_ABANDONED_THREADS"] = int(os.environ["HTASK_CLUSTER_MAX_ABANDONED"])
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -13,90 +13,17 @@ says what the scheduler recorded.
 from __future__ import annotations
 
 import itertools
-import os
 import signal
 import time
-import urllib.parse
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime, timedelta
-from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import Scheduler, wait_until
-from tests.cluster.site import ClusterSite
+from tests.acceptance.conftest import wait_until
+from tests.cluster.conftest import Site
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-SETTINGS = "tests.cluster.settings"
-TABLES = "django_htask_run, django_htask_task, django_htask_schedule, django_htask_node"
-
-
-class Site(ClusterSite):
-    def __init__(self, url: str, log: Path) -> None:
-        super().__init__(SimpleNamespace(url=url), log, SETTINGS)  # type: ignore[arg-type]
-        self.started: list[Scheduler] = []
-
-    def spawn(self, *args: str, **env: str) -> Scheduler:
-        """A ``runscheduler`` process, just started (it may die before its banner)."""
-        scheduler = Scheduler(Path("unused"), list(args), {**self.env, **env})
-        self.started.append(scheduler)
-        return scheduler
-
-    def node(self, *args: str, **env: str) -> Scheduler:
-        """A ``runscheduler`` process, once it printed its banner."""
-        scheduler = self.spawn(*args, **env)
-        scheduler.wait_ready(60)
-        return scheduler
-
-    def lines(self) -> list[list[str]]:
-        if not self.log.exists():
-            return []
-        return [line.split() for line in self.log.read_text().splitlines()]
-
-    def schedule(self, name: str, spec: str, function: str, *args: Any, **fields: Any) -> int:
-        out = self.django(
-            "from django_htask.models import Schedule\n"
-            f"s = Schedule(name={name!r}, function={function!r}, schedule={spec!r}, **{fields!r})\n"
-            f"s.set_call({args!r})\n"
-            "s.save()\n"
-            "print(s.pk)\n"
-        )
-        return int(out)
-
-
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    """A database of this module's own on the suite's server, migrated once."""
-    import psycopg
-
-    server = os.environ["HTASK_TEST_DATABASE_URL"]
-    parts = urllib.parse.urlsplit(server)
-    url = urllib.parse.urlunsplit(parts._replace(path="/htask_faults"))
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS htask_faults WITH (FORCE)")
-        conn.execute("CREATE DATABASE htask_faults")
-    site = ClusterSite(SimpleNamespace(url=url), Path("unused"), SETTINGS)  # type: ignore[arg-type]
-    site.django(
-        "from django.core.management import call_command\ncall_command('migrate', verbosity=0)"
-    )
-    yield url
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS htask_faults WITH (FORCE)")
-
-
-@pytest.fixture
-def site(database: str, tmp_path: Path) -> Iterator[Site]:
-    site = Site(database, tmp_path / "jobs.log")
-    site.sql(f"TRUNCATE {TABLES}")
-    yield site
-    for node in site.started:
-        if node.process.poll() is None:
-            node.process.send_signal(signal.SIGCONT)
-        node.kill()
 
 
 def now(site: Site) -> datetime:

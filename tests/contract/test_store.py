@@ -82,6 +82,17 @@ class Kit:
 
         return list(Run.objects.filter(**where).order_by("id"))
 
+    def request_abort(self, *, task_id: int | None = None, run_id: int | None = None) -> bool:
+        """Ask for an abort as ``abort(token)`` and the admin's *Abort* do."""
+        if self.memory is not None:
+            return self.memory.request_abort(task_id=task_id, run_id=run_id)
+        from django_htask.api import AbortResult, abort
+        from django_htask.operations import abort_runs
+
+        if task_id is not None:
+            return abort(self.task(task_id).token) == AbortResult.REQUESTED
+        return abort_runs([run_id or 0]) == 1
+
     def register(self, *node_ids: str, at: datetime = NOW) -> None:
         for n, node_id in enumerate(node_ids):
             self.store.register_node(node_id, "host", n + 1, "0", at)
@@ -240,6 +251,52 @@ def test_results_are_written_with_the_next_claim_and_retries_wait(kit: Kit) -> N
     waiting = kit.task(retried)
     assert (waiting.status, waiting.run_at, waiting.last_error) == (TaskStatus.PENDING, later, "no")
     assert len(kit.runs(task_id=done)) == len(kit.runs(task_id=retried)) == 1
+
+
+def test_timeouts_travel_with_the_started_task_and_the_schedule_row(kit: Kit) -> None:
+    kit.register("n1")
+    timed, plain = kit.add_tasks(1, timeout=2.5) + kit.add_tasks(1)
+    started = {t.id: t.timeout for t in kit.store.start_tasks("n1", NOW, 5, LEASE)}
+    assert started == {timed: 2.5, plain: None}
+    sid = kit.add_schedule(timeout=30.0)
+    row = kit.store.get_schedule(sid)
+    assert row is not None and row.timeout == 30.0
+
+
+def test_aborts_list_the_running_jobs_of_a_node_asked_to_stop(kit: Kit) -> None:
+    kit.register("n1", "n2")
+    mine, other, untouched = kit.add_tasks(3)
+    kit.store.start_tasks("n1", NOW, 1, LEASE)
+    kit.store.start_tasks("n2", NOW, 1, LEASE)
+    kit.store.start_tasks("n1", NOW, 1, LEASE)
+    assert kit.store.aborts("n1") == []
+    sid = kit.add_schedule()
+    run_id = kit.store.start_schedule_run(
+        "n1", outcome({"schedule_id": sid}, status=RunStatus.RUNNING)
+    )
+    assert kit.request_abort(task_id=mine)
+    assert kit.request_abort(task_id=other)
+    assert kit.request_abort(run_id=run_id)
+    assert not kit.request_abort(run_id=run_id)  # asked already
+    assert kit.store.aborts("n1") == [("task", mine), ("run", run_id)]
+    assert kit.store.aborts("n2") == [("task", other)]
+    kit.store.record("n1", [outcome({"task_id": mine}, status=RunStatus.FAILED, error="x")])
+    done = outcome({"run_id": run_id, "schedule_id": sid}, status=RunStatus.FAILED)
+    kit.store.record("n1", [done])
+    assert kit.store.aborts("n1") == []  # finished: nothing left to stop
+    assert kit.task(untouched).status == TaskStatus.RUNNING
+
+
+def test_a_task_aborted_on_a_node_that_died_is_not_retried(kit: Kit) -> None:
+    kit.register("n1", "n2")
+    aborted, other = kit.add_tasks(2, max_attempts=3)
+    kit.store.start_tasks("n1", NOW, 2, LEASE)
+    assert kit.request_abort(task_id=aborted)
+    later = NOW + timedelta(minutes=5)
+    kit.store.heartbeat("n2", later, later + timedelta(seconds=60))
+    kit.store.reap("n2", later, later - timedelta(seconds=60), RETRY)
+    assert kit.task(aborted).status == TaskStatus.FAILED  # its abort stands
+    assert kit.task(other).status == TaskStatus.PENDING  # retried by its policy
 
 
 # -- fencing and reaping -------------------------------------------------------------------

@@ -60,7 +60,7 @@ def other_task(status: str) -> Task:
 def test_send_again_resets_the_same_row_and_keeps_its_runs(fake_clock: FakeClock) -> None:
     fake_clock.advance(3600)
     now = fake_clock.now()
-    task = failed_task(now)
+    task = failed_task(now, abort_requested_at=now)  # it was aborted
     done = other_task(TaskStatus.SUCCEEDED)
     result = send_again([task.pk, done.pk, 999_999])
     assert result.sent == (task.pk,)
@@ -70,6 +70,7 @@ def test_send_again_resets_the_same_row_and_keeps_its_runs(fake_clock: FakeClock
     assert (again.status, again.attempts, again.run_at) == (TaskStatus.PENDING, 0, now)
     assert (again.last_error, again.traceback, again.finished_at) == ("", "", None)
     assert again.started_at is None and again.locked_by is None
+    assert again.abort_requested_at is None  # its old abort would stop it at once
     # The same call, token, queue, priority and number of attempts allowed.
     assert (again.token, again.function, again.call) == (task.token, ADD, ((1,), {"b": 2}))
     assert (again.queue_name, again.priority, again.max_attempts) == ("mail", 5, 2)

@@ -211,6 +211,13 @@ class Command(BaseCommand):
                 "stopped: this node had been declared dead by the others "
                 "(see the log); start it again to rejoin",
             )
+        if node.exit_status:
+            # Its stuck threads are daemons, but say it and end at once all the same.
+            self._exit_now(
+                node.exit_status,
+                f"stopped: {node.done}; exit status {node.exit_status}, for a supervisor "
+                "to start it again (see the log)",
+            )
         if node.done:
             self.stdout.write(f"{node.done}.")
         if node.unfinished:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
 
-from django_htask import task
+from django_htask import current_token, task
 
 
 @task
@@ -50,3 +51,29 @@ def exits(kind: str) -> None:
     if kind == "keyboard":
         raise KeyboardInterrupt
     raise SystemExit(1)
+
+
+@task
+def hang(kind: str, log: str) -> None:
+    """Log ``start KIND``, then never return by itself: ``sleep`` (``time.sleep``, in
+    C), ``socket`` (a read from a server that never answers, in C), ``loop`` (an
+    endless pure-Python loop), ``cooperative`` (waits on its token: stops when asked)."""
+    _log(log, f"start {kind}")
+    if kind == "sleep":
+        time.sleep(1e9)
+    elif kind == "socket":
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen()
+            with socket.create_connection(server.getsockname()) as client:
+                client.recv(1)
+    elif kind == "loop":
+        while True:
+            pass
+    elif kind == "cooperative":
+        token = current_token()
+        assert token is not None
+        while not token.wait(60):
+            pass
+        token.raise_if_cancelled()
+    raise AssertionError(f"hang {kind!r} returned")

@@ -7,6 +7,9 @@ import time
 
 from django_htask import task
 
+# Registered here too: tests/cluster/test_stopping.py runs it on PostgreSQL.
+from tests.acceptance.app.tasks import hang  # noqa: F401
+
 
 def _log(line: str) -> None:
     """Append one line to ``HTASK_CLUSTER_LOG`` (one ``write`` on an O_APPEND file)."""

@@ -27,3 +27,64 @@ def hold(name: str) -> None:
     release.wait(10)
     with _lock:
         running["now"] -= 1
+
+
+# -- jobs that do not end by themselves (tests/unit/node/test_stopping.py) --------------
+#: What each stubborn job saw: name -> how it ended.
+ended: dict[str, str] = {}
+
+
+@registry.register
+def spin(name: str) -> None:
+    """Busy in Python until released: only a forced stop ends it."""
+    started, release = gate(name)
+    started.set()
+    try:
+        while not release.is_set():
+            sum(range(10))
+    except BaseException as exc:
+        ended[name] = type(exc).__name__
+        raise
+    ended[name] = "released"
+
+
+@registry.register
+def cooperative(name: str) -> None:
+    """Waits on its token, as a cooperative task does, and stops when it is cancelled
+    (or when the test releases it)."""
+    from django_htask.engine import current_token
+
+    started, release = gate(name)
+    token = current_token()
+    assert token is not None
+    token.on_cancel(lambda _token: release.set())
+    started.set()
+    release.wait(30)
+    ended[name] = "token" if token.cancelled else "released"
+    token.raise_if_cancelled()
+
+
+@registry.register
+def blocked(name: str) -> None:
+    """Blocked in C (a lock's wait) until released: even a forced stop waits for it."""
+    started, release = gate(name)
+    started.set()
+    try:
+        release.wait(30)
+    except BaseException as exc:  # a forced stop aimed meanwhile is raised on waking
+        ended[name] = f"released into {type(exc).__name__}"
+        raise
+    ended[name] = "released"
+
+
+@registry.register
+def swallow(name: str) -> None:
+    """Catches every exception and goes on until released (the forced stop included)."""
+    started, release = gate(name)
+    started.set()
+    while not release.is_set():
+        try:
+            while not release.is_set():
+                sum(range(10))
+        except BaseException as exc:
+            ended[name] = f"swallowed {type(exc).__name__}"

@@ -1,0 +1,177 @@
+"""Running jobs under watch: timeouts and aborts (docs/timeouts.md).
+
+:meth:`Supervisor.run` is how a worker runs a job (a task or a schedule run): the call,
+its timeout, and its outcome handed to the job's ``finish``. A job asked to stop — its
+timeout passed, or its abort was asked for — goes through
+three steps, each on the supervisor's own thread (so a database that is away delays
+none of them):
+
+1. its token is cancelled: a cooperative task (``current_token()``) stops by itself,
+   an async task is cancelled at its next ``await``;
+2. ``TIMEOUT_GRACE`` seconds later, if it is still in its call,
+   :class:`~django_htask.engine.ForcedStop` is raised in its thread;
+3. :data:`FORCE_WAIT` seconds after that, if its thread has still not returned (blocked
+   in C, or it swallowed the exception), the supervisor records the run for it and the
+   worker pool replaces the thread, so its capacity is back. A node that has given up
+   more than ``MAX_ABANDONED_THREADS`` threads still stuck asks to stop
+   (``runscheduler`` then exits with status 4, for its supervisor to start it afresh).
+
+A timed-out run is a failed run retried by its task's or schedule's policy; an aborted
+one is never retried. Exactly one outcome is recorded for a job: the worker's, or the
+supervisor's when it gave the worker up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+
+from django_htask.engine import Scheduler as EngineScheduler
+from django_htask.engine import SchedulerClosed, TimerHandle
+from django_htask.store import RunOutcome
+
+from .context import NodeContext
+from .execution import Call, execute, given_up
+from .running import Key
+
+__all__ = ["ABORTED", "FORCE_WAIT", "Supervisor", "timed_out"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between the exception raised in a job's thread and giving the thread up.
+FORCE_WAIT = 0.5
+#: The error of an aborted run.
+ABORTED = "Aborted: an abort was asked for (cancel(token, abort=True) or the admin)"
+
+
+def timed_out(timeout: float) -> str:
+    """The error of a run stopped by its timeout."""
+    return f"TimedOut: the run took longer than its timeout of {timeout:g}s"
+
+
+class Supervisor:
+    """Runs jobs, times them out and stops the aborted ones (see the module).
+
+    ``on_too_many(count)`` is called, once, when more than ``MAX_ABANDONED_THREADS``
+    given-up threads are still stuck."""
+
+    def __init__(self, ctx: NodeContext, on_too_many: Callable[[int], object]) -> None:
+        self.ctx = ctx
+        self._on_too_many = on_too_many
+        self._told = False
+        self._scheduler: EngineScheduler | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self.given_up = 0  # threads given up since the node started
+
+    @property
+    def scheduler(self) -> EngineScheduler:
+        """The supervisor's timers, on a thread of their own, made at the first timeout
+        or abort: a node that uses neither starts no thread for them."""
+        with self._lock:
+            if self._scheduler is None:
+                name = f"{self.ctx.node_id}-supervisor"
+                self._scheduler = EngineScheduler(1, clock=self.ctx.clock, name=name)
+                if self._closed:
+                    self._scheduler.close(wait=False)
+            return self._scheduler
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            scheduler = self._scheduler
+        if scheduler is not None:
+            scheduler.close(wait=False)
+
+    def run(
+        self,
+        key: Key,
+        call: Call,
+        timeout: float | None,
+        finish: Callable[[RunOutcome], None],
+    ) -> None:
+        """Make the job's call on this (worker) thread, stopped after ``timeout``
+        seconds (None: the ``DEFAULT_TIMEOUT`` setting), and hand its outcome to
+        ``finish`` — unless the node is stopping (the job is handed back, not run) or the
+        supervisor gave this thread up meanwhile (it called ``finish`` itself)."""
+        ctx = self.ctx
+        guard = ctx.running.call(key, call, ctx.clock.now(), finish)
+        if guard is None:
+            return
+        timer = self.arm(key, self.timeout_of(timeout))
+        try:
+            outcome = execute(call, clock=ctx.clock, guard=guard)
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if guard.settle():
+            finish(outcome)
+
+    def timeout_of(self, timeout: float | None) -> float | None:
+        """A job's timeout: its own, else the ``DEFAULT_TIMEOUT`` setting."""
+        return timeout if timeout is not None else self.ctx.settings.default_timeout
+
+    def arm(self, key: Key, timeout: float | None) -> TimerHandle | None:
+        """Stop the job ``timeout`` seconds from now (None: never); the caller cancels
+        the returned timer when the call is over."""
+        if timeout is None:
+            return None
+        with contextlib.suppress(SchedulerClosed):
+            return self.scheduler.call_later(
+                timeout, self.stop, key, timed_out(timeout), retryable=True
+            )
+        return None
+
+    def stop(self, key: Key, reason: str, *, retryable: bool = False) -> bool:
+        """Ask the job to stop (step 1) and force it after the grace; False if it is not
+        running here or was asked already."""
+        guard = self.ctx.running.guard(key)
+        if guard is None or not guard.stop(reason, retryable=retryable):
+            return False
+        logger.info(
+            "%s %s: %s",
+            *key,
+            reason,
+            extra={"action": "run_stop_asked", "job": key},
+        )
+        with contextlib.suppress(SchedulerClosed):
+            self.scheduler.call_later(self.ctx.settings.timeout_grace, self._force, key)
+        return True
+
+    def _force(self, key: Key) -> None:
+        """Step 2: raise in the job's thread if it is still in its call."""
+        called = self.ctx.running.called(key)
+        if called is None or not called.guard.interrupt():
+            return  # finished, or not called yet (it will not begin)
+        logger.warning(
+            "%s %s did not stop within TIMEOUT_GRACE: interrupted",
+            *key,
+            extra={"action": "run_interrupted", "job": key},
+        )
+        with contextlib.suppress(SchedulerClosed):
+            self.scheduler.call_later(FORCE_WAIT, self._give_up, key)
+
+    def _give_up(self, key: Key) -> None:
+        """Step 3: record the run for a thread that did not return, and replace it."""
+        ctx = self.ctx
+        called = ctx.running.called(key)
+        if called is None or not called.guard.abandon():
+            return
+        guard = called.guard
+        reason = guard.reason or ""
+        outcome = given_up(called.call, called.started_at, reason, guard.retryable, ctx.clock)
+        called.finish(outcome)
+        ctx.jobs.replace_worker(called.thread)
+        self.given_up += 1
+        stuck = ctx.jobs.abandoned_workers()
+        logger.error(
+            "%s %s: its thread did not return when forced and was given up (%d stuck)",
+            *key,
+            stuck,
+            extra={"action": "worker_given_up", "job": key, "stuck": stuck},
+        )
+        if stuck > ctx.settings.max_abandoned_threads and not self._told:
+            self._told = True
+            self._on_too_many(stuck)

@@ -1,0 +1,144 @@
+"""Timeouts and aborts with a real ``runscheduler`` process on SQLite (docs/timeouts.md).
+
+Each way a task hangs — ``time.sleep`` and a socket read (blocked in C), an endless
+Python loop, a task waiting on its token — with a timeout and without one (then
+aborted from another process). The settings give ``TIMEOUT_GRACE`` 1 s."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import Scheduler, wait_until
+
+pytestmark = pytest.mark.slow
+
+Query = Callable[..., list[tuple[Any, ...]]]
+HANG = "tests.acceptance.app.tasks:hang"
+NOOP = "tests.acceptance.app.tasks:noop"
+GRACE = 1.0
+GIVEN_UP = "; it did not stop when forced, and its worker thread was given up"
+#: Whether a forced stop reaches each kind (else its thread is given up).
+FORCED = {"sleep": False, "socket": False, "loop": True, "cooperative": True}
+HANG_RUN = "SELECT status, error, duration, attempt FROM django_htask_run WHERE function = %r"
+
+
+def started(log: Path, kind: str) -> bool:
+    return log.exists() and f"start {kind}" in log.read_text()
+
+
+def hang_runs(query: Query) -> list[tuple[Any, ...]]:
+    return query(HANG_RUN.replace("%r", "?"), HANG)
+
+
+@dataclass(frozen=True)
+class Hung:
+    node: Scheduler
+    token: str
+
+
+@pytest.fixture
+def hang(
+    start_scheduler: Callable[..., Scheduler],
+    django_code: Callable[[str], str],
+    tmp_path: Path,
+) -> Callable[..., Hung]:
+    """Start a node, schedule a hung task of a kind (with ``options``) and ``behind``
+    trivial tasks after it, and wait until the hung one runs."""
+
+    def start(kind: str, *, workers: int = 1, behind: int = 0, **options: Any) -> Hung:
+        node = start_scheduler("--workers", str(workers), "--poll-interval", "0.2")
+        log = tmp_path / "jobs.log"
+        given = "".join(f", {key}={value!r}" for key, value in options.items())
+        token = django_code(
+            "from django_htask import schedule\n"
+            f"print(schedule({HANG!r}, {kind!r}, {str(log)!r}{given}).token)\n"
+            f"for i in range({behind}):\n    schedule({NOOP!r}, str(i), delay=0.5)\n"
+        ).strip()
+        wait_until(lambda: started(log, kind), 30, "the hung task")
+        return Hung(node, token)
+
+    return start
+
+
+@pytest.mark.parametrize("kind", list(FORCED))
+def test_a_hung_task_with_a_timeout_is_stopped_and_the_tasks_behind_it_run(
+    hang: Callable[..., Hung], query: Query, kind: str
+) -> None:
+    node = hang(kind, timeout=2, behind=20).node
+    done = "SELECT count(*) FROM django_htask_task WHERE status = 'succeeded'"
+    wait_until(lambda: query(done) == [(20,)], 30, "the 20 tasks behind it, on its worker")
+    [(status, error, duration, attempt)] = hang_runs(query)
+    expected = "TimedOut: the run took longer than its timeout of 2s"
+    if not FORCED[kind]:
+        expected += GIVEN_UP
+    assert (status, error, attempt) == ("failed", expected, 1)
+    assert 2 <= duration < 2 + GRACE + 1  # recorded within timeout + grace + 1 s
+    assert query("SELECT status FROM django_htask_task WHERE function = ?", HANG) == [("failed",)]
+    node.send(signal.SIGTERM)
+    assert node.wait_exit() == 0, node.stderr
+    assert node.stdout.rstrip().endswith("stopped.")
+
+
+@pytest.mark.parametrize("kind", ["cooperative", "sleep"])
+def test_an_abort_from_another_process_stops_a_running_task_and_it_is_not_retried(
+    hang: Callable[..., Hung], django_code: Callable[[str], str], query: Query, kind: str
+) -> None:
+    hung = hang(kind, max_attempts=3)
+    said = django_code(f"from django_htask import abort\nprint(abort({hung.token!r}).value)\n")
+    assert said.strip() == "requested"
+    wait_until(lambda: hang_runs(query), 30, "its run recorded")
+    [(status, error, _duration, attempt)] = hang_runs(query)
+    expected = "Aborted: an abort was asked for (cancel(token, abort=True) or the admin)"
+    if not FORCED[kind]:
+        expected += GIVEN_UP
+    assert (status, error, attempt) == ("failed", expected, 1)
+    wait_until(
+        lambda: query("SELECT status, attempts FROM django_htask_task") == [("failed", 1)],
+        10,
+        "the task failed, never retried",
+    )
+    again = django_code(f"from django_htask import abort\nprint(abort({hung.token!r}).value)\n")
+    assert again.strip() == "not_found"  # finished
+    assert hung.node.process.poll() is None
+
+
+def test_sigterm_while_a_timeout_forces_a_stuck_task_stops_cleanly(
+    hang: Callable[..., Hung], query: Query
+) -> None:
+    node = hang("sleep", workers=2, timeout=2, max_attempts=2).node
+    node.send(signal.SIGTERM)  # the node waits for it: SHUTDOWN_TIMEOUT 10 s
+    assert node.wait_exit(30) == 0, node.stderr
+    [(status, error, _duration, _attempt)] = hang_runs(query)
+    assert (status, error) == (
+        "failed",
+        "TimedOut: the run took longer than its timeout of 2s" + GIVEN_UP,
+    )
+    [(task_status, lease)] = query("SELECT status, locked_by FROM django_htask_task")
+    assert (task_status, lease) == ("pending", None)  # its retry, for the next node
+    assert node.stdout.rstrip().endswith("stopped.")
+
+
+def test_a_node_with_too_many_stuck_threads_exits_with_status_4(
+    db_file: Path,
+    django_code: Callable[[str], str],
+    query: Query,
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "jobs.log"
+    django_code(
+        f"from django_htask import schedule\nschedule({HANG!r}, 'sleep', {str(log)!r}, timeout=1)\n"
+    )
+    node = Scheduler(db_file, ["--poll-interval", "0.2"], {"HTASK_ACCEPTANCE_MAX_ABANDONED": "0"})
+    try:
+        assert node.wait_exit(30) == 4, node.stderr
+        assert "worker threads are stuck" in node.stdout
+        assert "exit status 4" in node.stderr  # the log line says it too
+        assert query("SELECT status FROM django_htask_task") == [("failed",)]
+    finally:
+        node.kill()

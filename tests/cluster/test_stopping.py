@@ -1,0 +1,101 @@
+"""Timeouts and aborts with real ``runscheduler`` processes on PostgreSQL
+(docs/timeouts.md): a hung task timed out, a running task and a schedule run aborted
+from another process, which the node hears through ``NOTIFY`` (its poll is 5 s here).
+The settings give ``TIMEOUT_GRACE`` 1 s."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.acceptance.conftest import wait_until
+from tests.cluster.conftest import Site
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+HANG = "tests.acceptance.app.tasks:hang"
+NOOP = "tests.cluster.clusterapp.tasks:noop"
+GIVEN_UP = "; it did not stop when forced, and its worker thread was given up"
+ABORTED = "Aborted: an abort was asked for (cancel(token, abort=True) or the admin)"
+RUNS = "SELECT status, error, duration, attempt FROM django_htask_run WHERE function = %s"
+
+
+def hang_runs(site: Site) -> list[tuple[Any, ...]]:
+    return site.sql(RUNS, HANG)
+
+
+def started(site: Site, kind: str) -> bool:
+    return site.log.exists() and f"start {kind}" in site.log.read_text()
+
+
+@pytest.mark.parametrize(("kind", "forced"), [("sleep", False), ("loop", True)])
+def test_a_hung_task_times_out_and_the_tasks_behind_it_run(
+    site: Site, kind: str, forced: bool
+) -> None:
+    site.node("--workers", "1")
+    site.django(
+        "from django_htask import schedule\n"
+        f"schedule({HANG!r}, {kind!r}, {str(site.log)!r}, timeout=2, max_attempts=2)\n"
+        f"for i in range(20):\n    schedule({NOOP!r}, i, delay=0.5)\n"
+    )
+    done = "SELECT count(*) FROM django_htask_task WHERE status = 'succeeded'"
+    wait_until(lambda: site.one(done) == 20, 60, "the 20 tasks behind it")
+    wait_until(lambda: len(hang_runs(site)) == 2, 60, "its retry timed out too")
+    expected = "TimedOut: the run took longer than its timeout of 2s" + ("" if forced else GIVEN_UP)
+    assert [(s, e, a) for s, e, _d, a in hang_runs(site)] == [
+        ("failed", expected, 1),
+        ("failed", expected, 2),
+    ]
+    assert all(2 <= d < 4 for _s, _e, d, _a in hang_runs(site))
+    assert site.sql("SELECT status FROM django_htask_task WHERE function = %s", HANG) == [
+        ("failed",)
+    ]
+
+
+@pytest.mark.parametrize(("kind", "forced"), [("cooperative", True), ("socket", False)])
+def test_an_abort_reaches_the_node_through_notify(site: Site, kind: str, forced: bool) -> None:
+    node = site.node("--workers", "2")
+    token = site.django(
+        "from django_htask import schedule\n"
+        f"print(schedule({HANG!r}, {kind!r}, {str(site.log)!r}, max_attempts=3).token)\n"
+    ).strip()
+    wait_until(lambda: started(site, kind), 30, "the hung task")
+    said = site.django(f"from django_htask import abort\nprint(abort({token!r}).value)\n")
+    asked = time.monotonic()
+    assert said.strip() == "requested"
+    wait_until(lambda: hang_runs(site), 30, "its run recorded")
+    took = time.monotonic() - asked
+    # Through NOTIFY, not the 5 s poll: the node stopped it at once (cooperative), or
+    # after TIMEOUT_GRACE 1 s and FORCE_WAIT 0.5 s (stuck in C).
+    assert took < (1 if forced else 3), took
+    [(status, error, _duration, attempt)] = hang_runs(site)
+    assert (status, error, attempt) == ("failed", ABORTED + ("" if forced else GIVEN_UP), 1)
+    assert site.sql("SELECT status, attempts FROM django_htask_task") == [("failed", 1)]
+    assert node.process.poll() is None
+
+
+def test_an_abort_of_a_schedule_run_from_the_admin_operations(site: Site) -> None:
+    sid = site.schedule("hangs", "@every 1h", HANG, "cooperative", str(site.log), max_attempts=3)
+    site.sql(
+        "UPDATE django_htask_schedule SET next_run_at = now() - interval '1 second' WHERE id = %s",
+        sid,
+    )
+    site.node("--workers", "1")
+    wait_until(lambda: started(site, "cooperative"), 30, "the schedule's run")
+    [(run_id,)] = site.sql("SELECT id FROM django_htask_run WHERE schedule_id = %s", sid)
+    asked = site.django(
+        f"from django_htask.operations import abort_runs\nprint(abort_runs([{run_id}]))\n"
+    )
+    assert asked.strip() == "1"
+    wait_until(
+        lambda: (
+            site.sql("SELECT status FROM django_htask_run WHERE id = %s", run_id) == [("failed",)]
+        ),
+        3,
+        "the run stopped (NOTIFY: before the 5 s poll)",
+    )
+    assert site.sql("SELECT error FROM django_htask_run WHERE schedule_id = %s", sid) == [
+        (ABORTED,)
+    ]  # aborted: never retried

@@ -31,7 +31,11 @@ def admin_client_() -> Client:
 
 
 def staff(*perms: str) -> Client:
-    user = User.objects.create_user("staff", "staff@example.com", "pw", is_staff=True)
+    return staff_named("staff", *perms)
+
+
+def staff_named(name: str, *perms: str) -> Client:
+    user = User.objects.create_user(name, f"{name}@example.com", "pw", is_staff=True)
     for codename in perms:
         user.user_permissions.add(Permission.objects.get(codename=codename))
     client = Client(enforce_csrf_checks=True)
@@ -380,3 +384,47 @@ def test_nodes_show_live_or_dead_and_the_work_they_hold(
     assert re.search(r'field-running_tasks">0<', rows["gone-2"])
     live_only = admin_client_.get(f"{URL}node/?alive=yes").content.decode()
     assert "alive-1" in live_only and "gone-2" not in live_only
+
+
+# -- abort (docs/timeouts.md) --------------------------------------------------------------
+@pytest.mark.django_db
+def test_the_abort_actions_stop_running_tasks_and_runs(
+    admin_client_: Client, fake_clock: FakeClock
+) -> None:
+    running, pending, done = (schedule(tasks.add, n) for n in range(3))
+    Task.objects.filter(pk=running.pk).update(status=TaskStatus.RUNNING, locked_by="n1")
+    Task.objects.filter(pk=done.pk).update(status=TaskStatus.SUCCEEDED)
+    selected = [running.pk, pending.pk, done.pk]
+    response = admin_client_.post(
+        f"{URL}task/", {"action": "abort_tasks", "_selected_action": selected}, follow=True
+    )
+    said = [str(m) for m in response.context["messages"]]
+    assert said == [
+        "abort asked for 1 running task(s), 1 pending task(s) cancelled",
+        "1 task(s) not aborted: already finished",
+    ]
+    assert Task.objects.get(pk=running.pk).abort_requested_at == fake_clock.now()
+    assert Task.objects.get(pk=pending.pk).status == TaskStatus.CANCELLED
+    row = make()
+    going = Run.objects.create(schedule=row, name="s", function=ADD, status=RunStatus.RUNNING)
+    over = Run.objects.create(schedule=row, name="s", function=ADD, status=RunStatus.SUCCEEDED)
+    response = admin_client_.post(
+        f"{URL}run/", {"action": "abort_runs", "_selected_action": [going.pk, over.pk]}, follow=True
+    )
+    said = [str(m) for m in response.context["messages"]]
+    assert said == [
+        "abort asked for 1 running run(s)",
+        "1 run(s) not aborted: not running, or asked already",
+    ]
+    assert Run.objects.get(pk=going.pk).abort_requested_at == fake_clock.now()
+    assert Run.objects.get(pk=over.pk).abort_requested_at is None
+
+
+@pytest.mark.django_db
+def test_aborting_a_run_takes_the_right_to_change_schedules() -> None:
+    Run.objects.create(name="s", function=ADD, status=RunStatus.RUNNING)  # a list to act on
+    viewer = staff("view_run")
+    page = viewer.get(f"{URL}run/")
+    assert b"abort_runs" not in page.content
+    allowed = staff_named("allowed", "view_run", "change_schedule")
+    assert b"abort_runs" in allowed.get(f"{URL}run/").content

@@ -19,6 +19,7 @@ from django_htask import (
     get_task,
     reschedule,
     schedule,
+    task,
 )
 from django_htask.api import MAX_DELAY
 from django_htask.engine import ArgumentError, FakeClock, FunctionNotRegistered, PayloadError
@@ -230,3 +231,65 @@ def test_async_variants(fake_clock: FakeClock) -> None:
     assert not thread.is_alive()
     assert errors == []
     assert Task.objects.get().status == TaskStatus.CANCELLED
+
+
+# -- timeouts and abort (docs/timeouts.md) -------------------------------------------------
+@task(timeout=30)
+def timed(n: int) -> None:
+    """A task whose runs may take 30 s."""
+
+
+def test_a_timeout_is_stored_from_the_call_or_the_task_decorator(fake_clock: FakeClock) -> None:
+    assert schedule(tasks.add, 1, timeout=2.5).timeout == 2.5
+    assert schedule(tasks.add, 1, timeout=timedelta(minutes=1)).timeout == 60.0
+    assert schedule(tasks.add, 1).timeout is None  # DEFAULT_TIMEOUT applies at run time
+    assert schedule(timed, 1).timeout == 30.0
+    assert schedule(timed, 1, timeout=5).timeout == 5.0  # the call's own wins
+
+
+@pytest.mark.parametrize(
+    ("timeout", "message"),
+    [
+        (0, "timeout must be from 0.001 to 31536000 seconds, got 0"),
+        (-1, "timeout must be from 0.001 to 31536000 seconds, got -1"),
+        (float("inf"), "timeout must be from 0.001 to 31536000 seconds, got inf"),
+        ("10", "timeout must be seconds or a timedelta, got '10'"),
+        (True, "timeout must be seconds or a timedelta, got True"),
+    ],
+)
+def test_a_bad_timeout_is_a_value_error_naming_it(
+    fake_clock: FakeClock, timeout: Any, message: str
+) -> None:
+    with pytest.raises(ValueError, match="timeout must") as info:
+        schedule(tasks.add, 1, timeout=timeout)
+    assert str(info.value) == message
+    assert not Task.objects.exists()
+
+
+def test_abort_cancels_a_pending_task_and_asks_for_a_running_one(fake_clock: FakeClock) -> None:
+    from django_htask import AbortResult, abort
+
+    pending = schedule(tasks.add, 1, delay=60)
+    assert abort(pending.token) is AbortResult.CANCELLED
+    assert Task.objects.get(pk=pending.pk).status == TaskStatus.CANCELLED
+    running = schedule(tasks.add, 1)
+    Task.objects.filter(pk=running.pk).update(status=TaskStatus.RUNNING, locked_by="n1")
+    assert abort(running.token) is AbortResult.REQUESTED
+    assert Task.objects.get(pk=running.pk).abort_requested_at == fake_clock.now()
+    assert abort(running.token) is AbortResult.REQUESTED  # asked already: still running
+    assert cancel(running.token) is False  # cancel alone leaves a running task alone
+    assert cancel(running.token, abort=True) is True
+    Task.objects.filter(pk=running.pk).update(status=TaskStatus.SUCCEEDED)
+    assert abort(running.token) is AbortResult.NOT_FOUND
+    assert not abort(running.token)  # NOT_FOUND is false, the others true
+    assert abort("no-such-token") is AbortResult.NOT_FOUND
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_abort(fake_clock: FakeClock) -> None:
+    from django_htask import AbortResult, aabort
+
+    task = schedule(tasks.add, 1, delay=60)
+    assert asyncio.run(aabort(task.token)) is AbortResult.CANCELLED
+    other = schedule(tasks.add, 1, delay=60)
+    assert asyncio.run(acancel(other.token, abort=True)) is True

@@ -206,3 +206,13 @@ def test_periodic_takes_a_fluent_schedule(fake_clock: FakeClock) -> None:
     row = Schedule.objects.get(name="morning")
     assert row.next_run_at == fake_clock.now() + timedelta(hours=10, minutes=30)
     assert row.overlap == "delay"
+
+
+@pytest.mark.usefixtures("declared")
+@pytest.mark.django_db
+def test_periodic_timeout_is_synced_and_a_bad_one_recorded(fake_clock: FakeClock) -> None:
+    periodic("@every 5m", name="timed", timeout=timedelta(minutes=2))(job_a)
+    decorators.sync_schedules()
+    assert Schedule.objects.get(name="timed").timeout == 120.0
+    bad = refused(lambda: periodic("@every 5m", name="bad-timeout", timeout=-1)(other))
+    assert str(bad.error) == "timeout must be from 0.001 to 31536000 seconds, got -1"

@@ -11,6 +11,8 @@ import pytest
 from django.db import transaction
 
 from django_htask import (
+    AbortResult,
+    aabort,
     acancel,
     aget_task,
     areschedule,
@@ -215,6 +217,10 @@ def test_async_variants(fake_clock: FakeClock) -> None:
             await aschedule(tasks.add, 1, delay=1e20)
         with pytest.raises(ValueError, match="at must be at most 100 years"):
             await areschedule(task.token, at=datetime.max.replace(tzinfo=UTC))
+        other = await aschedule(tasks.add, 1, delay=5)
+        assert await aabort(other.token) is AbortResult.CANCELLED
+        third = await aschedule(tasks.add, 1, delay=5)
+        assert await acancel(third.token, abort=True)
 
     # On a thread of its own: the test is independent of any event loop left around.
     errors: list[BaseException] = []
@@ -230,7 +236,7 @@ def test_async_variants(fake_clock: FakeClock) -> None:
     thread.join(30)
     assert not thread.is_alive()
     assert errors == []
-    assert Task.objects.get().status == TaskStatus.CANCELLED
+    assert list(Task.objects.values_list("status", flat=True)) == [TaskStatus.CANCELLED] * 3
 
 
 # -- timeouts and abort (docs/timeouts.md) -------------------------------------------------
@@ -267,7 +273,7 @@ def test_a_bad_timeout_is_a_value_error_naming_it(
 
 
 def test_abort_cancels_a_pending_task_and_asks_for_a_running_one(fake_clock: FakeClock) -> None:
-    from django_htask import AbortResult, abort
+    from django_htask import abort
 
     pending = schedule(tasks.add, 1, delay=60)
     assert abort(pending.token) is AbortResult.CANCELLED
@@ -283,13 +289,3 @@ def test_abort_cancels_a_pending_task_and_asks_for_a_running_one(fake_clock: Fak
     assert abort(running.token) is AbortResult.NOT_FOUND
     assert not abort(running.token)  # NOT_FOUND is false, the others true
     assert abort("no-such-token") is AbortResult.NOT_FOUND
-
-
-@pytest.mark.django_db(transaction=True)
-def test_async_abort(fake_clock: FakeClock) -> None:
-    from django_htask import AbortResult, aabort
-
-    task = schedule(tasks.add, 1, delay=60)
-    assert asyncio.run(aabort(task.token)) is AbortResult.CANCELLED
-    other = schedule(tasks.add, 1, delay=60)
-    assert asyncio.run(acancel(other.token, abort=True)) is True

@@ -47,7 +47,7 @@ def stopped_node() -> mock.MagicMock:
     """A stand-in for runscheduler's Node that has run and stopped: a validation that
     let a bad value through makes the test fail, not run a node for ever."""
     node = mock.MagicMock(
-        node_id="stand-in", stop_requested=True, fenced=None, unfinished=0, done="",
+        node_id="stand-in", stop_requested=True, fenced=None, unfinished=0, done="", exit_status=0,
         max_tasks=None, batch=False,
     )
     node.start.return_value = NodeStats(0, 0, None)

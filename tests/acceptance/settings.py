@@ -2,10 +2,13 @@
 
 The database file comes from ``HTASK_ACCEPTANCE_DB``; ``HTASK_ACCEPTANCE_TIMEOUT``
 sets SQLite's busy timeout (short, so a locked database shows as errors quickly);
-``HTASK_ACCEPTANCE_TASK_MODULES`` (comma-separated) is ``HTASK["DJANGO_TASK_MODULES"]``.
+``HTASK_ACCEPTANCE_TASK_MODULES`` (comma-separated) is ``HTASK["DJANGO_TASK_MODULES"]``;
+``HTASK_ACCEPTANCE_ATEXIT`` names a file an exit handler of the project writes to.
 """
 
+import atexit
 import os
+from pathlib import Path
 
 SECRET_KEY = "acceptance-tests-only"
 USE_TZ = True
@@ -35,6 +38,8 @@ if os.environ.get("HTASK_ACCEPTANCE_TASK_MODULES"):
     HTASK["DJANGO_TASK_MODULES"] = os.environ["HTASK_ACCEPTANCE_TASK_MODULES"].split(",")
 if os.environ.get("HTASK_ACCEPTANCE_MAX_ABANDONED"):
     HTASK["MAX_ABANDONED_THREADS"] = int(os.environ["HTASK_ACCEPTANCE_MAX_ABANDONED"])
+if os.environ.get("HTASK_ACCEPTANCE_ATEXIT"):
+    atexit.register(Path(os.environ["HTASK_ACCEPTANCE_ATEXIT"]).write_text, "exit handler ran")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

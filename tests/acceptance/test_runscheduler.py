@@ -20,14 +20,22 @@ Query = Callable[..., list[tuple[Any, ...]]]
 NOOP = "tests.acceptance.app.tasks:noop"
 
 
-def test_banner_and_clean_exit_on_sigterm(start_scheduler: Callable[..., Scheduler]) -> None:
-    scheduler = start_scheduler("--workers", "3", "--node-id", "banner-node")
+def test_banner_and_clean_exit_on_sigterm(
+    start_scheduler: Callable[..., Scheduler], tmp_path: Path
+) -> None:
+    exit_file = tmp_path / "atexit.txt"
+    scheduler = start_scheduler(
+        "--workers", "3", "--node-id", "banner-node", HTASK_ACCEPTANCE_ATEXIT=str(exit_file)
+    )
     out = scheduler.stdout
     for part in ("node:      banner-node", "database:  sqlite", "workers:   3", "0 schedules"):
         assert part in out, out
     scheduler.send(signal.SIGTERM)
     assert scheduler.wait_exit() == 0, scheduler.stderr
     assert "stopped." in scheduler.stdout
+    assert "node banner-node stopped" in scheduler.stderr  # the log is flushed
+    # It ends without tearing the interpreter down, but the project's exit handlers run.
+    assert exit_file.read_text() == "exit handler ran"
 
 
 def test_a_schedule_created_by_another_process_fires_within_the_poll_interval(

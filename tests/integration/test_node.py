@@ -145,12 +145,14 @@ def test_a_timer_is_set_only_for_a_task_within_the_look_ahead(
     make_node: MakeNode, fake_clock: FakeClock, calls: Any, settings: Any
 ) -> None:
     settings.HTASK = {"LOOKAHEAD": 30.0}
-    far = schedule(tasks.add, 9, delay=3600)
+    # 100 s ahead, not an hour: every 5 s poll is real work, and 720 of them took more
+    # than advance()'s 10 s on a loaded CI machine.
+    far = schedule(tasks.add, 9, delay=100)
     node = make_node(poll_interval=5.0)
     assert node.next_task_wake() is None
-    fake_clock.advance(3600 - 31)  # the last poll was at 3565 s: 35 s ahead
+    fake_clock.advance(100 - 31)  # the last poll was at 65 s: 35 s ahead
     assert node.next_task_wake() is None
-    fake_clock.advance(2)  # polled at 3570 s: within 30 s
+    fake_clock.advance(2)  # polled at 70 s: within 30 s
     assert node.next_task_wake() == far.run_at
     fake_clock.advance(28)
     assert calls["add"] == []

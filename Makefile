@@ -43,8 +43,9 @@ docs: $(STAMP)
 migrations: $(STAMP)
 	PYTHONPATH=. $(BIN)/django-admin makemigrations --check --dry-run --settings=tests.settings
 
-# The whole suite twice: on SQLite, then on a throw-away PostgreSQL 15 cluster (tests
-# marked `postgres` run only there; the second run fails if PostgreSQL cannot start).
+# The whole suite on SQLite, then on a throw-away PostgreSQL 15 cluster the tests that
+# use the database (tests marked `postgres` run only there; the others, which use no
+# database, are deselected there, saying so; it fails if PostgreSQL cannot start).
 pytest: $(STAMP) system-deps
 	$(BIN)/pytest -m "not postgres"
 	$(BIN)/python -m tests.pgcluster -- $(BIN)/pytest

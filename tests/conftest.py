@@ -31,6 +31,60 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     pytest.skip(reason)
 
 
+#: Fixtures that give a test the test database (pytest-django's, and what uses them).
+DATABASE_FIXTURES = frozenset(
+    {
+        "db",
+        "transactional_db",
+        "django_db_reset_sequences",
+        "django_db_serialized_rollback",
+        "live_server",
+    }
+)
+
+
+def uses_test_database(item: pytest.Item) -> bool:
+    """Whether a test reads or writes the test database (or PostgreSQL of its own): a
+    ``django_db`` or ``postgres`` mark, a database fixture, or a Django test case that
+    has a database. The others — the engine's unit tests, the acceptance tests on
+    SQLite files of their own, the browser tests of the example project — give the same
+    result on every database."""
+    if item.get_closest_marker("django_db") or item.get_closest_marker("postgres"):
+        return True
+    if DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    from django.test import TransactionTestCase
+
+    cls = getattr(item, "cls", None)
+    return cls is not None and issubclass(cls, TransactionTestCase)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The PostgreSQL pass runs only the tests that use the database: the others ran in
+    the SQLite pass (``make pytest`` runs both), and would give the same result."""
+    if not os.environ.get("HTASK_TEST_DATABASE_URL"):
+        return
+    kept = [item for item in items if uses_test_database(item)]
+    if len(kept) == len(items):
+        return
+    dropped = [item for item in items if not uses_test_database(item)]
+    config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
+    config.stash[_DATABASE_FREE] = len(dropped)
+
+
+_DATABASE_FREE = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    dropped = config.stash.get(_DATABASE_FREE, 0)
+    if dropped:
+        terminalreporter.write_line(
+            f"PostgreSQL pass: {dropped} tests that use no database were deselected (the "
+            "SQLite pass runs them)"
+        )
+
+
 @pytest.fixture(autouse=True)
 def _close_thread_connections() -> Iterator[None]:
     """Close the PostgreSQL connections other threads (a node's) opened during the test:

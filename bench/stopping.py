@@ -2,7 +2,8 @@
 
 Run: ``.venv/bin/python bench/stopping.py`` (starts its own throw-away PostgreSQL).
 The node runs with the cluster test settings (``TIMEOUT_GRACE`` 1 s, poll 5 s: an
-abort reaches it through ``NOTIFY``), thread pool, ``--workers 2``.
+abort reaches it through ``NOTIFY``), ``--workers 2``, with the thread pool then the
+process pool (``--pools``: both).
 
 1. Hung tasks: for each way a task hangs (``sleep`` and ``socket``: blocked in C;
    ``loop``: pure Python; ``cooperative``: waits on its token), 2 hung tasks with
@@ -17,8 +18,9 @@ abort reaches it through ``NOTIFY``), thread pool, ``--workers 2``.
    (``sleep``), aborted with ``abort(token)`` from another process once running; the
    latency from the abort (``Task.abort_requested_at``) to the run recorded
    (``Run.finished_at``): p50, p99, max, against the bound (1 s; grace + 1 s). Each
-   aborted ``sleep`` leaves a thread stuck in C: the node runs with
-   ``MAX_ABANDONED_THREADS`` above the rounds, so that it does not stop (status 4).
+   aborted ``sleep`` leaves a thread stuck in C with the thread pool: the node runs
+   with ``MAX_ABANDONED_THREADS`` above the rounds, so that it does not stop (status 4).
+   The process pool stops it with a signal (and would kill its process): nothing stuck.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ KINDS = ("sleep", "socket", "loop", "cooperative")
 class Bench(ClusterSite):
     def __init__(self, pg: PostgresCluster, log: Path) -> None:
         super().__init__(pg, log, SETTINGS)
+        self.pool = "thread"
 
     def reset(self) -> None:
         self.sql("TRUNCATE django_htask_run, django_htask_task, django_htask_node")
@@ -56,7 +59,7 @@ class Bench(ClusterSite):
 
     def node(self, **env: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "django", "runscheduler", "--workers", "2"],
+            [sys.executable, "-m", "django", "runscheduler", "--workers", "2", "--pool", self.pool],
             env={**os.environ, **self.env, **env},
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -176,44 +179,53 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aborts", type=int, default=20, help="section 2's rounds per kind")
     parser.add_argument("--only", type=int, choices=(1, 2), help="run one section")
+    parser.add_argument(
+        "--pools", nargs="+", choices=("thread", "process"), default=["thread", "process"]
+    )
     args = parser.parse_args()
     with PostgresCluster() as pg:
         bench = Bench(pg, pg.root / "jobs.log")
         bench.django(
             "from django.core.management import call_command\ncall_command('migrate', verbosity=0)"
         )
-        print(f"PostgreSQL {pg.bin_dir.parent.name}, {os.cpu_count()} CPUs, thread pool")
-        wanted = {args.only} if args.only else {1, 2}
-        if 1 in wanted:
-            bound = TIMEOUT + GRACE + 1
+        print(f"PostgreSQL {pg.bin_dir.parent.name}, {os.cpu_count()} CPUs")
+        for pool in args.pools:
+            bench.pool = pool
+            print(f"--pool {pool}")
+            _sections(bench, {args.only} if args.only else {1, 2}, args.aborts)
+
+
+def _sections(bench: Bench, wanted: set[int], aborts: int) -> None:
+    if 1 in wanted:
+        bound = TIMEOUT + GRACE + 1
+        print(
+            f"1. 2 hung tasks (timeout {TIMEOUT:g} s, grace {GRACE:g} s) holding both "
+            "workers, 100 trivial tasks behind them"
+        )
+        reference = bench.trivial(None)
+        print(
+            f"  reference, nothing hung: 100 tasks in {reference['all_s']:.2f} s; "
+            f"{reference['together']:.0f} of 2 workers at once after"
+        )
+        for kind in KINDS:
+            got = bench.trivial(kind)
+            expected = reference["all_s"] + got["hung_max_s"]
             print(
-                f"1. 2 hung tasks (timeout {TIMEOUT:g} s, grace {GRACE:g} s) holding both "
-                "workers, 100 trivial tasks behind them"
+                f"  {kind:<11} hung run recorded after {got['hung_max_s']:.2f} s "
+                f"(bound {bound:g} s: {'met' if got['hung_max_s'] <= bound else 'MISSED'}); "
+                f"all done {got['all_s']:.2f} s ({got['all_s'] / expected:.2f}x the "
+                f"reference + that wait); {got['together']:.0f} of 2 workers at once after"
             )
-            reference = bench.trivial(None)
+    if 2 in wanted:
+        print(f"2. abort(token) to the run recorded, {aborts} rounds each")
+        for kind, bound in (("cooperative", 1.0), ("sleep", GRACE + 1)):
+            lat = bench.aborts(kind, aborts)
+            p99 = _pct(lat, 0.99)
             print(
-                f"  reference, nothing hung: 100 tasks in {reference['all_s']:.2f} s; "
-                f"{reference['together']:.0f} of 2 workers at once after"
+                f"  {kind:<11} p50 {statistics.median(lat) * 1000:.0f} ms, p99 "
+                f"{p99 * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms (bound {bound:g} s: "
+                f"{'met' if p99 <= bound else 'MISSED'})"
             )
-            for kind in KINDS:
-                got = bench.trivial(kind)
-                expected = reference["all_s"] + got["hung_max_s"]
-                print(
-                    f"  {kind:<11} hung run recorded after {got['hung_max_s']:.2f} s "
-                    f"(bound {bound:g} s: {'met' if got['hung_max_s'] <= bound else 'MISSED'}); "
-                    f"all done {got['all_s']:.2f} s ({got['all_s'] / expected:.2f}x the "
-                    f"reference + that wait); {got['together']:.0f} of 2 workers at once after"
-                )
-        if 2 in wanted:
-            print(f"2. abort(token) to the run recorded, {args.aborts} rounds each")
-            for kind, bound in (("cooperative", 1.0), ("sleep", GRACE + 1)):
-                lat = bench.aborts(kind, args.aborts)
-                p99 = _pct(lat, 0.99)
-                print(
-                    f"  {kind:<11} p50 {statistics.median(lat) * 1000:.0f} ms, p99 "
-                    f"{p99 * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms (bound {bound:g} s: "
-                    f"{'met' if p99 <= bound else 'MISSED'})"
-                )
 
 
 if __name__ == "__main__":

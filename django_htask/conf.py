@@ -26,7 +26,10 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-__all__ = ["HtaskSettings", "get_settings", "is_dotted_name"]
+__all__ = ["POOLS", "HtaskSettings", "get_settings", "is_dotted_name"]
+
+#: Where a node's calls may run (the ``POOL`` setting, ``runscheduler --pool``).
+POOLS = ("thread", "process")
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,15 @@ class HtaskSettings:
     #: Worker threads a node may give up (stuck in C after a forced stop) before it
     #: stops and exits with status 4, for its supervisor to start it afresh.
     max_abandoned_threads: int = 4
+    #: Where the calls run: ``"thread"`` (the worker threads) or ``"process"`` (a worker
+    #: process per worker thread; see docs/timeouts.md).
+    pool: str = "thread"
+    #: With the process pool: a worker process is replaced after this many calls
+    #: (0: never).
+    max_tasks_per_child: int = 0
+    #: With the process pool: a worker process whose peak resident memory passed this
+    #: many MiB is replaced after its call (0: never).
+    max_memory_per_child: int = 0
     #: First retry delay of a failed one-off task, in seconds (doubled at each attempt).
     retry_backoff: float = 10.0
     #: The longest retry delay, in seconds.
@@ -93,6 +105,8 @@ _cached: HtaskSettings | None = None
 
 #: The settings that may be None (no limit) besides a number > 0.
 _OPTIONAL_SECONDS = frozenset({"default_timeout"})
+#: The settings that name one of a few choices.
+_CHOICES = {"pool": POOLS}
 
 
 def _check(key: str, value: Any, default: Any) -> Any:
@@ -120,6 +134,13 @@ def _check(key: str, value: Any, default: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
             raise ImproperlyConfigured(f"HTASK[{key!r}] must be a number >= 0, got {value!r}")
         return float(value)
+    if key.lower() in _CHOICES:
+        choices = _CHOICES[key.lower()]
+        if value not in choices:
+            raise ImproperlyConfigured(
+                f"HTASK[{key!r}] must be one of {', '.join(map(repr, choices))}, got {value!r}"
+            )
+        return value
     if isinstance(default, tuple):
         if not isinstance(value, list | tuple) or not all(is_dotted_name(v) for v in value):
             raise ImproperlyConfigured(

@@ -28,7 +28,7 @@ from django_htask.enums import RunStatus
 from django_htask.signals import run_finished, run_started
 from django_htask.store import RunOutcome
 
-__all__ = ["Call", "call_of", "execute", "given_up", "should_retry"]
+__all__ = ["RUN_FIELDS", "Call", "call_of", "ended_outside", "execute", "given_up", "should_retry"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,11 +59,11 @@ class Call:
     @classmethod
     def of_run(cls, run: RunOutcome, payload: bytes) -> Call:
         """The call of a run row written as it started."""
-        return cls(payload, *(getattr(run, name) for name in _RUN_FIELDS))
+        return cls(payload, *(getattr(run, name) for name in RUN_FIELDS))
 
 
 #: What a run is, as the run signals send it and the run row holds it.
-_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(Call))[1:]
+RUN_FIELDS = tuple(f.name for f in dataclasses.fields(Call))[1:]
 
 
 def should_retry(result: RunOutcome, attempt: int, max_attempts: int) -> bool:
@@ -92,7 +92,7 @@ def execute(
     if refresh_connections:
         close_old_connections()
     started_at = clock.now()
-    info: dict[str, Any] = {name: getattr(call, name) for name in _RUN_FIELDS}
+    info: dict[str, Any] = {name: getattr(call, name) for name in RUN_FIELDS}
     name, function = call.name, call.function
     run_started.send_robust(sender=Run, **info)
     t0 = clock.monotonic()
@@ -146,9 +146,17 @@ def given_up(
 ) -> RunOutcome:
     """The outcome of a call whose worker was given up: it did not return within the
     grace after it was forced to stop (stuck in C, or it swallowed the exception)."""
-    info: dict[str, Any] = {name: getattr(call, name) for name in _RUN_FIELDS}
-    now = clock.now()
     error = f"{reason}; it did not stop when forced, and its worker thread was given up"
+    return ended_outside(call, started_at, error, retryable, clock)
+
+
+def ended_outside(
+    call: Call, started_at: datetime, error: str, retryable: bool, clock: Clock
+) -> RunOutcome:
+    """The failed outcome of a call that ended without returning one: its worker was
+    given up, its worker process died, or it was stopped before it began."""
+    info: dict[str, Any] = {name: getattr(call, name) for name in RUN_FIELDS}
+    now = clock.now()
     duration = (now - started_at).total_seconds()
     return _finished(call, info, RunStatus.FAILED, error, "", retryable, started_at, now, duration)
 

@@ -24,7 +24,7 @@ from django.db import connections
 import django_htask
 from django_htask import clock as clocks
 from django_htask import notices
-from django_htask.conf import HtaskSettings, get_settings
+from django_htask.conf import POOLS, HtaskSettings, get_settings
 from django_htask.engine import Clock
 from django_htask.engine import Scheduler as EngineScheduler
 from django_htask.exceptions import NodeFenced
@@ -37,6 +37,7 @@ from .control import ControlThread, DatabaseBackoff, Once
 from .firing import Firing
 from .liveness import Liveness
 from .membership import Membership
+from .processes import ProcessPool
 from .shutdown import shut_down, shut_down_fenced
 from .supervisor import ABORTED, Supervisor
 from .tasks import TaskDispatch
@@ -88,10 +89,15 @@ class Node:
         backend: str | None = None,
         max_tasks: int | None = None,
         batch: bool = False,
+        pool: str | None = None,
     ) -> None:
         if max_tasks is not None and not max_tasks > 0:
             raise ValueError(f"max_tasks must be greater than zero, got {max_tasks!r}")
         self.settings = s = settings or get_settings()
+        if pool is not None and pool != s.pool:
+            if pool not in POOLS:
+                raise ValueError(f"pool must be one of {', '.join(POOLS)}, got {pool!r}")
+            self.settings = s = dataclasses.replace(s, pool=pool)
         self.clock = clock if clock is not None else clocks.get_clock()
         self.node_id = node_id or new_node_id()
         self.workers = s.workers if workers is None else workers
@@ -120,6 +126,16 @@ class Node:
         self._started = False
         self._unsubscribe: Callable[[], None] = lambda: None
         self._parts: _Parts | None = None  # once started
+        #: The worker processes (``pool="process"``), started with the node.
+        self.processes: ProcessPool | None = None
+        if s.pool == "process":
+            self.processes = ProcessPool(
+                self.node_id,
+                self.clock,
+                self.workers,
+                max_tasks=s.max_tasks_per_child,
+                max_memory=s.max_memory_per_child,
+            )
 
     @property
     def parts(self) -> _Parts:
@@ -144,6 +160,8 @@ class Node:
         store, now = self.store, self.clock.now()
         self._with_retry(store.check_migrated)
         self._with_retry(store.install)
+        if self.processes is not None:
+            self.processes.start()  # ImproperlyConfigured if they cannot set Django up
         taken = self._with_retry(
             lambda: store.take_over(
                 self.node_id, now, self.settings.dead_before(now), self.task_retry
@@ -210,7 +228,7 @@ class Node:
             self.task_retry,
             stopping=lambda: self._stopping or self.fenced is not None,
         )
-        supervisor = Supervisor(ctx, self._too_many_stuck)
+        supervisor = Supervisor(ctx, self._too_many_stuck, self.processes)
         firing = Firing(ctx, supervisor)
         tasks = TaskDispatch(ctx, supervisor, self.max_tasks)
         tasks.on_dispatched = self._stop_when_done
@@ -340,6 +358,8 @@ class Node:
         self._stopping = True
         self._unsubscribe()
         if self._parts is None:
+            if self.processes is not None:
+                self.processes.close()
             return
         parts = self._parts
         if parts.membership is not None:

@@ -16,6 +16,10 @@ none of them):
    more than ``MAX_ABANDONED_THREADS`` threads still stuck asks to stop
    (``runscheduler`` then exits with status 4, for its supervisor to start it afresh).
 
+With the process pool (:mod:`~django_htask.node.processes`) the call runs in a worker
+process: step 1 cancels its token there, step 2 raises in it by a signal, and step 3
+kills the process, after which the worker thread records the run itself.
+
 A timed-out run is a failed run retried by its task's or schedule's policy; an aborted
 one is never retried. Exactly one outcome is recorded for a job: the worker's, or the
 supervisor's when it gave the worker up.
@@ -34,6 +38,7 @@ from django_htask.store import RunOutcome
 
 from .context import NodeContext
 from .execution import Call, execute, given_up
+from .processes import ProcessPool
 from .running import Key
 
 __all__ = ["ABORTED", "FORCE_WAIT", "Supervisor", "timed_out"]
@@ -57,8 +62,15 @@ class Supervisor:
     ``on_too_many(count)`` is called, once, when more than ``MAX_ABANDONED_THREADS``
     given-up threads are still stuck."""
 
-    def __init__(self, ctx: NodeContext, on_too_many: Callable[[int], object]) -> None:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        on_too_many: Callable[[int], object],
+        processes: ProcessPool | None = None,
+    ) -> None:
         self.ctx = ctx
+        #: The worker processes that make the calls (None: the worker threads do).
+        self.processes = processes
         self._on_too_many = on_too_many
         self._told = False
         self._scheduler: EngineScheduler | None = None
@@ -84,6 +96,8 @@ class Supervisor:
             scheduler = self._scheduler
         if scheduler is not None:
             scheduler.close(wait=False)
+        if self.processes is not None:
+            self.processes.close()
 
     def run(
         self,
@@ -102,7 +116,10 @@ class Supervisor:
             return
         timer = self.arm(key, self.timeout_of(timeout))
         try:
-            outcome = execute(call, clock=ctx.clock, guard=guard)
+            if self.processes is not None:
+                outcome = self.processes.execute(key, call, guard)
+            else:
+                outcome = execute(call, clock=ctx.clock, guard=guard)
         finally:
             if timer is not None:
                 timer.cancel()
@@ -143,8 +160,13 @@ class Supervisor:
     def _force(self, key: Key) -> None:
         """Step 2: raise in the job's thread if it is still in its call."""
         called = self.ctx.running.called(key)
-        if called is None or not called.guard.interrupt():
+        if called is None:
             return  # finished, or not called yet (it will not begin)
+        aimed = (
+            self.processes.force(key) if self.processes is not None else called.guard.interrupt()
+        )
+        if not aimed:
+            return
         logger.warning(
             "%s %s did not stop within TIMEOUT_GRACE: interrupted",
             *key,
@@ -156,6 +178,16 @@ class Supervisor:
     def _give_up(self, key: Key) -> None:
         """Step 3: record the run for a thread that did not return, and replace it."""
         ctx = self.ctx
+        if self.processes is not None:
+            pid = self.processes.kill(key)
+            if pid is not None:
+                logger.error(
+                    "%s %s: its worker process %d did not stop when forced: killed",
+                    *key,
+                    pid,
+                    extra={"action": "process_killed", "job": key, "pid": pid},
+                )
+            return
         called = ctx.running.called(key)
         if called is None or not called.guard.abandon():
             return

@@ -77,6 +77,18 @@ def test_max_tasks_exits_after_that_many(
         (["--node-id", ""], "--node-id must be 1 to 100 characters, got 0"),
         (["--node-id", "n" * 101], "--node-id must be 1 to 100 characters, got 101"),
         (["--backend", "unknown"], "--backend 'unknown': no such alias in TASKS"),
+        (
+            ["--max-tasks-per-child", "5"],
+            "--max-tasks-per-child is for the process pool: add --pool process",
+        ),
+        (
+            ["--pool", "process", "--max-memory-per-child", "-1"],
+            "--max-memory-per-child must be >= 0 (0: no limit), got -1",
+        ),
+        (
+            ["--pool", "process", "--workers", "0"],
+            "--pool process needs --workers >= 1 (a worker process each), got 0",
+        ),
     ],
 )
 def test_bad_options_are_refused_and_named(db_file: Path, args: list[str], message: str) -> None:

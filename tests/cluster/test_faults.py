@@ -32,7 +32,8 @@ def now(site: Site) -> datetime:
 
 
 # -- 1. only a task whose function started is charged ------------------------------------
-def test_kill_9_charges_only_the_tasks_whose_function_had_started(site: Site) -> None:
+@pytest.mark.parametrize("pool", ["thread", "process"])
+def test_kill_9_charges_only_the_tasks_whose_function_had_started(site: Site, pool: str) -> None:
     ids = site.django(
         "from django_htask import schedule\n"
         "from tests.cluster.clusterapp.tasks import slow\n"
@@ -44,7 +45,7 @@ def test_kill_9_charges_only_the_tasks_whose_function_had_started(site: Site) ->
     def count(word: str) -> Counter[str]:
         return Counter(parts[1] for parts in site.lines() if parts[0] == word)
 
-    first = site.node("--workers", "4")
+    first = site.node("--workers", "4", "--pool", pool)
     wait_until(
         lambda: sum(count("end").values()) >= 8 and sum(count("start").values()) >= 12,
         60,
@@ -54,7 +55,10 @@ def test_kill_9_charges_only_the_tasks_whose_function_had_started(site: Site) ->
     first.wait_exit()
     running_at_kill = set(count("start")) - set(count("end"))
     assert 1 <= len(running_at_kill) <= 4
-    site.node("--workers", "4")  # declares the killed node dead after NODE_TIMEOUT (6 s)
+    # (n, process) of the calls cut short: with the process pool, its worker processes
+    # must end with their node, not finish those calls while another node retries them.
+    cut_short = {(p[1], p[2]) for p in site.lines() if p[0] == "start" and p[1] in running_at_kill}
+    site.node("--workers", "4", "--pool", pool)  # declares the killed one dead (6 s)
     wait_until(
         lambda: (
             not site.sql("SELECT 1 FROM django_htask_task WHERE status IN ('pending', 'running')")
@@ -83,6 +87,7 @@ def test_kill_9_charges_only_the_tasks_whose_function_had_started(site: Site) ->
                 assert (status, attempts) == ("succeeded", 2)
         else:
             assert (status, attempts, crashed[task_id]) == ("succeeded", 1, 0), n
+    assert not cut_short & {(p[1], p[2]) for p in site.lines() if p[0] == "end"}
 
 
 # -- 2. a task that takes its process down, or raises SystemExit -----------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import math
 import os
@@ -20,7 +21,7 @@ from django.db import connections
 
 import django_htask
 from django_htask.apps import HTASK_BACKEND, is_htask_backend
-from django_htask.conf import get_settings
+from django_htask.conf import POOLS, HtaskSettings, get_settings
 from django_htask.decorators import sync_schedules
 from django_htask.exceptions import InvalidSchedule, NotMigrated
 from django_htask.models import Node as NodeRow
@@ -103,6 +104,29 @@ class Command(BaseCommand):
             help="exit once nothing is due and nothing runs (for cron jobs and tests)",
         )
         parser.add_argument(
+            "--pool",
+            choices=POOLS,
+            default=s.pool,
+            help=f"where the calls run: in the worker threads, or in a worker process per "
+            f"worker thread ({s.pool})",
+        )
+        parser.add_argument(
+            "--max-tasks-per-child",
+            type=int,
+            default=None,
+            metavar="N",
+            help="with --pool process: replace a worker process after N calls (0: never; "
+            f"{s.max_tasks_per_child})",
+        )
+        parser.add_argument(
+            "--max-memory-per-child",
+            type=int,
+            default=None,
+            metavar="MIB",
+            help="with --pool process: replace a worker process after a call that took its "
+            f"memory past MIB MiB (0: never; {s.max_memory_per_child})",
+        )
+        parser.add_argument(
             "--metrics-port",
             type=int,
             default=None,
@@ -149,8 +173,10 @@ class Command(BaseCommand):
                 require_prometheus()
             except ImproperlyConfigured as exc:
                 raise CommandError(f"--metrics-port: {exc}") from exc
+        htask = self._pool_settings(options)
         self._configure_logging(options["log_level"])
         node = Node(
+            settings=htask,
             node_id=node_id,
             workers=workers,
             poll_interval=poll,
@@ -189,7 +215,7 @@ class Command(BaseCommand):
             except StartAborted:
                 self.stdout.write("stopped before the database could be reached.")
                 return
-            except (NotMigrated, InvalidSchedule) as exc:  # InvalidSchedule: from the sync
+            except (NotMigrated, InvalidSchedule, ImproperlyConfigured) as exc:  # sync, pool
                 raise CommandError(str(exc)) from exc
             self.stdout.write(self._banner(node, workers, poll, stats, metrics))
             self.stdout.flush()
@@ -247,6 +273,27 @@ class Command(BaseCommand):
         sys.stderr.flush()
         os._exit(0)
 
+    @staticmethod
+    def _pool_settings(options: dict[str, Any]) -> HtaskSettings:
+        """The settings with ``--pool`` and its limits applied."""
+        changes: dict[str, Any] = {"pool": options["pool"]}
+        for option in ("max_tasks_per_child", "max_memory_per_child"):
+            value: int | None = options[option]
+            if value is None:
+                continue
+            flag = "--" + option.replace("_", "-")
+            if value < 0:
+                raise CommandError(f"{flag} must be >= 0 (0: no limit), got {value}")
+            if options["pool"] != "process":
+                raise CommandError(f"{flag} is for the process pool: add --pool process")
+            changes[option] = value
+        if options["pool"] == "process" and options["workers"] < 1:
+            raise CommandError(
+                f"--pool process needs --workers >= 1 (a worker process each), got "
+                f"{options['workers']}"
+            )
+        return dataclasses.replace(get_settings(), **changes)
+
     def _exit_now(self, code: int, message: str) -> NoReturn:
         """End the process at once, jobs still running in their threads included
         (``sys.exit`` would wait for them): what must be written is written."""
@@ -290,7 +337,7 @@ class Command(BaseCommand):
             f"django-htask {django_htask.__version__} scheduler\n"
             f"  node:      {node.node_id}\n"
             f"  database:  {node.store.describe()}\n"
-            f"  workers:   {workers or 'a thread per job'}\n"
+            f"  workers:   {Command._workers(node, workers)}\n"
             f"  queues:    {queues}{mode}\n"
             f"  poll:      every {poll:g}s\n"
             f"  loaded:    {stats.schedules} schedules, {stats.pending_tasks} pending "
@@ -298,6 +345,21 @@ class Command(BaseCommand):
             + (f"  metrics:   {metrics.url}\n" if metrics is not None else "")
             + "  stop:      Ctrl-C or SIGTERM (a second one exits at once)"
         )
+
+    @staticmethod
+    def _workers(node: Node, workers: int) -> str:
+        if node.processes is None:
+            return str(workers or "a thread per job")
+        limits = [
+            f"{limit} {unit}"
+            for limit, unit in (
+                (node.settings.max_tasks_per_child, "calls"),
+                (node.settings.max_memory_per_child, "MiB"),
+            )
+            if limit
+        ]
+        each = f", each replaced after {' or '.join(limits)}" if limits else ""
+        return f"{workers} worker processes{each}"
 
     @staticmethod
     def _next_due(stats: NodeStats) -> str:

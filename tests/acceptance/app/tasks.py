@@ -77,3 +77,16 @@ def hang(kind: str, log: str) -> None:
             pass
         token.raise_if_cancelled()
     raise AssertionError(f"hang {kind!r} returned")
+
+
+#: What ``grow`` keeps (the memory stays in use until its process ends).
+_KEPT: list[bytearray] = []
+
+
+@task
+def grow(mib: int, log: str) -> None:
+    """Log ``grow`` (with the pid), then take ``mib`` MiB more and keep it."""
+    _log(log, "grow")
+    block = bytearray(mib * 1024 * 1024)
+    block[::4096] = b"x" * len(block[::4096])  # touch every page: resident
+    _KEPT.append(block)

@@ -37,6 +37,15 @@ def noop(n: int) -> None:
 
 
 @task
+def burn(ms: float) -> None:
+    """A CPU-bound one-off job for bench/pool.py: ``ms`` milliseconds of pure Python
+    (it holds the GIL throughout, as CPU-heavy Python does)."""
+    deadline = time.thread_time() + ms / 1000
+    while time.thread_time() < deadline:
+        pass
+
+
+@task
 def hold(seconds: float, tick: float = 0.0) -> None:
     """A periodic job that takes a while: logs ``start``/``end`` with its process and
     the time, so a test can tell whether two runs overlapped; with ``tick``, also a

@@ -1,0 +1,171 @@
+"""A worker process of the process pool (``runscheduler --pool process``): run as
+``python -m django_htask.node.child DATA_FD CONTROL_FD`` by
+:class:`~django_htask.node.processes.ProcessPool`, never by hand.
+
+It sets Django up once, then makes the calls its node sends it, one at a time, each
+with :func:`~django_htask.node.execution.execute` as a worker thread would, and sends
+back each outcome. Two channels link it to its node (pickled messages over a socket
+pair each):
+
+- data, on the main thread: ``("hello", config)`` then ``("run", seq, call)`` and
+  ``("exit",)`` in; ``("ready", pid)`` or ``("broken", error)`` then
+  ``("done", seq, (status, error, traceback, duration), extra, recycle)`` out (the
+  outcome; ``recycle``: why the process exits after this run — its ``max_tasks`` or
+  ``max_memory`` — or ``""``);
+- control, on a thread of its own: ``("cancel", seq, reason, retryable)`` cancels the
+  run's token (the cooperative stop), ``("force", seq)`` raises
+  :class:`~django_htask.engine.ForcedStop` in the call (a signal to the main thread,
+  which also breaks a ``time.sleep`` or a blocking read). When that channel closes —
+  the node exited, or was killed — the process ends at once, its call with it: a run
+  must not go on after its node is gone, for another node retries it.
+
+It ignores SIGINT and SIGTERM: Ctrl-C in a terminal, or a service manager's SIGTERM to
+the whole group, is for the node, which decides when its runs end.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import sys
+import threading
+import traceback
+from multiprocessing.connection import Connection
+from types import FrameType
+from typing import Any
+
+__all__ = ["main"]
+
+#: The signal the control thread sends the main thread to force a call to stop.
+FORCE_SIGNAL = signal.SIGUSR1
+#: Exit status of a child whose node went away.
+EXIT_ORPHANED = 70
+
+
+class _State:
+    """What the main thread is running, shared with the control thread and the signal
+    handler (plain attributes: the handler takes no lock)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seq: int | None = None  # the run being made
+        self.guard: Any = None  # its RunGuard
+        self.forced: int | None = None  # the run a force was aimed at
+        self.cancel: tuple[int, str, bool] | None = None  # a cancel that came early
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    data = Connection(int(argv[1]))
+    control = Connection(int(argv[2]))
+    kind, config = data.recv()
+    if kind != "hello":
+        return 2
+    try:
+        _set_up(config)
+    except BaseException:  # any failure is reported to the node
+        data.send(("broken", traceback.format_exc()))
+        return 1
+    state = _State()
+    threading.Thread(
+        target=_control, args=(control, state), name="htask-child-control", daemon=True
+    ).start()
+
+    def force(signum: int, frame: FrameType | None) -> None:
+        from django_htask.engine import ForcedStop  # noqa: PLC0415 - imported by now
+
+        guard = state.guard
+        forced = state.forced is not None and state.forced == state.seq
+        if forced and guard is not None and guard.inside:
+            raise ForcedStop("the run was forced to stop")
+
+    signal.signal(FORCE_SIGNAL, force)
+    data.send(("ready", os.getpid()))
+    return _serve(data, state, config)
+
+
+def _set_up(config: dict[str, Any]) -> None:
+    """Django, on the databases the node uses (a test database, say, by the names the
+    node's connections have now)."""
+    import django  # noqa: PLC0415
+
+    django.setup()
+    from django.db import connections  # noqa: PLC0415
+
+    for alias, values in config["databases"].items():
+        connections[alias].settings_dict.update(values)
+
+
+def _serve(data: Connection, state: _State, config: dict[str, Any]) -> int:
+    from django_htask.clock import get_clock  # noqa: PLC0415
+    from django_htask.engine import RunGuard  # noqa: PLC0415
+
+    from .execution import execute  # noqa: PLC0415
+
+    max_tasks: int = config["max_tasks"]
+    max_memory: int = config["max_memory"]  # MiB
+    done = 0
+    while True:
+        try:
+            message = data.recv()
+        except EOFError:
+            return 0
+        if message[0] != "run":
+            return 0  # ("exit",)
+        _, seq, call = message
+        guard = RunGuard()
+        with state.lock:
+            early, state.cancel = state.cancel, None
+            state.guard, state.seq = guard, seq
+        if early is not None and early[0] == seq:
+            guard.stop(early[1], retryable=early[2])
+        outcome = execute(call, clock=get_clock(), guard=guard)
+        with state.lock:
+            state.seq = state.guard = None
+        done += 1
+        recycle = ""
+        if max_tasks and done >= max_tasks:
+            recycle = f"it made {done} calls (MAX_TASKS_PER_CHILD {max_tasks})"
+        elif max_memory and (used := _peak_mib()) > max_memory:
+            recycle = f"its memory reached {used} MiB (MAX_MEMORY_PER_CHILD {max_memory})"
+        ended = (outcome.status, outcome.error, outcome.traceback, outcome.duration)
+        data.send(("done", seq, ended, outcome.extra, recycle))
+        if recycle:
+            return 0
+
+
+def _peak_mib() -> int:
+    """The process's peak resident memory, in MiB (``ru_maxrss`` is in KiB on Linux)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak // (1024 * 1024) if sys.platform == "darwin" else peak // 1024
+
+
+def _control(control: Connection, state: _State) -> None:
+    main_thread = threading.main_thread().ident or 0
+    while True:
+        try:
+            message = control.recv()
+        except (EOFError, OSError):
+            os._exit(EXIT_ORPHANED)  # the node is gone: so is its run
+        kind, seq = message[0], message[1]
+        with state.lock:
+            if kind == "cancel":
+                if state.seq == seq and state.guard is not None:
+                    guard = state.guard
+                else:
+                    state.cancel = (seq, message[2], message[3])  # its run not begun
+                    continue
+            elif kind == "force":
+                if state.seq == seq and state.guard is not None and state.guard.inside:
+                    state.forced = seq
+                    signal.pthread_kill(main_thread, FORCE_SIGNAL)
+                continue
+            else:
+                continue
+        guard.stop(message[2], retryable=message[3])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,383 @@
+"""The process pool (``runscheduler --pool process``, the ``POOL`` setting): each of a
+node's worker threads makes its calls in a worker process of its own rather than in
+itself, so that CPU-heavy work runs on every core, a call that leaks memory or crashes
+takes only its process down, and a call that must be stopped can always be.
+
+A worker process (:mod:`django_htask.node.child`) sets Django up once, then makes
+calls one at a time, with :func:`~django_htask.node.execution.execute` as a worker
+thread would (the run signals are sent there, in the process that runs the call). The
+node keeps the database: it claims, writes runs and results, as with threads.
+
+Stopping a run (its timeout, an abort; see :mod:`~django_htask.node.supervisor`) goes
+through the same three steps, each stronger than with threads:
+
+1. its token is cancelled, in its process;
+2. after ``TIMEOUT_GRACE``, :class:`~django_htask.engine.ForcedStop` is raised in the
+   call by a signal, which also breaks a ``time.sleep`` or a blocking read;
+3. after :data:`~django_htask.node.supervisor.FORCE_WAIT` more, its process is
+   killed (SIGKILL): nothing is left running, and no thread is given up.
+
+A process that dies (killed, out of memory, a crash in C) fails only the run it was
+making, "WorkerProcessDied", retried by that run's policy, and is replaced. A process
+is also replaced, between two runs, once it has made ``MAX_TASKS_PER_CHILD`` calls or
+its memory has grown past ``MAX_MEMORY_PER_CHILD`` MiB. A worker process whose node
+is gone (even killed with SIGKILL) ends at once, its call with it, for another node
+will run that call again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+
+from django_htask.engine import Clock, RunGuard
+from django_htask.store import RunOutcome
+
+from .execution import RUN_FIELDS, Call, ended_outside
+from .running import Key
+
+__all__ = ["ProcessPool", "WorkerProcessBroken", "describe_exit"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a worker process has to set Django up before the node refuses to start.
+START_TIMEOUT = 120.0
+#: Seconds a worker process asked to exit has before it is killed.
+EXIT_WAIT = 2.0
+
+
+class WorkerProcessBroken(RuntimeError):
+    """A worker process could not set Django up (its traceback is the message)."""
+
+
+def describe_exit(code: int | None) -> str:
+    """A process's return code in words."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by signal {-code} ({signal.Signals(-code).name})"
+        return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+class Child:
+    """One worker process and its two channels (see :mod:`~django_htask.node.child`)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        data, data_end = socket.socketpair()
+        control, control_end = socket.socketpair()
+        code = (
+            f"import sys; sys.path[:] = {sys.path!r}; "
+            "from django_htask.node.child import main; sys.exit(main(sys.argv))"
+        )
+        ends = (data_end.fileno(), control_end.fileno())
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", code, *map(str, ends)],
+                pass_fds=ends,
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            data_end.close()
+            control_end.close()
+        self.data = Connection(data.detach())
+        self.control_channel = Connection(control.detach())
+        self._control_lock = threading.Lock()
+        self.ready = False
+        self.seq = 0  # the last run sent
+        self.data.send(("hello", config))
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait until it has set Django up (:class:`WorkerProcessBroken` if it could
+        not; EOFError if it died; TimeoutError past ``timeout``)."""
+        if self.ready:
+            return
+        if timeout is not None and not self.data.poll(timeout):
+            raise TimeoutError(f"worker process {self.pid} did not start in {timeout:g}s")
+        kind, detail = self.data.recv()
+        if kind == "broken":
+            raise WorkerProcessBroken(detail)
+        self.ready = True
+
+    def run(self, seq: int, call: Call) -> tuple[tuple[Any, ...], dict[str, object], str]:
+        """Have it make ``call``: how it ended (status, error, traceback, duration), the
+        outcome's ``extra``, and why the process exits now, if it does (EOFError or
+        OSError if it dies meanwhile)."""
+        self.data.send(("run", seq, call))
+        while True:
+            message = self.data.recv()
+            if message[0] == "done" and message[1] == seq:
+                return message[2], message[3], message[4]
+
+    def signal(self, message: tuple[Any, ...]) -> None:
+        """Send a control message (lost if it is gone: nothing to stop any more)."""
+        with self._control_lock, contextlib.suppress(OSError):
+            self.control_channel.send(message)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+
+    def reap(self) -> int | None:
+        """Its return code, once it has ended (killed if it has not within
+        :data:`EXIT_WAIT`); the channels are closed."""
+        try:
+            code = self.process.wait(EXIT_WAIT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.process.wait()
+        for channel in (self.data, self.control_channel):
+            channel.close()
+        return code
+
+    def stop(self) -> None:
+        """Ask it to exit (between two runs)."""
+        with contextlib.suppress(OSError):
+            self.data.send(("exit",))
+
+
+class ProcessPool:
+    """The worker processes of a node, one per worker thread (see the module)."""
+
+    def __init__(
+        self,
+        node_id: str,
+        clock: Clock,
+        size: int,
+        *,
+        max_tasks: int = 0,
+        max_memory: int = 0,
+    ) -> None:
+        if size < 1:
+            raise ImproperlyConfigured(
+                f"the process pool needs a number of workers >= 1, got {size} (0, a "
+                "thread per job, is for the thread pool only)"
+            )
+        self.node_id = node_id
+        self.clock = clock
+        self.size = size
+        self.max_tasks = max_tasks
+        self.max_memory = max_memory
+        self._lock = threading.Lock()
+        self._idle: list[Child] = []
+        self._busy: dict[Key, tuple[Child, int]] = {}
+        self._closed = False
+        self._child_config: dict[str, Any] | None = None
+        #: Worker processes started, and replaced because they died or were recycled.
+        self.started = self.died = self.recycled = 0
+
+    # -- life cycle ------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the worker processes and wait until each has set Django up
+        (ImproperlyConfigured, with the reason, if one could not)."""
+        children = [self._spawn() for _ in range(self.size)]
+        try:
+            for child in children:
+                child.wait_ready(START_TIMEOUT)
+        except (WorkerProcessBroken, EOFError, OSError, TimeoutError) as exc:
+            for child in children:
+                child.kill()
+                child.reap()
+            detail = str(exc).strip() or type(exc).__name__
+            raise ImproperlyConfigured(
+                f"the process pool could not start its worker processes: {detail}"
+            ) from exc
+        with self._lock:
+            self._idle.extend(children)
+        logger.info(
+            "node %s: %d worker processes started (pids %s)",
+            self.node_id,
+            len(children),
+            ", ".join(str(c.pid) for c in children),
+            extra={"action": "pool_started", "processes": len(children)},
+        )
+
+    def _config(self) -> dict[str, Any]:
+        """What a worker process is told at start; ImproperlyConfigured if it could not
+        share the node's settings or databases."""
+        if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+            raise ImproperlyConfigured(
+                "the process pool needs DJANGO_SETTINGS_MODULE in the environment: its "
+                "worker processes set Django up from it (settings.configure() cannot be "
+                "handed to another process)"
+            )
+        databases: dict[str, dict[str, Any]] = {}
+        for alias in connections:
+            connection: Any = connections[alias]
+            if connection.vendor == "sqlite" and connection.is_in_memory_db():
+                raise ImproperlyConfigured(
+                    f"the process pool cannot share the in-memory SQLite database "
+                    f"{alias!r} with its worker processes: use a database file"
+                )
+            databases[alias] = {"NAME": connection.settings_dict["NAME"]}
+        return {"databases": databases, "max_tasks": self.max_tasks, "max_memory": self.max_memory}
+
+    def _spawn(self) -> Child:
+        if self._child_config is None:
+            self._child_config = self._config()
+        child = Child(self._child_config)
+        with self._lock:
+            self.started += 1
+        return child
+
+    def close(self) -> None:
+        """End every worker process: the idle ones are asked to exit, the ones still in
+        a call (the node gave up waiting for them) are killed."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            busy = [child for child, _ in self._busy.values()]
+        for child in idle:
+            child.stop()
+        for child in busy:
+            child.kill()
+        for child in idle:
+            child.reap()
+
+    # -- runs ------------------------------------------------------------------------
+    def execute(self, key: Key, call: Call, guard: RunGuard) -> RunOutcome:
+        """Make ``call`` in a worker process; its outcome (never raises)."""
+        clock = self.clock
+        started_at = clock.now()
+        if guard.reason is not None:  # stopped before it began: not sent
+            return ended_outside(call, started_at, guard.reason, guard.retryable, clock)
+        try:
+            child = self._acquire()
+        except OSError as exc:  # out of processes or memory
+            error = f"WorkerProcessDied: no worker process could be started: {exc}"
+            return ended_outside(call, started_at, error, True, clock)
+        with self._lock:
+            child.seq += 1
+            seq = child.seq
+            self._busy[key] = (child, seq)
+
+        def forward(_token: object) -> None:
+            child.signal(("cancel", seq, guard.reason or "", guard.retryable))
+
+        guard.token.on_cancel(forward)
+        try:
+            child.wait_ready()
+            (status, error, tb, duration), extra, recycle = child.run(seq, call)
+        except (EOFError, OSError, WorkerProcessBroken) as exc:
+            with self._lock:
+                self._busy.pop(key, None)
+            return self._died(child, call, started_at, guard, exc)
+        with self._lock:
+            self._busy.pop(key, None)
+        outcome = RunOutcome(
+            status=status,
+            **{name: getattr(call, name) for name in RUN_FIELDS},
+            started_at=started_at,
+            finished_at=clock.now(),
+            duration=duration,
+            error=error,
+            traceback=tb,
+            extra=extra,
+        )
+        if recycle:
+            with self._lock:
+                self.recycled += 1
+            logger.info(
+                "worker process %d replaced: %s",
+                child.pid,
+                recycle,
+                extra={"action": "process_recycled", "pid": child.pid},
+            )
+            child.reap()
+            self._replace()
+        else:
+            self._release(child)
+        return outcome
+
+    def _acquire(self) -> Child:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return self._spawn()
+
+    def _release(self, child: Child) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle.append(child)
+                return
+        child.stop()
+        child.reap()
+
+    def _replace(self) -> None:
+        """Start a worker process in place of one that ended (it sets Django up while
+        the node goes on; the next run sent to it waits for that)."""
+        child = self._spawn()
+        with self._lock:
+            kept = not self._closed
+            if kept:
+                self._idle.append(child)
+        if not kept:
+            child.kill()
+            child.reap()
+
+    def _died(
+        self, child: Child, call: Call, started_at: Any, guard: RunGuard, exc: BaseException
+    ) -> RunOutcome:
+        """The outcome of a run whose worker process ended before it sent one."""
+        if isinstance(exc, WorkerProcessBroken):
+            child.kill()
+        code = child.reap()
+        how = describe_exit(code)
+        if guard.reason is not None:
+            error = f"{guard.reason}; it did not stop when forced, and its process was killed"
+            retryable = guard.retryable
+        elif isinstance(exc, WorkerProcessBroken):
+            error = f"WorkerProcessBroken: its worker process could not start: {exc}"
+            retryable = True
+        else:
+            error = f"WorkerProcessDied: the worker process making the call ended ({how})"
+            retryable = True
+            logger.error(
+                "%s: its worker process %d ended during the call (%s); a new one replaces it",
+                call.name,
+                child.pid,
+                how,
+                extra={"action": "process_died", "pid": child.pid},
+            )
+        with self._lock:
+            self.died += 1
+        self._replace()
+        return ended_outside(call, started_at, error, retryable, self.clock)
+
+    # -- stopping --------------------------------------------------------------------
+    def force(self, key: Key) -> bool:
+        """Step 2: raise ForcedStop in the run's call; False if it is not running."""
+        with self._lock:
+            busy = self._busy.get(key)
+        if busy is None:
+            return False
+        child, seq = busy
+        child.signal(("force", seq))
+        return True
+
+    def kill(self, key: Key) -> int | None:
+        """Step 3: kill the run's worker process (the pid), or None if it is not
+        running (its worker thread then records the run)."""
+        with self._lock:
+            busy = self._busy.get(key)
+        if busy is None:
+            return None
+        child = busy[0]
+        child.kill()
+        return child.pid

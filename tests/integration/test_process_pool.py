@@ -4,6 +4,9 @@ tests/cluster/test_faults.py)."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +15,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from django_htask.conf import get_settings
-from django_htask.engine import SystemClock
+from django_htask.engine import RunGuard, SystemClock, registry
 from django_htask.node import Node
+from django_htask.node.execution import Call
 from django_htask.node.processes import ProcessPool, describe_exit
+from django_htask.store import RunOutcome
 
 
 @pytest.mark.parametrize(
@@ -98,3 +103,113 @@ def test_a_worker_process_that_cannot_set_django_up_stops_the_start_with_its_rea
 )
 def test_an_exit_is_described(code: int | None, words: str) -> None:
     assert describe_exit(code) == words
+
+
+# -- a pool of one worker process, driven as a node's worker thread drives it -------------
+NAP = "tests.integration.testapp.tasks:nap"
+
+
+def call_of(function: str, *args: Any) -> Call:
+    return Call(registry.check_call(function, args, {}), function, function, "n", 1, None)
+
+
+@pytest.fixture
+def pool(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ProcessPool]:
+    """One worker process; its database a file (the calls here do not use it)."""
+    if connections["default"].vendor == "sqlite":
+        monkeypatch.setitem(connections["default"].settings_dict, "NAME", str(tmp_path / "db"))
+    started = ProcessPool("n", SystemClock(), 1)
+    started.start()
+    yield started
+    started.close()
+
+
+def napping(pool: ProcessPool, key: Any, guard: RunGuard, tmp_path: Path) -> list[RunOutcome]:
+    """A call of ``nap(60)`` on a thread of its own (as a worker makes it), once the
+    worker process is in it."""
+    started = tmp_path / "started"
+    call = call_of(NAP, 60, str(started))
+    got: list[RunOutcome] = []
+    threading.Thread(target=lambda: got.append(pool.execute(key, call, guard))).start()
+    deadline = time.monotonic() + 10
+    while not started.exists():
+        assert time.monotonic() < deadline, "the call never began"
+        time.sleep(0.01)
+    return got
+
+
+def wait_for(got: list[RunOutcome]) -> RunOutcome:
+    deadline = time.monotonic() + 10
+    while not got:
+        assert time.monotonic() < deadline, "no outcome"
+        time.sleep(0.01)
+    return got[0]
+
+
+def test_a_call_is_made_in_the_worker_process_and_the_process_is_reused(
+    pool: ProcessPool,
+) -> None:
+    first = pool.execute(("task", 1), call_of(NAP, 0), RunGuard())
+    second = pool.execute(("task", 2), call_of(NAP, 0), RunGuard())
+    assert (first.status, second.status) == ("succeeded", "succeeded")
+    assert (first.task_id, first.function, first.node) == (None, NAP, "n")
+    assert (pool.started, pool.died, pool.recycled) == (1, 0, 0)
+
+
+def test_a_function_the_worker_process_does_not_know_fails_its_run_only(
+    pool: ProcessPool,
+) -> None:
+    call = Call(b"", "tests.nowhere:gone", "gone", "n", 1, None)
+    outcome = pool.execute(("task", 1), call, RunGuard())
+    assert outcome.status == "failed"
+    assert outcome.error.startswith("FunctionNotRegistered: ")
+    assert outcome.extra == {"retryable": False}
+    assert pool.execute(("task", 2), call_of(NAP, 0), RunGuard()).status == "succeeded"
+    assert pool.died == 0
+
+
+def test_a_sleeping_call_is_stopped_by_the_forced_stop_signal(
+    pool: ProcessPool, tmp_path: Path
+) -> None:
+    guard = RunGuard()
+    got = napping(pool, ("task", 1), guard, tmp_path)
+    assert guard.stop("TimedOut: too long", retryable=True)  # the token: not enough
+    time.sleep(0.5)
+    assert not got
+    assert pool.force(("task", 1))
+    outcome = wait_for(got)
+    assert (outcome.status, outcome.error) == ("failed", "TimedOut: too long")
+    assert "time.sleep(seconds)" in outcome.traceback  # where the signal found it
+    assert "ForcedStop" in outcome.traceback
+    assert outcome.extra == {"retryable": True}
+    assert pool.died == 0  # the same process goes on
+    assert pool.execute(("task", 2), call_of(NAP, 0), RunGuard()).status == "succeeded"
+
+
+def test_a_worker_process_killed_in_a_stopped_call_is_recorded_with_the_reason(
+    pool: ProcessPool, tmp_path: Path
+) -> None:
+    guard = RunGuard()
+    got = napping(pool, ("run", 7), guard, tmp_path)
+    guard.stop("Aborted: asked", retryable=False)
+    pid = pool.kill(("run", 7))
+    assert pid is not None
+    outcome = wait_for(got)
+    assert (outcome.status, outcome.error) == (
+        "failed",
+        "Aborted: asked; it did not stop when forced, and its process was killed",
+    )
+    assert outcome.extra == {"retryable": False}
+    assert pool.kill(("run", 7)) is None and not pool.force(("run", 7))  # over
+    assert pool.died == 1
+    # A new worker process took its place.
+    assert pool.execute(("task", 1), call_of(NAP, 0), RunGuard()).status == "succeeded"
+    assert pool.started == 2
+
+
+def test_a_call_stopped_before_it_began_is_not_sent(pool: ProcessPool) -> None:
+    guard = RunGuard()
+    guard.stop("Aborted: early")
+    outcome = pool.execute(("task", 1), call_of(NAP, 60), guard)
+    assert (outcome.status, outcome.error) == ("failed", "Aborted: early")
+    assert outcome.duration is not None and outcome.duration < 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import defaultdict
 from datetime import datetime
 
@@ -88,3 +89,14 @@ def exclusive(label: str = "") -> None:
     gate.wait(30)
     with lock:
         running["now"] -= 1
+
+
+@task
+def nap(seconds: float, started: str = "") -> int:
+    """Create the file ``started`` (if named), sleep (in C: only a signal breaks it),
+    then return the process id."""
+    if started:
+        with open(started, "w"):
+            pass
+    time.sleep(seconds)
+    return os.getpid()

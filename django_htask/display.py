@@ -1,0 +1,90 @@
+"""How the admin writes values that need care: times and where code lives.
+
+:func:`times`
+    an instant to the second with its zone, in the site's zone (``TIME_ZONE``) and, when
+    it reads differently there, in a schedule's own zone beside it.
+:func:`zones_differ`
+    whether a schedule's zone reads differently from the site's.
+:func:`defined_at`
+    where a registered function is defined: its module, file and line.
+"""
+
+from __future__ import annotations
+
+import inspect
+import zoneinfo
+from datetime import datetime, tzinfo
+
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+__all__ = ["TIME_FORMAT", "defined_at", "site_zone", "stamp", "times", "zones_differ"]
+
+#: Seconds and the zone's abbreviation: ``2030-01-01 22:36:05 CET``.
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S %Z"
+
+
+def site_zone() -> tzinfo:
+    """The zone the admin shows times in (the current one: ``TIME_ZONE`` unless a
+    middleware activated another)."""
+    return timezone.get_current_timezone()
+
+
+def stamp(at: datetime, zone: tzinfo) -> str:
+    """``at`` in ``zone``, to the second, with the zone's abbreviation."""
+    return at.astimezone(zone).strftime(TIME_FORMAT)
+
+
+def _zone(name: str | None) -> tzinfo | None:
+    if not name:
+        return None
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return None  # a broken schedule's zone: the site's time is still right
+
+
+def zones_differ(name: str | None, at: datetime) -> bool:
+    """Whether the zone ``name`` reads ``at`` differently from the site's zone."""
+    own = _zone(name)
+    return own is not None and stamp(at, own) != stamp(at, site_zone())
+
+
+def times(at: datetime | None, zone: str | None = None) -> SafeString:
+    """``at`` in the site's zone; first in the zone ``zone`` (a schedule's) when that
+    reads differently, the site's below it. ``-`` for no time."""
+    if at is None:
+        return format_html("{}", "-")
+    site = stamp(at, site_zone())
+    own = _zone(zone)
+    if own is None or stamp(at, own) == site:
+        return format_html('<span class="htask-time">{}</span>', site)
+    return format_html(
+        '<span class="htask-time">{}</span><br><span class="htask-time htask-site-time" '
+        'title="the site\'s time zone">{}</span>',
+        stamp(at, own),
+        site,
+    )
+
+
+def defined_at(function: str) -> str:
+    """Where the registered function ``function`` is defined, in words:
+    ``reminders.tasks.count_waiting in /srv/mysite/reminders/tasks.py, line 12`` (the
+    line of its first decorator); its module only when the file is unknown; an
+    empty string when it is not registered in this process."""
+    from django_htask.engine import registry  # noqa: PLC0415
+
+    try:
+        fn = inspect.unwrap(registry.get(function))
+    except LookupError:
+        return ""
+    what = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', function)}"
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return what
+    try:
+        path = inspect.getsourcefile(fn) or code.co_filename
+    except TypeError:
+        path = code.co_filename
+    return f"{what} in {path}, line {code.co_firstlineno}"

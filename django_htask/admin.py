@@ -40,6 +40,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery
 from django.http import HttpRequest, JsonResponse
+from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -75,6 +76,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PREVIEW_COUNT = 5
+#: Runs in the strip of the schedule list (a schedule's page shows ``STRIP``).
+LIST_STRIP = 10
 
 
 # -- schedules ---------------------------------------------------------------------------
@@ -270,15 +273,15 @@ class _BrokenFilter(_YesNoFilter):
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = ScheduleForm
-    # Fits a 1366 px screen beside the filters: the function goes under the name (when
-    # it differs), the zone is in the words and the times; the last status is the
-    # strip's last mark (and a filter).
+    # Fits a 1366 px screen beside the admin's sidebar and the filters: the function
+    # goes under the name (when it differs), the zone is in the words and the times;
+    # the last run and its status are the strip's last mark (its tooltip gives the
+    # time; the status is a filter too), and the strip is the last LIST_STRIP runs.
     list_display = (
         "name_and_function",
         "in_words",
         "next_run",
-        "last_run",
-        "last_runs",
+        "recent",
         "enabled",
         "problem",
     )
@@ -377,6 +380,13 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             marks = recent_runs([obj.pk])[obj.pk] if obj.pk else []
         return run_strip(self.admin_site.name, obj.pk, marks)
 
+    @admin.display(description=f"last {LIST_STRIP} runs")
+    def recent(self, obj: Schedule) -> SafeString:
+        """The list's shorter strip (read for the whole page by
+        :class:`_ScheduleChangeList`)."""
+        marks: list[RunMark] = getattr(obj, "htask_recent_runs", [])
+        return run_strip(self.admin_site.name, obj.pk, marks, slots=LIST_STRIP)
+
     @admin.display(description="name", ordering="name")
     def name_and_function(self, obj: Schedule) -> SafeString:
         """The name, and below it the function when the name is not the function's."""
@@ -388,14 +398,10 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def next_run(self, obj: Schedule) -> SafeString:
         return times(obj.next_run_at, obj.timezone)
 
-    @admin.display(description="last run", ordering="last_run_at")
-    def last_run(self, obj: Schedule) -> SafeString:
-        return times(obj.last_run_at, obj.timezone)
-
     @admin.display(description="broken", ordering="broken")
     def problem(self, obj: Schedule) -> str:
         """Why the scheduler stopped firing it (a value it cannot use), or nothing."""
-        return _first_line(obj.broken)
+        return _first_line(obj.broken, 120)
 
     @admin.display(description="schedule", ordering="schedule")
     def in_words(self, obj: Schedule) -> str:
@@ -676,10 +682,10 @@ def _zone_of(run: Run) -> str | None:
     return run.schedule.timezone if run.schedule_id is not None and run.schedule else None
 
 
-def _first_line(error: str) -> str:
-    """An error's first line, cut at 80 characters (a changelist column)."""
+def _first_line(error: str, limit: int = 80) -> str:
+    """An error's first line, cut at ``limit`` characters (a changelist column)."""
     first = error.splitlines()[0] if error else ""
-    return first if len(first) <= 80 else first[:79] + "…"
+    return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
 # -- tasks -------------------------------------------------------------------------------
@@ -845,8 +851,7 @@ class NodeAdmin(_ReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
         "hostname",
         "pid",
         "heartbeat",
-        "running_tasks",
-        "running_runs",
+        "running",
         "started",
         "version",
     )
@@ -884,6 +889,12 @@ class NodeAdmin(_ReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     def state(self, obj: Node) -> str:
         return node_state(obj)
 
+    @admin.display(description="running")
+    def running(self, obj: Node) -> str:
+        """Its work in one column: ``2 tasks, 1 schedule run``."""
+        tasks, runs = self.running_tasks(obj), self.running_runs(obj)
+        return f"{tasks} task{pluralize(tasks)}, {runs} schedule run{pluralize(runs)}"
+
     @admin.display(description="running tasks")
     def running_tasks(self, obj: Node) -> int:
         return int(getattr(obj, "n_running_tasks", 0) or 0)
@@ -918,17 +929,19 @@ class _ScheduleChangeList(ChangeList):
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
         rows = list(self.result_list)  # evaluates (and caches) the page's rows
-        marks = recent_runs([row.pk for row in rows])
+        marks = recent_runs([row.pk for row in rows], LIST_STRIP)
         for row in rows:
             row.htask_recent_runs = marks.get(row.pk, [])
 
 
-def run_strip(site: str, schedule_id: int | None, marks: list[RunMark]) -> SafeString:
-    """The strip of ``marks`` (oldest left), each linking to its run, and a link to all
-    the schedule's runs."""
+def run_strip(
+    site: str, schedule_id: int | None, marks: list[RunMark], slots: int = STRIP
+) -> SafeString:
+    """The strip of ``marks`` (oldest left, ``slots`` long), each linking to its run,
+    and a link to all the schedule's runs."""
     runs_url = reverse(f"{site}:django_htask_run_changelist")
     shown = [(mark.status, f"{runs_url}{mark.id}/change/", _mark_title(mark)) for mark in marks]
-    strip = charts.run_strip(shown, slots=STRIP)
+    strip = charts.run_strip(shown, slots=slots)
     if schedule_id is None:
         return strip
     return format_html(

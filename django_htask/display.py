@@ -59,12 +59,22 @@ def times(at: datetime | None, zone: str | None = None) -> SafeString:
     site = stamp(at, site_zone())
     own = _zone(zone)
     if own is None or stamp(at, own) == site:
-        return format_html('<span class="htask-time">{}</span>', site)
+        return _time(site, "htask-time")
     return format_html(
-        '<span class="htask-time">{}</span><br><span class="htask-time htask-site-time" '
-        'title="the site\'s time zone">{}</span>',
-        stamp(at, own),
-        site,
+        "{}<br>{}", _time(stamp(at, own), "htask-time"), _time(site, "htask-time htask-site-time")
+    )
+
+
+def _time(text: str, css: str) -> SafeString:
+    """A time that may break between its date and its clock, nowhere else (a narrow
+    column puts them on two lines)."""
+    day, _, clock = text.partition(" ")
+    return format_html(
+        '<span class="{}"><span class="htask-nowrap">{}</span> <span class="htask-nowrap">'
+        "{}</span></span>",
+        css,
+        day,
+        clock,
     )
 
 

@@ -502,8 +502,8 @@ def test_nodes_show_live_or_dead_and_the_work_they_hold(
         for m in re.finditer(r"<tr[^>]*>.*?(alive-1|gone-2).*?</tr>", page, re.S)
     }
     assert ">live<" in rows["alive-1"] and ">dead<" in rows["gone-2"]
-    assert re.search(r'field-running_tasks">1<', rows["alive-1"])
-    assert re.search(r'field-running_tasks">0<', rows["gone-2"])
+    assert re.search(r'field-running">1 task, 0 schedule runs<', rows["alive-1"])
+    assert re.search(r'field-running">0 tasks, 0 schedule runs<', rows["gone-2"])
     live_only = admin_client_.get(f"{URL}node/?alive=yes").content.decode()
     assert "alive-1" in live_only and "gone-2" not in live_only
 

@@ -3,8 +3,6 @@
 :func:`times`
     an instant to the second with its zone, in the site's zone (``TIME_ZONE``) and, when
     it reads differently there, in a schedule's own zone beside it.
-:func:`zones_differ`
-    whether a schedule's zone reads differently from the site's.
 :func:`defined_at`
     where a registered function is defined: its module, file and line.
 """
@@ -19,7 +17,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-__all__ = ["TIME_FORMAT", "defined_at", "site_zone", "stamp", "times", "zones_differ"]
+__all__ = ["TIME_FORMAT", "defined_at", "site_zone", "stamp", "times"]
 
 #: Seconds and the zone's abbreviation: ``2030-01-01 22:36:05 CET``.
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S %Z"
@@ -43,12 +41,6 @@ def _zone(name: str | None) -> tzinfo | None:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         return None  # a broken schedule's zone: the site's time is still right
-
-
-def zones_differ(name: str | None, at: datetime) -> bool:
-    """Whether the zone ``name`` reads ``at`` differently from the site's zone."""
-    own = _zone(name)
-    return own is not None and stamp(at, own) != stamp(at, site_zone())
 
 
 def times(at: datetime | None, zone: str | None = None) -> SafeString:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django import forms
@@ -40,12 +40,15 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery
 from django.http import HttpRequest, JsonResponse
+from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from . import charts, clock
+from .display import defined_at, site_zone, stamp, times
 from .models import Node, Origin, Overview, Run, RunStatus, Schedule, Task, TaskStatus
 from .operations import (
     abort_runs,
@@ -73,6 +76,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PREVIEW_COUNT = 5
+#: Runs in the strip of the schedule list (a schedule's page shows ``STRIP``).
+LIST_STRIP = 10
 
 
 # -- schedules ---------------------------------------------------------------------------
@@ -120,7 +125,12 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
     """The schedule form: registered functions, parsed schedule, JSON arguments."""
 
     function = forms.ChoiceField(
-        choices=(), help_text="a registered function (``@task`` or ``@periodic``)"
+        choices=(),
+        help_text=format_html(
+            "a registered function ({} or {})",
+            format_html("<code>{}</code>", "@task"),
+            format_html("<code>{}</code>", "@periodic"),
+        ),
     )
     call_args = _JSONText(list, label="Args", help_text="positional arguments, a JSON list")
     call_kwargs = _JSONText(dict, label="Kwargs", help_text="keyword arguments, a JSON object")
@@ -173,6 +183,14 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
         )
 
         data = super().clean() or {}
+        if "schedule" in self.fields:
+            # What was typed, valid or not: the page shown again after a failed save
+            # previews it, not the stored schedule (see ScheduleAdmin.next_runs).
+            self.instance.htask_submitted = (
+                self["schedule"].value() or "",
+                (self["timezone"].value() or "").strip(),
+                bool(self["enabled"].value()),
+            )
         text = data.get("schedule")
         zone = data.get("timezone")
         if text and zone is not None:
@@ -255,15 +273,15 @@ class _BrokenFilter(_YesNoFilter):
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     form = ScheduleForm
+    # Fits a 1366 px screen beside the admin's sidebar and the filters: the function
+    # goes under the name (when it differs), the zone is in the words and the times;
+    # the last run and its status are the strip's last mark (its tooltip gives the
+    # time; the status is a filter too), and the strip is the last LIST_STRIP runs.
     list_display = (
-        "name",
-        "function",
+        "name_and_function",
         "in_words",
-        "timezone",
-        "next_run_at",
-        "last_run_at",
-        "last_status",
-        "last_runs",
+        "next_run",
+        "recent",
         "enabled",
         "problem",
     )
@@ -282,6 +300,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     class Media:
         js = ("django_htask/schedule_preview.js",)
+        css = {"all": ("django_htask/admin.css",)}
 
     _info_fields = (
         "last_runs",
@@ -299,8 +318,10 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
         main = ["name", "description", "function", "schedule", "timezone", "enabled"]
         main += ["call_args", "call_kwargs"]
+        in_code = obj is not None and obj.origin == Origin.CODE
+        note = code_note(obj) if obj is not None and in_code else ""
         fieldsets: list[tuple[str | None, dict[str, Any]]] = [
-            (None, {"fields": main}),
+            (None, {"fields": main, "description": note}),
             (
                 "Next runs",
                 {"fields": ["next_runs"]},
@@ -316,7 +337,8 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                         "retry_backoff",
                         "timeout",
                         "queue_name",
-                    ]
+                    ],
+                    "description": "set by the <code>@periodic</code> call too" if in_code else "",
                 },
             ),
         ]
@@ -358,10 +380,28 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             marks = recent_runs([obj.pk])[obj.pk] if obj.pk else []
         return run_strip(self.admin_site.name, obj.pk, marks)
 
+    @admin.display(description=f"last {LIST_STRIP} runs")
+    def recent(self, obj: Schedule) -> SafeString:
+        """The list's shorter strip (read for the whole page by
+        :class:`_ScheduleChangeList`)."""
+        marks: list[RunMark] = getattr(obj, "htask_recent_runs", [])
+        return run_strip(self.admin_site.name, obj.pk, marks, slots=LIST_STRIP)
+
+    @admin.display(description="name", ordering="name")
+    def name_and_function(self, obj: Schedule) -> SafeString:
+        """The name, and below it the function when the name is not the function's."""
+        if obj.name == obj.function:
+            return format_html("{}", obj.name)
+        return format_html('{}<br><span class="htask-quiet">{}</span>', obj.name, obj.function)
+
+    @admin.display(description="next run", ordering="next_run_at")
+    def next_run(self, obj: Schedule) -> SafeString:
+        return times(obj.next_run_at, obj.timezone)
+
     @admin.display(description="broken", ordering="broken")
     def problem(self, obj: Schedule) -> str:
         """Why the scheduler stopped firing it (a value it cannot use), or nothing."""
-        return obj.broken.splitlines()[0][:120] if obj.broken else ""
+        return _first_line(obj.broken, 120)
 
     @admin.display(description="schedule", ordering="schedule")
     def in_words(self, obj: Schedule) -> str:
@@ -384,15 +424,22 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         :func:`~django_htask.operations.edited_runs`): unchanged, the stored
         ``next_run_at`` and the occurrences after it."""
         url = reverse(f"{self.admin_site.name}:django_htask_schedule_preview")
-        if obj is None or obj.pk is None:
+        # After a failed save, ``obj`` holds what was typed: the preview is of that (or
+        # says why there is none), never of the stored schedule beside the error.
+        submitted: tuple[str, str, bool] | None = getattr(obj, "htask_submitted", None)
+        if obj is None or (not obj.pk and submitted is None):
             inner = format_html("{}", "type a schedule to see its next runs")
             pk = schedule = zone = ""
         else:
-            # ``obj`` may carry the values of a form that failed to validate: compare them
-            # with the stored row, which is what the scheduler fires today.
-            stored = Schedule.objects.filter(pk=obj.pk).first()
-            inner = _preview_html(preview(stored, obj.schedule, obj.timezone, obj.enabled))
-            pk, schedule, zone = str(obj.pk), obj.schedule, obj.timezone
+            schedule, zone, enabled = submitted or (obj.schedule, obj.timezone, obj.enabled)
+            # Compared with the stored row, which is what the scheduler fires today.
+            stored = Schedule.objects.filter(pk=obj.pk).first() if obj.pk else None
+            inner = _preview_html(preview(stored, schedule, zone, enabled))
+            if submitted is not None:
+                inner = format_html(
+                    '{}<p class="help">{}</p>', inner, "of the values above, not saved"
+                )
+            pk = str(obj.pk or "")
         return format_html(
             '<div id="htask-live-preview" data-url="{}" data-object="{}" data-schedule="{}" '
             'data-timezone="{}">{}</div>',
@@ -477,15 +524,20 @@ def preview(stored: Schedule | None, text: str, zone: str, enabled: bool) -> dic
     ``zone`` and ``enabled``, in the zone and in UTC; or the error. ``note`` says why
     there are none."""
     shown = zone or "UTC"
+    site = timezone.get_current_timezone_name()
     try:
         tz = validate_zone(shown)
         runs = edited_runs(stored, text, zone, enabled, PREVIEW_COUNT, clock.now())
     except ValueError as exc:
-        return {"zone": shown, "runs": [], "error": str(exc), "note": ""}
+        return {"zone": shown, "site_zone": site, "runs": [], "error": str(exc), "note": ""}
     note = "disabled: no runs" if not enabled else "none: the schedule will not fire again"
+    rows = [{"local": run.text(tz), "site": run.text(site_zone())} for run in runs]
     return {
         "zone": shown,
-        "runs": [{"local": run.text(tz), "utc": run.text(UTC)} for run in runs],
+        # The site's zone is left out where it reads the same (a UTC schedule on a UTC
+        # site): one column, not two identical ones.
+        "site_zone": None if all(r["local"] == r["site"] for r in rows) else site,
+        "runs": rows,
         "error": None,
         "note": "" if runs else note,
     }
@@ -496,14 +548,29 @@ def _preview_html(data: dict[str, Any]) -> SafeString:
         return format_html('<p class="htask-preview-error errornote">{}</p>', data["error"])
     if not data["runs"]:
         return format_html("{}", data["note"])
-    rows = format_html_join(
-        "", "<tr><td>{}</td><td>{}</td></tr>", ((r["local"], r["utc"]) for r in data["runs"])
-    )
+    zones = [data["zone"]] + ([data["site_zone"]] if data["site_zone"] else [])
+    keys = ("local", "site")[: len(zones)]
+    cells = "".join("<td>{}</td>" for _ in keys)
+    rows = format_html_join("", f"<tr>{cells}</tr>", ([r[k] for k in keys] for r in data["runs"]))
     return format_html(
-        '<table class="htask-preview"><thead><tr><th>{}</th><th>UTC</th></tr></thead>'
-        "<tbody>{}</tbody></table>",
-        data["zone"],
+        '<table class="htask-preview"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>',
+        format_html_join("", "<th>{}</th>", ([z] for z in zones)),
         rows,
+    )
+
+
+def code_note(obj: Schedule) -> SafeString:
+    """What a code-defined schedule's page says above its read-only fields: the change
+    belongs in the code, and where that code is."""
+    where = defined_at(obj.function)
+    if not where:
+        where = f"{obj.function} (not registered in this process: look for it by that name)"
+    return format_html(
+        "Defined in the code, by {} on {}: change it there; the scheduler takes the new "
+        "definition when it starts (or at <code>manage.py htask sync</code>). Only "
+        "<b>Enabled</b> can be changed here.",
+        format_html("<code>{}</code>", "@periodic"),
+        where,
     )
 
 
@@ -539,8 +606,8 @@ class RunAdmin(_ReadOnly, _Traceback, admin.ModelAdmin):  # type: ignore[type-ar
     list_display = (
         "name",
         "status",
-        "scheduled_for",
-        "started_at",
+        "due",
+        "started",
         "took",
         "node",
         "attempt",
@@ -586,6 +653,17 @@ class RunAdmin(_ReadOnly, _Traceback, admin.ModelAdmin):  # type: ignore[type-ar
                 messages.WARNING,
             )
 
+    class Media:
+        css = {"all": ("django_htask/admin.css",)}
+
+    @admin.display(description="due", ordering="scheduled_for")
+    def due(self, obj: Run) -> SafeString:
+        return times(obj.scheduled_for, _zone_of(obj))
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: Run) -> SafeString:
+        return times(obj.started_at, _zone_of(obj))
+
     @admin.display(description="duration", ordering="duration")
     def took(self, obj: Run) -> str:
         if obj.duration is None:
@@ -599,10 +677,15 @@ class RunAdmin(_ReadOnly, _Traceback, admin.ModelAdmin):  # type: ignore[type-ar
         return _first_line(obj.error)
 
 
-def _first_line(error: str) -> str:
-    """An error's first line, cut at 80 characters (a changelist column)."""
+def _zone_of(run: Run) -> str | None:
+    """The zone of a run's schedule (a one-off task's run has none)."""
+    return run.schedule.timezone if run.schedule_id is not None and run.schedule else None
+
+
+def _first_line(error: str, limit: int = 80) -> str:
+    """An error's first line, cut at ``limit`` characters (a changelist column)."""
     first = error.splitlines()[0] if error else ""
-    return first if len(first) <= 80 else first[:79] + "…"
+    return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
 # -- tasks -------------------------------------------------------------------------------
@@ -618,10 +701,9 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (
         "function",
         "status",
-        "run_at",
+        "due",
         "queue_name",
-        "attempts",
-        "max_attempts",
+        "tries",
         "short_error",
     )
     list_filter = ("status", "queue_name", "run_at")
@@ -650,8 +732,20 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         "finished_at",
     )
 
+    class Media:
+        css = {"all": ("django_htask/admin.css",)}
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    @admin.display(description="due", ordering="run_at")
+    def due(self, obj: Task) -> SafeString:
+        return times(obj.run_at)
+
+    @admin.display(description="attempts", ordering="attempts")
+    def tries(self, obj: Task) -> str:
+        """Attempts made, of the most allowed: ``1 of 3``."""
+        return f"{obj.attempts} of {obj.max_attempts}"
 
     def get_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
         return ("run_at", *self._info)
@@ -756,10 +850,9 @@ class NodeAdmin(_ReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
         "state",
         "hostname",
         "pid",
-        "last_heartbeat",
-        "running_tasks",
-        "running_runs",
-        "started_at",
+        "heartbeat",
+        "running",
+        "started",
         "version",
     )
     list_filter = (_AliveFilter,)
@@ -781,9 +874,26 @@ class NodeAdmin(_ReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
     def get_queryset(self, request: HttpRequest) -> QuerySet[Node]:
         return _with_work(super().get_queryset(request))
 
+    class Media:
+        css = {"all": ("django_htask/admin.css",)}
+
+    @admin.display(description="last heartbeat", ordering="last_heartbeat")
+    def heartbeat(self, obj: Node) -> SafeString:
+        return times(obj.last_heartbeat)
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: Node) -> SafeString:
+        return times(obj.started_at)
+
     @admin.display(description="state")
     def state(self, obj: Node) -> str:
         return node_state(obj)
+
+    @admin.display(description="running")
+    def running(self, obj: Node) -> str:
+        """Its work in one column: ``2 tasks, 1 schedule run``."""
+        tasks, runs = self.running_tasks(obj), self.running_runs(obj)
+        return f"{tasks} task{pluralize(tasks)}, {runs} schedule run{pluralize(runs)}"
 
     @admin.display(description="running tasks")
     def running_tasks(self, obj: Node) -> int:
@@ -819,17 +929,19 @@ class _ScheduleChangeList(ChangeList):
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
         rows = list(self.result_list)  # evaluates (and caches) the page's rows
-        marks = recent_runs([row.pk for row in rows])
+        marks = recent_runs([row.pk for row in rows], LIST_STRIP)
         for row in rows:
             row.htask_recent_runs = marks.get(row.pk, [])
 
 
-def run_strip(site: str, schedule_id: int | None, marks: list[RunMark]) -> SafeString:
-    """The strip of ``marks`` (oldest left), each linking to its run, and a link to all
-    the schedule's runs."""
+def run_strip(
+    site: str, schedule_id: int | None, marks: list[RunMark], slots: int = STRIP
+) -> SafeString:
+    """The strip of ``marks`` (oldest left, ``slots`` long), each linking to its run,
+    and a link to all the schedule's runs."""
     runs_url = reverse(f"{site}:django_htask_run_changelist")
     shown = [(mark.status, f"{runs_url}{mark.id}/change/", _mark_title(mark)) for mark in marks]
-    strip = charts.run_strip(shown, slots=STRIP)
+    strip = charts.run_strip(shown, slots=slots)
     if schedule_id is None:
         return strip
     return format_html(
@@ -841,7 +953,7 @@ def run_strip(site: str, schedule_id: int | None, marks: list[RunMark]) -> SafeS
 
 
 def _mark_title(mark: RunMark) -> str:
-    when = f"{mark.started_at:%Y-%m-%d %H:%M:%S} UTC" if mark.started_at else "not started"
+    when = stamp(mark.started_at, site_zone()) if mark.started_at else "not started"
     took = "" if mark.duration is None else f", {mark.duration:.3g} s"
     error = f": {mark.error}" if mark.error else ""
     return f"{mark.status} {when}{took}{error}"

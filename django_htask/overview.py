@@ -16,11 +16,14 @@ scale" in ``docs/admin.md`` and ``bench/overview.py``):
   at most :data:`LATENESS_SAMPLE` rows (every k-th run by id when there are more);
 - the next 24 h are computed from each enabled schedule's stored ``next_run_at``
   (index ``htask_sched_due``) and its text: schedules sharing text, zone and
-  ``next_run_at`` are counted once (a ``GROUP BY``); an ``@every`` of whole minutes is
-  added up once per first minute and interval (no ``next_after`` call); any other
-  group follows its schedule for at most :data:`OCCURRENCE_CAP` occurrences, and all
-  of those together for at most :data:`OCCURRENCE_BUDGET`; past it, a group counts
-  only its stored ``next_run_at`` and the page says the timeline is partial;
+  ``next_run_at`` are counted once (a ``GROUP BY``); an ``@every`` without jitter is
+  counted by arithmetic, with no ``next_after`` per occurrence: one of whole minutes
+  once per first minute and interval, any other once per distinct progression, at a
+  cost of one step per minute it spans (an ``@every 10s`` costs 1,440 steps for its
+  8,640 occurrences); any other group follows its schedule's ``next_after`` to the
+  horizon. All of that together costs at most :data:`OCCURRENCE_BUDGET` steps; past
+  it, a group counts only its stored ``next_run_at`` and the page says the timeline
+  is partial. Every occurrence is counted otherwise, however often a schedule fires;
 - a schedule's last runs are read through the index ``htask_run_recent``
   (``schedule``, ``started_at``): one ``SELECT … LIMIT 20`` per schedule of the page,
   joined by ``UNION ALL`` in one query.
@@ -61,7 +64,6 @@ __all__ = [
     "LATENESS_SAMPLE",
     "NODES_SHOWN",
     "OCCURRENCE_BUDGET",
-    "OCCURRENCE_CAP",
     "OUTCOMES",
     "STRIP",
     "Failing",
@@ -87,10 +89,7 @@ FAILING_SHOWN = 10
 NODES_SHOWN = 50
 #: Runs read, at most, for the lateness percentiles of the last 24 h.
 LATENESS_SAMPLE = 10_000
-#: Occurrences followed, at most, per group of schedules in the next 24 h (one a
-#: minute; a schedule firing more often is counted for its first 1440).
-OCCURRENCE_CAP = 1440
-#: Occurrences computed, at most, for the whole timeline.
+#: Steps (occurrences followed, minutes counted) taken, at most, for the whole timeline.
 OCCURRENCE_BUDGET = 200_000
 #: Busiest minutes listed.
 BUSIEST_SHOWN = 10
@@ -166,7 +165,6 @@ class Timeline:
     ``per_minute[i]`` counts the occurrences due in minute ``start + i``.
     ``overdue``: schedules whose stored ``next_run_at`` is already past (the
     scheduler fires them as soon as it sees them; they are not in ``per_minute``).
-    ``capped``: schedules followed for :data:`OCCURRENCE_CAP` occurrences only.
     ``partial``: the :data:`OCCURRENCE_BUDGET` ran out; later groups count only their
     stored ``next_run_at``. ``invalid``: schedules whose text no longer parses.
     """
@@ -175,7 +173,6 @@ class Timeline:
     per_minute: list[int]
     schedules: int
     overdue: int = 0
-    capped: int = 0
     partial: bool = False
     invalid: int = 0
 
@@ -412,7 +409,6 @@ def next_hours(
     now: datetime,
     hours: int = HOURS,
     *,
-    cap: int = OCCURRENCE_CAP,
     budget: int = OCCURRENCE_BUDGET,
     using: str = "default",
 ) -> Timeline:
@@ -426,8 +422,7 @@ def next_hours(
 
     start = now.astimezone(UTC).replace(second=0, microsecond=0)
     horizon = start + timedelta(hours=hours)
-    minutes = hours * 60
-    per_minute = [0] * minutes
+    per_minute = [0] * (hours * 60)
     groups = (
         Schedule.objects.using(using)
         .filter(enabled=True, broken="", next_run_at__lt=horizon)
@@ -436,10 +431,10 @@ def next_hours(
         .annotate(n=Count("id"))
         .order_by("next_run_at")
     )
-    schedules = overdue = capped = invalid = 0
+    schedules = overdue = invalid = 0
     partial = False
     left = budget
-    combs: Counter[tuple[int, int]] = Counter()
+    steady: Counter[_Steps] = Counter()
     for text, zone, stored, n in groups:
         schedules += n
         if stored <= now:
@@ -458,41 +453,98 @@ def next_hours(
         if stored <= now:
             when = parsed.next_after(now)
             left -= 1
-        minutes_apart = _whole_minutes_apart(parsed)
-        if minutes_apart and when is not None and start <= when < horizon:
-            # Every m minutes from the first: added up once per (first minute, m).
-            first = int((when - start).total_seconds() // 60)
-            combs[(first, minutes_apart)] += n
+        if when is None or not start <= when < horizon:
             continue
-        followed = 0
+        steps = _steps_after(parsed, when, start, horizon)
+        if steps is not None:
+            _add(per_minute, start, when, horizon, n)
+            # The rest by arithmetic at the end, once per distinct progression.
+            if steps not in steady and not steps.whole_minutes:
+                if steps.cost > left:
+                    partial = True
+                    continue
+                left -= steps.cost
+            steady[steps] += n
+            continue
         while when is not None and when < horizon:
-            if followed >= cap:
-                capped += n
-                break
             if left <= 0:
                 partial = True
                 break
             _add(per_minute, start, when, horizon, n)
-            followed += 1
             left -= 1
             when = parsed.next_after(when)
-    for (first, apart), n in combs.items():  # at most 1440 steps per distinct m
-        for i in range(first, minutes, apart):
-            per_minute[i] += n
-    return Timeline(start, per_minute, schedules, overdue, capped, partial, invalid)
+    for steps, n in steady.items():
+        steps.add_to(per_minute, n)
+    return Timeline(start, per_minute, schedules, overdue, partial, invalid)
 
 
-def _whole_minutes_apart(parsed: Any) -> int:
-    """``m`` when every occurrence of ``parsed`` is ``m`` whole minutes after the one
-    before (an ``@every`` of whole minutes, without jitter or end), else 0."""
+_MINUTE_US = 60_000_000
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """``count`` occurrences ``first + k * step`` (microseconds from the timeline's
+    start): an ``@every`` without jitter after its first occurrence. Two schedules
+    whose occurrences fall in the same minutes compare equal, so that they are counted
+    once (a step of whole minutes: only the minute of ``first`` matters)."""
+
+    first: int
+    step: int
+    count: int
+
+    @property
+    def whole_minutes(self) -> bool:
+        return self.step % _MINUTE_US == 0
+
+    @property
+    def cost(self) -> int:
+        """The loop :meth:`add_to` makes: one turn an occurrence, or a minute."""
+        spanned = (self.first + (self.count - 1) * self.step) // _MINUTE_US
+        return min(self.count, spanned - self.first // _MINUTE_US + 1)
+
+    def add_to(self, per_minute: list[int], n: int) -> None:
+        """Add ``n`` to the minutes of the occurrences; for a step under a minute,
+        each minute's count is the difference of the occurrences before its two
+        bounds (an exact division), not a walk through thousands of occurrences."""
+        first, step, count = self.first, self.step, self.count
+        if step >= _MINUTE_US:
+            for k in range(count):
+                per_minute[(first + k * step) // _MINUTE_US] += n
+            return
+
+        def before(bound: int) -> int:  # occurrences strictly before ``bound``
+            return 0 if bound <= first else min(count, -((first - bound) // step))
+
+        last = (first + (count - 1) * step) // _MINUTE_US
+        for i in range(first // _MINUTE_US, last + 1):
+            per_minute[i] += n * (before((i + 1) * _MINUTE_US) - before(i * _MINUTE_US))
+
+
+def _steps_after(parsed: Any, when: datetime, start: datetime, horizon: datetime) -> _Steps | None:
+    """The occurrences of ``parsed`` after ``when`` and before ``horizon`` when they
+    are evenly spaced (an ``@every`` without jitter: ``next_after`` adds its step, on
+    its grid from the second one on); None for any other schedule, or when none is."""
     from django_htask.engine import IntervalSchedule  # noqa: PLC0415
 
-    if not isinstance(parsed, IntervalSchedule) or parsed.jitter or parsed.end is not None:
-        return 0
-    seconds = parsed.seconds
-    if seconds < 60 or seconds % 60:
-        return 0
-    return int(seconds // 60)
+    if not isinstance(parsed, IntervalSchedule) or parsed.jitter:
+        return None
+    second = parsed.next_after(when)
+    if second is None or second >= horizon:
+        return None
+    step = parsed.next_after(second)
+    if step is None:  # past its end after the second one
+        return _Steps(_us(second - start), _MINUTE_US, 1)
+    step_us = _us(step - second)
+    limit = horizon if parsed.end is None else min(horizon, parsed.end + timedelta(microseconds=1))
+    first = _us(second - start)
+    count = -((first - _us(limit - start)) // step_us)  # the k with first + k * step < limit
+    return _Steps(
+        first - first % _MINUTE_US if step_us % _MINUTE_US == 0 else first, step_us, count
+    )
+
+
+def _us(delta: timedelta) -> int:
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _add(

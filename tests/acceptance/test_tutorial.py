@@ -50,6 +50,31 @@ print(json.dumps([response.status_code, response.content.decode()]))
 """
 
 
+#: Step 8's schedule added in the admin: its name, function and schedule.
+ADMIN_STEP = re.compile(
+    r"\*Add schedule\*, name `([^`]+)`,\s+function `([^`]+)`, schedule `([^`]+)`, \*Save\*"
+)
+ADMIN_CODE = """
+import json
+from django.contrib.auth.models import User
+from django.test import Client
+from django_htask.models import Schedule
+
+name, function, text = json.loads({step!r})
+client = Client(HTTP_HOST="127.0.0.1")
+client.force_login(User.objects.create_superuser("you", "you@example.com", "pw"))
+code = Schedule.objects.get(function=function, origin="code")
+page = client.get(f"/admin/django_htask/schedule/{{code.pk}}/change/").content.decode()
+form = dict(
+    name=name, function=function, schedule=text, timezone="UTC", enabled="on",
+    call_args="[]", call_kwargs="{{}}", catch_up="latest", overlap="skip",
+    max_attempts="1", retry_backoff="10", queue_name="default",
+)
+added = client.post("/admin/django_htask/schedule/add/", form)
+print(json.dumps([page, 'name="schedule"' in page, added.status_code]))
+"""
+
+
 def page_steps(text: str) -> list[tuple[str, Any]]:
     """The page's files and commands, in order: ("file", (path, append, content)) and
     ("command", (command, expected output lines))."""
@@ -297,6 +322,24 @@ def test_every_step_of_the_tutorial_runs(tmp_path: Path) -> None:
         assert not tutorial.query(
             "SELECT r.id FROM django_htask_run r JOIN django_htask_task t ON r.task_id = t.id "
             "WHERE t.status = 'cancelled'"
+        )
+
+        # Step 8: the code-defined schedule is read-only in the admin and says where its
+        # code is; the one the page adds there is fired by the running scheduler.
+        step = ADMIN_STEP.search(" ".join(PAGE.read_text().split()))
+        assert step, "step 8 no longer says which schedule to add in the admin"
+        code = ADMIN_CODE.format(step=json.dumps(step.groups()))
+        output = tutorial.run("manage.py", "shell", "-c", code)
+        page, editable, added = json.loads(output.strip().splitlines()[-1])
+        assert not editable and added == 302, output
+        assert "Defined in the code" in page and "reminders/tasks.py, line" in page
+        wait_until(
+            lambda: tutorial.query(
+                "SELECT id FROM django_htask_run WHERE name = ? AND status = 'succeeded'",
+                step.group(1),
+            ),
+            WAIT,
+            f"a succeeded run of the schedule {step.group(1)} added in the admin",
         )
 
         # Ctrl-C stops it, letting running tasks finish.

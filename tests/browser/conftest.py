@@ -7,13 +7,17 @@ the path. A missing browser is an error, not a skip: CI installs it.
 
 from __future__ import annotations
 
+import mimetypes
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import django
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, Route, sync_playwright
+
+import django_htask
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
 # around it are ordinary synchronous calls.
@@ -60,3 +64,23 @@ def page(browser: Browser) -> Iterator[Page]:
     page = context.new_page()
     yield page
     context.close()
+
+
+#: The apps' static folders, served to the browser by :func:`serve_static` (the test
+#: settings have no staticfiles app, so the live server serves none).
+STATIC = [
+    Path(django.__file__).parent / "contrib" / "admin" / "static",
+    Path(django_htask.__file__).parent / "static",
+]
+
+
+def serve_static(route: Route) -> None:
+    """Answer a request for ``/static/…`` from :data:`STATIC` (``page.route``)."""
+    path = route.request.url.split("/static/", 1)[1].split("?", 1)[0]
+    for folder in STATIC:
+        found = folder / path
+        if found.is_file():
+            kind = mimetypes.guess_type(found.name)[0] or "application/octet-stream"
+            route.fulfill(path=str(found), content_type=kind)
+            return
+    route.fulfill(status=404)

@@ -54,6 +54,9 @@ def test_admin_schedule_invalid_cron_fix_preview_and_run_now(site: str, page: Pa
     page.click("input[name=_continue]")
     error = page.locator(".field-schedule .errorlist")
     expect(error).to_contain_text("61")
+    # The preview beside the error is of what was typed, not a schedule that parses.
+    expect(page.locator("#htask-live-preview .htask-preview-error")).to_contain_text("61")
+    expect(page.locator("#htask-live-preview table")).to_have_count(0)
 
     page.fill("#id_schedule", "*/5 * * * *")
     page.click("input[name=_continue]")
@@ -66,6 +69,13 @@ def test_admin_schedule_invalid_cron_fix_preview_and_run_now(site: str, page: Pa
     expect(page.locator("#htask-live-preview")).to_have_text("disabled: no runs")
     page.check("#id_enabled")
     expect(rows).to_have_count(5)
+    heads = page.locator("#htask-live-preview thead th")
+    expect(heads).to_have_text(["Asia/Tokyo", "UTC"])
+    page.fill("#id_timezone", "UTC")  # the site's zone: one column, not two identical ones
+    expect(heads).to_have_text(["UTC"])
+    expect(rows.first.locator("td")).to_have_count(1)
+    page.fill("#id_timezone", "Asia/Tokyo")
+    expect(heads).to_have_count(2)
 
     page.goto(f"{site}/admin/django_htask/schedule/?q=browser-job")
     page.locator("input.action-select").first.check()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from datetime import timedelta
 from typing import Any
@@ -141,7 +142,11 @@ def test_the_preview_endpoint_answers_runs_or_the_parser_error(
     url = f"{URL}schedule/preview/"
     data = admin_client_.get(url, {"schedule": "0 12 * * *", "timezone": "Europe/Paris"}).json()
     assert data["error"] is None
-    assert data["runs"][0] == {"local": "2030-01-01 12:00:00 CET", "utc": "2030-01-01 11:00:00 UTC"}
+    assert data["runs"][0] == {
+        "local": "2030-01-01 12:00:00 CET",
+        "site": "2030-01-01 11:00:00 UTC",
+    }
+    assert (data["zone"], data["site_zone"]) == ("Europe/Paris", "UTC")
     assert len(data["runs"]) == 5
     bad = admin_client_.get(url, {"schedule": "0 12 * * * * *", "timezone": "UTC"}).json()
     assert bad["runs"] == [] and "field" in bad["error"]
@@ -151,10 +156,11 @@ def test_the_preview_endpoint_answers_runs_or_the_parser_error(
 
 
 def preview_times(page: str) -> list[str]:
-    """The UTC column of the change page's preview table."""
+    """The last column of the change page's preview table: the site's zone (UTC in the
+    tests), or the only column when the schedule's zone reads the same."""
     table = page[page.index('<table class="htask-preview">') :]
     table = table[: table.index("</table>")]
-    return re.findall(r"<td>[^<]*</td><td>([^<]*)</td>", table)
+    return re.findall(r"<td>([^<]*)</td></tr>", table)
 
 
 def test_an_every_schedule_is_previewed_from_its_stored_next_run(
@@ -167,7 +173,7 @@ def test_an_every_schedule_is_previewed_from_its_stored_next_run(
     assert preview_times(page)[:3] == expected
     live = {"schedule": "@every 45s", "timezone": "UTC", "enabled": "1", "object": row.pk}
     data = admin_client_.get(f"{URL}schedule/preview/", live).json()
-    assert [r["utc"] for r in data["runs"]][:3] == expected
+    assert [r["site"] for r in data["runs"]][:3] == expected
 
 
 def test_an_overdue_schedule_is_previewed_as_due_now(
@@ -191,7 +197,7 @@ def test_the_live_preview_of_an_edit_is_what_the_save_stores(
     url = f"{URL}schedule/preview/"
     edit = {"schedule": "@every 30s", "timezone": "UTC", "enabled": "1", "object": row.pk}
     data = admin_client_.get(url, edit).json()
-    assert data["runs"][0]["utc"] == "2030-01-01 00:00:50 UTC"  # from now: the save
+    assert data["runs"][0]["site"] == "2030-01-01 00:00:50 UTC"  # from now: the save
     off = admin_client_.get(url, {**edit, "enabled": "0"}).json()
     assert (off["runs"], off["note"]) == ([], "disabled: no runs")
     response = admin_client_.post(
@@ -200,7 +206,7 @@ def test_the_live_preview_of_an_edit_is_what_the_save_stores(
     )
     assert response.status_code == 302, response.context["adminform"].form.errors
     row.refresh_from_db()
-    assert f"{row.next_run_at:%Y-%m-%d %H:%M:%S} UTC" == data["runs"][0]["utc"]
+    assert f"{row.next_run_at:%Y-%m-%d %H:%M:%S} UTC" == data["runs"][0]["site"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -245,6 +251,122 @@ def test_code_defined_schedules_are_read_only_except_enabled(admin_client_: Clie
     assert response.status_code == 302
     row.refresh_from_db()
     assert (row.name, row.schedule, row.enabled) == ("code", "@every 1m", False)
+
+
+def test_a_failed_save_previews_what_was_typed_not_the_stored_schedule(
+    admin_client_: Client, fake_clock: FakeClock
+) -> None:
+    row = make("pulse", "@every 1m")  # stored: 00:01:00, 00:02:00 …
+    url = f"{URL}schedule/{row.pk}/change/"
+    typed = form_data(name="pulse", schedule="61 * * * *", timezone="UTC", call_kwargs="")
+    page = admin_client_.post(url, typed).content.decode()
+    preview = page[page.index('id="htask-live-preview"') :]
+    preview = preview[: preview.index("</div>")]
+    assert 'data-schedule="61 * * * *"' in preview
+    assert "00:01:00" not in preview and "htask-preview-error" in preview
+    assert "61" in preview and "not saved" in preview
+    # It parses, but the arguments are wrong: the runs of what was typed.
+    typed = form_data(name="pulse", schedule="0 12 * * *", timezone="Europe/Paris")
+    page = admin_client_.post(url, {**typed, "call_args": '["one"]'}).content.decode()
+    preview = page[page.index('id="htask-live-preview"') :]
+    assert "<td>2030-01-01 12:00:00 CET</td><td>2030-01-01 11:00:00 UTC</td>" in preview
+    assert "00:01:00" not in preview[: preview.index("</div>")]
+    row.refresh_from_db()
+    assert row.schedule == "@every 1m"
+
+
+def test_a_failed_add_previews_what_was_typed(admin_client_: Client, fake_clock: FakeClock) -> None:
+    page = admin_client_.post(
+        f"{URL}schedule/add/", form_data(schedule="@every 10s", timezone="UTC", call_args="[")
+    ).content.decode()
+    assert "<td>2030-01-01 00:00:10 UTC</td></tr>" in page
+    assert not Schedule.objects.exists()
+
+
+def test_a_schedule_whose_zone_reads_as_the_sites_is_previewed_in_one_column(
+    admin_client_: Client, fake_clock: FakeClock, settings: Any
+) -> None:
+    row = make("pulse", "0 12 * * *", timezone="UTC")
+    page = admin_client_.get(f"{URL}schedule/{row.pk}/change/").content.decode()
+    assert "<thead><tr><th>UTC</th></tr></thead>" in page
+    assert "<tr><td>2030-01-01 12:00:00 UTC</td></tr>" in page
+    data = admin_client_.get(f"{URL}schedule/preview/", {"schedule": "@daily"}).json()
+    assert data["site_zone"] is None and set(data["runs"][0]) == {"local", "site"}
+    settings.TIME_ZONE = "Europe/Paris"  # the site's zone differs: both columns
+    page = admin_client_.get(f"{URL}schedule/{row.pk}/change/").content.decode()
+    assert "<thead><tr><th>UTC</th><th>Europe/Paris</th></tr></thead>" in page
+    assert "<tr><td>2030-01-01 12:00:00 UTC</td><td>2030-01-01 13:00:00 CET</td></tr>" in page
+
+
+def test_the_function_help_text_is_html_not_rest(admin_client_: Client) -> None:
+    page = admin_client_.get(f"{URL}schedule/add/").content.decode()
+    assert "<code>@task</code> or <code>@periodic</code>" in page
+    assert "``" not in page
+
+
+def test_a_code_defined_schedule_says_where_its_code_is(admin_client_: Client) -> None:
+    page = admin_client_.get(f"{URL}schedule/{make('code', origin=Origin.CODE).pk}/change/")
+    page = page.content.decode()
+    line = inspect.getsourcelines(tasks.add)[1]  # the line of its decorator
+    where = f"tests.integration.testapp.tasks.add in {inspect.getsourcefile(tasks.add)}"
+    assert f"Defined in the code, by <code>@periodic</code> on {where}, line {line}" in page
+    assert "change it there" in page
+    assert "set by the <code>@periodic</code> call too" in page
+    gone = make("gone", origin=Origin.CODE)
+    Schedule.objects.filter(pk=gone.pk).update(function="old.module:removed")
+    page = admin_client_.get(f"{URL}schedule/{gone.pk}/change/").content.decode()
+    assert "on old.module:removed (not registered in this process" in page
+    mine = make("mine")
+    page = admin_client_.get(f"{URL}schedule/{mine.pk}/change/").content.decode()
+    assert "Defined in the code" not in page and 'id="htask-live-preview"' in page
+
+
+# -- times in the lists --------------------------------------------------------------------
+def cells(page: str, column: str) -> list[str]:
+    """The text of a list column's cells (``field-<column>``), tags stripped."""
+    found = re.findall(rf'<td class="field-{column}[^"]*">(.*?)</td>', page, re.DOTALL)
+    return [re.sub(r"<br>", " | ", re.sub(r"<(?!br>)[^>]+>", "", c)).strip() for c in found]
+
+
+def test_the_lists_show_times_to_the_second_with_the_schedules_zone_beside_the_sites(
+    admin_client_: Client, fake_clock: FakeClock, settings: Any
+) -> None:
+    make("paris", "0 22 * * *", timezone="Europe/Paris")
+    make("utc", "@every 10s", timezone="UTC")
+    page = admin_client_.get(f"{URL}schedule/?o=1").content.decode()
+    assert cells(page, "next_run") == [
+        "2030-01-01 22:00:00 CET | 2030-01-01 21:00:00 UTC",  # its own zone, then the site's
+        "2030-01-01 00:00:10 UTC",  # the same in both: once
+    ]
+    paris = Schedule.objects.get(name="paris")
+    start = fake_clock.now() + timedelta(seconds=10)
+    for i in range(2):  # two runs of a 10-second job, ten seconds apart
+        Run.objects.create(
+            schedule=paris,
+            name="paris",
+            function=ADD,
+            status=RunStatus.SUCCEEDED,
+            scheduled_for=start + timedelta(seconds=10 * i),
+            started_at=start + timedelta(seconds=10 * i, milliseconds=400),
+        )
+    page = admin_client_.get(f"{URL}run/?o=3").content.decode()
+    assert cells(page, "due") == [
+        "2030-01-01 01:00:10 CET | 2030-01-01 00:00:10 UTC",
+        "2030-01-01 01:00:20 CET | 2030-01-01 00:00:20 UTC",
+    ]
+    assert cells(page, "started")[1] == "2030-01-01 01:00:20 CET | 2030-01-01 00:00:20 UTC"
+    schedule(tasks.add, 1, delay=75)
+    page = admin_client_.get(f"{URL}task/").content.decode()
+    assert cells(page, "due") == ["2030-01-01 00:01:15 UTC"]
+    assert cells(page, "tries") == ["0 of 1"]
+    settings.TIME_ZONE = "Europe/Paris"  # the site's zone: the Paris schedule's, once
+    page = admin_client_.get(f"{URL}schedule/?o=1").content.decode()
+    assert cells(page, "next_run") == [
+        "2030-01-01 22:00:00 CET",
+        "2030-01-01 00:00:10 UTC | 2030-01-01 01:00:10 CET",
+    ]
+    page = admin_client_.get(f"{URL}task/").content.decode()
+    assert cells(page, "due") == ["2030-01-01 01:01:15 CET"]
 
 
 # -- actions -----------------------------------------------------------------------------
@@ -380,8 +502,8 @@ def test_nodes_show_live_or_dead_and_the_work_they_hold(
         for m in re.finditer(r"<tr[^>]*>.*?(alive-1|gone-2).*?</tr>", page, re.S)
     }
     assert ">live<" in rows["alive-1"] and ">dead<" in rows["gone-2"]
-    assert re.search(r'field-running_tasks">1<', rows["alive-1"])
-    assert re.search(r'field-running_tasks">0<', rows["gone-2"])
+    assert re.search(r'field-running">1 task, 0 schedule runs<', rows["alive-1"])
+    assert re.search(r'field-running">0 tasks, 0 schedule runs<', rows["gone-2"])
     live_only = admin_client_.get(f"{URL}node/?alive=yes").content.decode()
     assert "alive-1" in live_only and "gone-2" not in live_only
 

@@ -15,7 +15,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from django_htask import overview
-from django_htask.engine import FakeClock
+from django_htask.engine import FakeClock, IntervalSchedule, parse_schedule
 from django_htask.models import Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.overview import next_hours, read_overview, recent_runs
 from tests.integration.node_rows import node_row
@@ -261,14 +261,68 @@ def test_an_overdue_schedule_is_counted_then_followed_from_now(fake_clock: FakeC
     assert timeline.total == 143  # 00:10 .. 23:50
 
 
-def test_a_frequent_schedule_is_followed_up_to_the_cap(fake_clock: FakeClock) -> None:
+def test_a_schedule_firing_more_than_once_a_minute_is_counted_to_the_horizon(
+    root: Client, fake_clock: FakeClock
+) -> None:
     now = fake_clock.now()
-    make("fast", "@every 10s")  # 8639 occurrences in 24 h
+    make("fast", "@every 10s")  # saved at 00:00:00: 00:00:10 .. 23:59:50
     timeline = next_hours(now)
-    assert timeline.capped == 1
-    assert timeline.total == overview.OCCURRENCE_CAP
+    assert timeline.total == 8639
     assert timeline.per_minute[0] == 5  # 00:00:10 .. 00:00:50
-    assert timeline.per_minute[1] == 6
+    assert timeline.per_minute[1:] == [6] * 1439
+    assert not timeline.partial
+    # 60 / 8.57 is not whole: minutes of 7 and 8, every one of the 10,081 counted.
+    make("odd", "@every 8.57s")  # 00:00:08.570 .. 23:59:59.430 (k = 1 .. 10081)
+    timeline = next_hours(now)
+    odd = [n - 6 for n in timeline.per_minute]
+    odd[0] += 1
+    assert sum(odd) == 86_400_000 // 8570 == 10_081
+    assert set(odd) == {7, 8}
+    assert odd[:3] == [len(range(8570, 60_000, 8570)), 7, 7]
+    # And what the node fires is what was counted: every 8.57 s from the stored time.
+    assert odd[240] == sum(1 for k in range(1, 10_082) if 240 * 60_000 <= k * 8570 < 241 * 60_000)
+    page = root.get(OVERVIEW).content.decode()
+    assert "<strong>18720</strong>occurrences in the next 24 h" in page  # 8,639 + 10,081
+    assert "18720 occurrences of 2 enabled schedules" in page
+    assert "more than once a minute" not in page
+    # The busiest minutes marked are the busiest of the data: the one minute with 6 + 8,
+    # then minutes of 6 + 7 (the quietest has 5 + 7).
+    assert sorted(set(timeline.per_minute)) == [12, 13, 14]
+    assert timeline.per_minute.count(14) == 1
+    peaks = re.findall(r'<g class="htask-peak" data-index="(\d+)" data-value="(\d+)">', page)
+    assert [int(value) for _, value in peaks] == [14, 13, 13, 13, 13]
+    for index, value in peaks:
+        assert timeline.per_minute[int(index)] == int(value)
+    table = page[page.index('id="htask-busiest"') :]
+    assert (table.count("<td>14</td>"), table.count("<td>13</td>")) == (1, 9)
+
+
+def test_a_sub_minute_schedule_with_an_end_stops_there(fake_clock: FakeClock) -> None:
+    now = fake_clock.now()
+    row = make("until", "@every 30s", timezone="UTC")
+    ended = IntervalSchedule(30, end=now + timedelta(minutes=2, seconds=10))
+    Schedule.objects.filter(pk=row.pk).update(schedule=str(ended))
+    timeline = next_hours(now)
+    assert timeline.total == 4  # 00:00:30, 00:01:00, 00:01:30, 00:02:00
+    assert timeline.per_minute[:3] == [1, 2, 1]
+
+
+def test_sub_minute_crons_and_jittered_intervals_are_followed_to_the_horizon(
+    fake_clock: FakeClock,
+) -> None:
+    now = fake_clock.now()
+    make("cron", "*/15 * * * * *")  # a seconds field: 00:00:15 .. 23:59:45
+    jittered = make("jitter", "@every 20s jitter=5s")
+    walked = []  # the occurrences as the scheduler finds them, one next_after at a time
+    parsed, when = parse_schedule(jittered.schedule), jittered.next_run_at
+    while when is not None and when < now + timedelta(hours=24):
+        walked.append(when)
+        when = parsed.next_after(when)
+    timeline = next_hours(now)
+    assert 24 * 3600 / 25 < len(walked) < 24 * 3600 / 20
+    assert timeline.total == 4 * 1440 - 1 + len(walked)
+    assert timeline.per_minute[0] == 3 + sum(1 for w in walked if w < now + timedelta(minutes=1))
+    assert not timeline.partial
 
 
 def test_past_the_budget_a_schedule_counts_only_its_next_run(fake_clock: FakeClock) -> None:
@@ -346,18 +400,18 @@ def test_the_change_page_shows_the_strip(root: Client, fake_clock: FakeClock) ->
     assert f'href="{URL}run/?schedule__id__exact={row.pk}">all</a>' in body
 
 
-def test_intervals_of_whole_minutes_are_added_up_without_following_them(
+def test_intervals_are_added_up_without_following_them(
     fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = fake_clock.now()
     make("five-a", "@every 5m")  # 00:05 .. 23:55
     make("five-b", "@every 5m")
-    make("ninety", "@every 90s")  # 00:01:30 .. 23:58:30: followed one by one
+    make("ninety", "@every 90s")  # 00:01:30 .. 23:58:30
     calls = []
     timeline = next_hours(now, budget=2000)
     monkeypatch.setattr(overview, "_add", lambda *args: calls.append(args))
     next_hours(now, budget=2000)
-    assert len(calls) == 959  # the 90 s one only: the others cost no next_after
+    assert len(calls) == 2  # each group's first occurrence: the rest by arithmetic
     assert timeline.total == 2 * 287 + 959
     assert timeline.per_minute[5] == 2
     assert timeline.per_minute[1] == 1 and timeline.per_minute[3] == 1

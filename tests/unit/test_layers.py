@@ -142,6 +142,7 @@ LAYERS = [
         "urls",
         "overview",
         "charts",
+        "display",
         "celery_beat",
     ),
 ]

@@ -1,5 +1,6 @@
 /* django-htask admin: preview the next runs while the schedule, zone or enabled flag is
-   edited: the runs the scheduler will fire once the form is saved. Reads the preview
+   edited: the runs the scheduler will fire once the form is saved, in the schedule's
+   zone and the site's. Reads the preview
    URL and the edited schedule from #htask-live-preview's data attributes (they also
    give the schedule and zone of a code-defined schedule, whose fields are read-only);
    GET only, no state change. */
@@ -21,7 +22,9 @@
     var table = document.createElement("table");
     table.className = "htask-preview";
     var head = table.createTHead().insertRow();
-    [data.zone, "UTC"].forEach(function (text) {
+    /* The site's zone is left out when it reads the same as the schedule's. */
+    var zones = data.site_zone ? [data.zone, data.site_zone] : [data.zone];
+    zones.forEach(function (text) {
       var th = document.createElement("th");
       th.textContent = text;
       head.appendChild(th);
@@ -30,7 +33,9 @@
     data.runs.forEach(function (run) {
       var row = body.insertRow();
       row.insertCell().textContent = run.local;
-      row.insertCell().textContent = run.utc;
+      if (data.site_zone) {
+        row.insertCell().textContent = run.site;
+      }
     });
     box.appendChild(table);
   }

@@ -107,6 +107,9 @@ def _close_thread_connections() -> Iterator[None]:
         if wrapper.connection is not None:
             with contextlib.suppress(Exception):
                 wrapper.connection.close()
+            # A thread that outlives the test (asgiref's one thread for sync code, shared
+            # by every async test) connects again at its next query.
+            wrapper.connection = None
 
 
 @pytest.fixture

@@ -61,6 +61,11 @@ class Call:
         """The call of a run row written as it started."""
         return cls(payload, *(getattr(run, name) for name in RUN_FIELDS))
 
+    def __reduce__(self) -> tuple[type[Call], tuple[Any, ...]]:
+        # Pickled as its fields (for a worker process): several times faster than the
+        # generic state of a frozen dataclass with slots.
+        return Call, (self.payload, *(getattr(self, name) for name in RUN_FIELDS))
+
 
 #: What a run is, as the run signals send it and the run row holds it.
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(Call))[1:]

@@ -80,7 +80,7 @@ class Child:
         control, control_end = socket.socketpair()
         code = (
             f"import sys; sys.path[:] = {sys.path!r}; "
-            "from django_htask.node.child import main; sys.exit(main(sys.argv))"
+            "from django_htask.node.child import run; run(sys.argv)"
         )
         ends = (data_end.fileno(), control_end.fileno())
         try:
@@ -306,9 +306,23 @@ class ProcessPool:
         return outcome
 
     def _acquire(self) -> Child:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
+        """An idle worker process that is alive (one that died while idle, the OOM
+        killer's choice say, is replaced without failing any run), or a new one."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    break
+                child = self._idle.pop()
+            if child.process.poll() is None:
+                return child
+            logger.warning(
+                "worker process %d ended while idle (%s): replaced",
+                child.pid,
+                describe_exit(child.reap()),
+                extra={"action": "process_died", "pid": child.pid},
+            )
+            with self._lock:
+                self.died += 1
         return self._spawn()
 
     def _release(self, child: Child) -> None:

@@ -209,12 +209,17 @@ def test_an_error_text_with_a_nul_is_stored_escaped_and_the_node_goes_on(site: S
 
 
 # -- 9. the node holding a schedule is killed: the schedule goes on within seconds ---------
-def test_a_schedule_keeps_firing_within_seconds_when_its_node_is_killed(site: Site) -> None:
+@pytest.mark.parametrize("pool", ["thread", "process"])
+def test_a_schedule_keeps_firing_within_seconds_when_its_node_is_killed(
+    site: Site, pool: str
+) -> None:
     """Three nodes with django-htask's default settings (NODE_TIMEOUT 60 s); the one
     that fires an ``@every 1s`` schedule is killed: its standby fires it within
-    STANDBY_DELAY (2 s), long before the dead node could be declared dead."""
+    STANDBY_DELAY (2 s), long before the dead node could be declared dead. With the
+    process pool too (2 worker processes a node)."""
     sid = site.schedule("every-second", "@every 1s", "tests.cluster.clusterapp.tasks:tick")
-    nodes = [site.node(HTASK_CLUSTER_DEFAULTS="1") for _ in range(3)]
+    options = ("--pool", "process", "--workers", "2") if pool == "process" else ()
+    nodes = [site.node(*options, HTASK_CLUSTER_DEFAULTS="1") for _ in range(3)]
     runs = "SELECT node, scheduled_for, status FROM django_htask_run WHERE schedule_id = %s"
     wait_until(lambda: len(site.sql(runs, sid)) >= 5, 30, "the schedule running")
     # The owner may change while the members settle: take the one firing now.

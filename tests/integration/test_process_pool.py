@@ -4,6 +4,8 @@ tests/cluster/test_faults.py)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -213,3 +215,14 @@ def test_a_call_stopped_before_it_began_is_not_sent(pool: ProcessPool) -> None:
     outcome = pool.execute(("task", 1), call_of(NAP, 60), guard)
     assert (outcome.status, outcome.error) == ("failed", "Aborted: early")
     assert outcome.duration is not None and outcome.duration < 1
+
+
+def test_a_worker_process_that_died_while_idle_is_replaced_without_failing_a_run(
+    pool: ProcessPool,
+) -> None:
+    [idle] = pool._idle
+    os.kill(idle.pid, signal.SIGKILL)
+    idle.process.wait(10)
+    outcome = pool.execute(("task", 1), call_of(NAP, 0), RunGuard())
+    assert outcome.status == "succeeded"
+    assert (pool.started, pool.died) == (2, 1)

@@ -22,12 +22,14 @@ __all__ = [
     "aget_task",
     "areschedule",
     "aschedule",
+    "aschedule_many",
     "cancel",
     "current_token",
     "get_task",
     "periodic",
     "reschedule",
     "schedule",
+    "schedule_many",
     "task",
 ]
 
@@ -46,6 +48,8 @@ _LAZY = {
     "acancel": "django_htask.api",
     "areschedule": "django_htask.api",
     "aget_task": "django_htask.api",
+    "schedule_many": "django_htask.api",
+    "aschedule_many": "django_htask.api",
 }
 
 if TYPE_CHECKING:
@@ -57,10 +61,12 @@ if TYPE_CHECKING:
         aget_task,
         areschedule,
         aschedule,
+        aschedule_many,
         cancel,
         get_task,
         reschedule,
         schedule,
+        schedule_many,
     )
     from .decorators import periodic, task
     from .engine import current_token

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,6 +28,7 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError, router, transaction
 
 from django_htask.engine import registry
+from django_htask.engine.errors import ArgumentError, FunctionNotRegistered, PayloadError
 
 from . import clock, notices
 from .decorators import check_timeout, function_name, task_timeout
@@ -34,7 +36,7 @@ from .models import MAX_ATTEMPTS_RANGE, Task, TaskStatus
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
 from .signals import task_scheduled
-from .store.database import not_migrated
+from .store.database import insert_tasks, not_migrated
 
 __all__ = [
     "MAX_DELAY",
@@ -45,11 +47,13 @@ __all__ = [
     "aget_task",
     "areschedule",
     "aschedule",
+    "aschedule_many",
     "cancel",
     "due_time",
     "get_task",
     "reschedule",
     "schedule",
+    "schedule_many",
 ]
 
 
@@ -118,23 +122,87 @@ def schedule(
     (``manage.py migrate`` has not run).
     """
     name = function_name(fn_or_name)
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
-    MAX_ATTEMPTS_RANGE.check(max_attempts)
-    run_at = due_time(at, delay)
-    seconds = check_timeout(timeout) if timeout is not None else task_timeout(name)
-    payload = registry.check_call(name, args, kwargs)
-    task = Task(
-        function=name,
-        payload=payload,
-        run_at=run_at,
-        max_attempts=max_attempts,
-        queue_name=check_queue(queue_name),
-        timeout=seconds,
-    )
+    options = _Options.of(at, delay, max_attempts, queue_name, timeout)
+    [task] = _store([(name, registry.check_call(name, args, kwargs))], options, BATCH_SIZE)
+    return task
+
+
+#: The most rows :func:`schedule_many` inserts in one statement.
+BATCH_SIZE = 1000
+
+
+def schedule_many(
+    calls: Iterable[tuple[Callable[..., Any] | str, Sequence[Any], Mapping[str, Any]]],
+    *,
+    at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    max_attempts: int = 1,
+    queue_name: str = DEFAULT_QUEUE,
+    timeout: float | timedelta | None = None,
+    batch_size: int = BATCH_SIZE,
+) -> list[Task]:
+    """Schedule many calls at once: ``calls`` is an iterable of ``(fn, args, kwargs)``
+    (``fn`` a registered function or its name), each stored as :func:`schedule` would
+    store it, with the same ``at``/``delay``, ``max_attempts``, ``queue_name`` and
+    ``timeout`` for all. Every call is checked before anything is stored: a bad one
+    raises its error (``ArgumentError``, ``FunctionNotRegistered``, ``PayloadError``)
+    naming its place, ``calls[i]``, and nothing is stored. Then the rows are inserted
+    ``batch_size`` per statement, all or none, inside the caller's transaction if there
+    is one. Returns the stored tasks, in the order of ``calls``."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    options = _Options.of(at, delay, max_attempts, queue_name, timeout)
+    return _store([_checked(i, call) for i, call in enumerate(calls)], options, batch_size)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What :func:`schedule` and :func:`schedule_many` store beside each call, checked."""
+
+    run_at: datetime
+    max_attempts: int
+    queue_name: str
+    timeout: float | None  # None: each function's own, else DEFAULT_TIMEOUT
+
+    @classmethod
+    def of(
+        cls,
+        at: datetime | None,
+        delay: float | timedelta | None,
+        max_attempts: int,
+        queue_name: str,
+        timeout: float | timedelta | None,
+    ) -> _Options:
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        MAX_ATTEMPTS_RANGE.check(max_attempts)
+        run_at = due_time(at, delay)
+        seconds = check_timeout(timeout) if timeout is not None else None
+        return cls(run_at, max_attempts, check_queue(queue_name), seconds)
+
+
+def _store(calls: list[tuple[str, bytes]], options: _Options, batch_size: int) -> list[Task]:
+    """Insert the checked calls as tasks, all or none; signal them once committed."""
+    if not calls:
+        return []
+    timeouts: dict[str, float | None] = {}
+    rows = []
+    for name, payload in calls:
+        seconds = options.timeout
+        if seconds is None:
+            if name not in timeouts:
+                timeouts[name] = task_timeout(name)
+            seconds = timeouts[name]
+        rows.append((name, payload, seconds))
+    common = {
+        "run_at": options.run_at,
+        "max_attempts": options.max_attempts,
+        "queue_name": options.queue_name,
+    }
     using = router.db_for_write(Task)
     try:
-        task.save(using=using)
+        with transaction.atomic(using=using):
+            tasks = insert_tasks(using, rows, common, batch_size)
     except DatabaseError as exc:
         missing = not_migrated(exc, using)
         if missing is None:
@@ -142,11 +210,28 @@ def schedule(
         raise missing from exc
 
     def committed() -> None:
-        task_scheduled.send_robust(sender=Task, task=task)
+        for task in tasks:
+            task_scheduled.send_robust(sender=Task, task=task)
         notices.notify_local_change()
 
     _after_commit(using, committed)
-    return task
+    return tasks
+
+
+def _checked(i: int, call: object) -> tuple[str, bytes]:
+    """The function name and the payload of ``calls[i]`` (its error names its place)."""
+    if not isinstance(call, tuple | list) or len(call) != 3:
+        raise TypeError(f"calls[{i}] must be a tuple (fn, args, kwargs), got {call!r}")
+    fn, args, kwargs = call
+    try:
+        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+            raise TypeError(f"args must be a sequence (a tuple or a list), got {args!r}")
+        if not isinstance(kwargs, Mapping):
+            raise TypeError(f"kwargs must be a mapping (a dict), got {kwargs!r}")
+        name = function_name(fn)
+        return name, registry.check_call(name, tuple(args), dict(kwargs))
+    except (FunctionNotRegistered, PayloadError, ArgumentError, TypeError, ValueError) as exc:
+        raise type(exc)(f"calls[{i}]: {exc}") from exc
 
 
 class AbortResult(enum.StrEnum):
@@ -232,6 +317,14 @@ async def aschedule(fn_or_name: Callable[..., Any] | str, /, *args: Any, **optio
     """:func:`schedule` for async views: the same arguments (``at``, ``delay``,
     ``max_attempts``, ``queue_name`` and the function's own)."""
     return await sync_to_async(schedule)(fn_or_name, *args, **options)
+
+
+async def aschedule_many(
+    calls: Iterable[tuple[Callable[..., Any] | str, Sequence[Any], Mapping[str, Any]]],
+    **options: Any,
+) -> list[Task]:
+    """:func:`schedule_many` for async views: the same arguments."""
+    return await sync_to_async(schedule_many)(calls, **options)
 
 
 async def acancel(token: str, *, abort: bool = False) -> bool:

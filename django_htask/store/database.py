@@ -13,16 +13,26 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Case, F, Max, Min, Q, TextField, Value, When
+from django.utils import timezone
 
 from django_htask.exceptions import NodeFenced, NotMigrated
-from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus, prune_runs
+from django_htask.models import (
+    Node,
+    Run,
+    RunStatus,
+    Schedule,
+    Task,
+    TaskStatus,
+    new_token,
+    prune_runs,
+)
 from django_htask.queues import QueueFilter
 from django_htask.retry import RetryPolicy
 
 from . import base
 from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store
 
-__all__ = ["DatabaseStore", "RefReader", "not_migrated"]
+__all__ = ["DatabaseStore", "RefReader", "insert_tasks", "not_migrated"]
 
 _ROW_FIELDS = (
     "id",
@@ -782,3 +792,109 @@ class DatabaseStore(Store):
 
     def prune_runs(self, days: int) -> int:
         return prune_runs(days, using=self.using)
+
+
+#: The fields of a task :func:`insert_tasks` sets row by row, in the order of its rows.
+_VARYING = ("token", "function", "payload", "timeout")
+
+
+def insert_tasks(
+    using: str,
+    calls: list[tuple[str, bytes, float | None]],
+    common: dict[str, Any],
+    batch_size: int,
+) -> list[Task]:
+    """Insert a new pending task for each ``(function, payload, timeout)`` of ``calls``,
+    with the field values of ``common`` (``run_at``, ``max_attempts``, ``queue_name``)
+    and every other field's default, ``batch_size`` rows a statement at most (fewer
+    where the database takes fewer parameters); return them, saved, in order.
+
+    One ``INSERT … VALUES … RETURNING`` per batch of values prepared here: the ORM's
+    ``bulk_create`` prepares each field of each row through the query compiler, which
+    takes several times as long as the database for a task (``bench/enqueue.py``).
+    Where the database cannot return the ids of a multi-row insert, ``bulk_create``."""
+    connection = connections[using]
+    fields = [f for f in Task._meta.concrete_fields if not f.primary_key]
+    now = timezone.now()  # created_at, as auto_now_add sets it
+    values: dict[str, Any] = {
+        f.attname: f.get_default() if f.has_default() else None for f in fields
+    }
+    values.update(common, created_at=now, status=TaskStatus.PENDING)
+    if not connection.features.can_return_rows_from_bulk_insert:
+        tasks = [
+            Task(**{**values, "token": new_token(), "function": f, "payload": p, "timeout": t})
+            for f, p, t in calls
+        ]
+        Task.objects.using(using).bulk_create(tasks, batch_size=batch_size)
+        return tasks
+    varying = {name: i for i, name in enumerate(_VARYING)}
+    by_name = {f.attname: f for f in fields}
+    # Each field's value as the database takes it: once for the common ones.
+    fixed = {
+        f.attname: f.get_db_prep_save(values[f.attname], connection)
+        for f in fields
+        if f.attname not in varying
+    }
+    prep = {name: by_name[name].get_db_prep_save for name in varying}
+    rows = [(new_token(), function, payload, timeout) for function, payload, timeout in calls]
+    per_statement = max(1, min(batch_size, connection.ops.bulk_batch_size(fields, rows)))
+    qn = connection.ops.quote_name
+    columns = ", ".join(qn(f.attname if f.column is None else f.column) for f in fields)
+    head = f"INSERT INTO {qn(Task._meta.db_table)} ({columns}) VALUES "
+    one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    ids: dict[str, int] = {}
+    if connection.vendor == "postgresql":
+        _insert_unnest(connection, fields, fixed, rows, min(batch_size, len(rows)), ids)
+        rows_in = []
+    else:
+        rows_in = rows
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows_in), per_statement):
+            batch = rows_in[start : start + per_statement]
+            params: list[Any] = []
+            for row in batch:
+                for f in fields:
+                    i = varying.get(f.attname)
+                    params.append(
+                        fixed[f.attname] if i is None else prep[f.attname](row[i], connection)
+                    )
+            sql = head + ", ".join([one] * len(batch)) + f" RETURNING {qn('id')}, {qn('token')}"
+            cursor.execute(sql, params)
+            ids.update((token, pk) for pk, token in cursor.fetchall())
+    order = [f.attname for f in Task._meta.concrete_fields]
+    tasks = []
+    for token, function, payload, timeout in rows:
+        row_values = {**values, "id": ids[token], "token": token, "function": function}
+        row_values.update(payload=payload, timeout=timeout)
+        tasks.append(Task.from_db(using, order, [row_values[name] for name in order]))
+    return tasks
+
+
+def _insert_unnest(
+    connection: BaseDatabaseWrapper,
+    fields: list[Any],
+    fixed: dict[str, Any],
+    rows: list[tuple[str, str, bytes, float | None]],
+    per_statement: int,
+    ids: dict[str, int],
+) -> None:
+    """PostgreSQL: the varying columns as four arrays, ``unnest`` into rows: a statement
+    of a few parameters whatever its rows (psycopg parses a query's placeholders in
+    Python, which a 20,000-parameter ``VALUES`` list spends most of its time on)."""
+    qn = connection.ops.quote_name
+    varying = _VARYING
+    types = ("varchar[]", "varchar[]", "bytea[]", "float8[]")
+    select = ", ".join(f"v.{f.attname}" if f.attname in varying else "%s" for f in fields)
+    columns = ", ".join(qn(f.column) for f in fields)
+    arrays = ", ".join(f"%s::{t}" for t in types)
+    sql = (
+        f"INSERT INTO {qn(Task._meta.db_table)} ({columns}) SELECT {select} "
+        f"FROM unnest({arrays}) AS v({', '.join(varying)}) RETURNING id, token"
+    )
+    constants = [fixed[f.attname] for f in fields if f.attname not in varying]
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), per_statement):
+            batch = rows[start : start + per_statement]
+            columns_of = [list(column) for column in zip(*batch, strict=True)]
+            cursor.execute(sql, [*constants, *columns_of])
+            ids.update((token, pk) for pk, token in cursor.fetchall())

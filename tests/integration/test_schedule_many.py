@@ -1,0 +1,147 @@
+"""``schedule_many``: many calls checked, then stored in batches, all or none."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from django_htask import aschedule_many, schedule_many, task
+from django_htask.engine import ArgumentError, FakeClock, FunctionNotRegistered, PayloadError
+from django_htask.models import Task, TaskStatus
+from django_htask.signals import task_scheduled
+from tests.integration.testapp import tasks
+
+pytestmark = pytest.mark.django_db
+
+ADD = "tests.integration.testapp.tasks:add"
+
+
+@task(timeout=30)
+def timed_many(n: int) -> None:
+    """A task whose runs may take 30 s."""
+
+
+def test_every_call_is_stored_in_order_with_the_options_given(fake_clock: FakeClock) -> None:
+    calls: list[tuple[Any, Any, Any]] = [(tasks.add, (n,), {"b": 1}) for n in range(5)]
+    calls.append((ADD, [9], {}))
+    stored = schedule_many(calls, delay=60, max_attempts=3, queue_name="bulk")
+    assert [t.call for t in stored] == [((n,), {"b": 1}) for n in range(5)] + [((9,), {})]
+    rows = list(Task.objects.order_by("id"))
+    assert [r.token for r in rows] == [t.token for t in stored]
+    assert len({r.token for r in rows}) == 6
+    assert {(r.status, r.run_at, r.max_attempts, r.queue_name, r.function) for r in rows} == {
+        (TaskStatus.PENDING, fake_clock.now() + timedelta(seconds=60), 3, "bulk", ADD)
+    }
+
+
+def test_a_function_s_own_timeout_is_each_task_s_default(fake_clock: FakeClock) -> None:
+    plain, timed = schedule_many([(tasks.add, (1,), {}), (timed_many, (1,), {})])
+    assert (plain.timeout, timed.timeout) == (None, 30.0)
+    both = schedule_many([(tasks.add, (1,), {}), (timed_many, (1,), {})], timeout=5)
+    assert [t.timeout for t in both] == [5.0, 5.0]
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        ((tasks.add, (), {}), ArgumentError, "calls[2]: "),
+        ((tasks.add, ("one",), {}), ArgumentError, "calls[2]: "),
+        (("tests.nowhere:gone", (), {}), FunctionNotRegistered, "calls[2]: "),
+        ((tasks.add, (object(),), {}), PayloadError, "calls[2]: "),
+        ((tasks.add, (1,)), TypeError, "calls[2] must be a tuple (fn, args, kwargs), got "),
+        ((tasks.add, "12", {}), TypeError, "calls[2]: args must be a sequence"),
+        ((tasks.add, (1,), [("b", 2)]), TypeError, "calls[2]: kwargs must be a mapping"),
+    ],
+)
+def test_one_bad_call_raises_naming_its_place_and_nothing_is_stored(
+    fake_clock: FakeClock, bad: Any, error: type[Exception], message: str
+) -> None:
+    calls = [(tasks.add, (1,), {}), (tasks.add, (2,), {}), bad, (tasks.add, (4,), {})]
+    with pytest.raises(error) as raised:
+        schedule_many(calls)
+    assert str(raised.value).startswith(message)
+    assert not Task.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_attempts": 0}, "max_attempts must be an int >= 1, got 0"),
+        ({"batch_size": 0}, "batch_size must be an int >= 1, got 0"),
+        ({"delay": -1}, "delay must be >= 0 and finite, got -1"),
+        ({"timeout": 0}, "timeout"),
+    ],
+)
+def test_bad_options_are_named(
+    fake_clock: FakeClock, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        schedule_many([(tasks.add, (1,), {})], **options)
+    assert not Task.objects.exists()
+
+
+def test_rows_are_inserted_batch_size_per_statement(fake_clock: FakeClock) -> None:
+    calls = ((tasks.add, (n,), {}) for n in range(2500))  # any iterable
+    with CaptureQueriesContext(connection) as queries:
+        stored = schedule_many(calls, batch_size=1000)
+    inserts = [q for q in queries.captured_queries if q["sql"].startswith("INSERT")]
+    # At most 1000 a statement, fewer where the database takes fewer parameters (SQLite).
+    fields = [f for f in Task._meta.concrete_fields if not f.primary_key]
+    per_statement = min(1000, connection.ops.bulk_batch_size(fields, stored))
+    assert len(inserts) == math.ceil(2500 / per_statement)
+    assert len(stored) == Task.objects.count() == 2500
+    assert all(t.pk is not None for t in stored)
+    assert schedule_many([]) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_they_are_part_of_the_caller_s_transaction_and_signalled_once_it_commits(
+    fake_clock: FakeClock,
+) -> None:
+    signalled: list[str] = []
+
+    def receiver(sender: Any, task: Task, **kwargs: Any) -> None:
+        signalled.append(task.token)
+
+    task_scheduled.connect(receiver)
+    try:
+
+        def rolled_back() -> None:
+            with transaction.atomic():
+                schedule_many([(tasks.add, (n,), {}) for n in range(3)])
+                raise RuntimeError("rolled back")
+
+        with pytest.raises(RuntimeError):
+            rolled_back()
+        assert not Task.objects.exists()
+        assert signalled == []
+        with transaction.atomic():
+            stored = schedule_many([(tasks.add, (n,), {}) for n in range(3)])
+            assert signalled == []
+        assert signalled == [t.token for t in stored]
+    finally:
+        task_scheduled.disconnect(receiver)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_async_twin(fake_clock: FakeClock) -> None:
+    got: list[Any] = []
+
+    def run() -> None:
+        try:
+            got.append(asyncio.run(aschedule_many([(tasks.add, (1,), {})], delay=5)))
+        except BaseException as exc:
+            got.append(exc)
+
+    thread = threading.Thread(target=run)  # an event loop of its own
+    thread.start()
+    thread.join(30)
+    [[stored]] = got
+    assert Task.objects.get().token == stored.token

@@ -15,6 +15,10 @@ its lowest and highest round.
    the GIL), on the process pool with 1 worker (the reference) and 2, and on the
    thread pool with 2. Tasks/s from the first task started; the ratio to the
    reference (the target for 2 worker processes: at least 1.7 on 2 cores).
+3. One call's cost: ``--calls`` (3,000) trivial calls one after another, made in the
+   calling thread (``execute``, the reference) and in one worker process
+   (``ProcessPool.execute``): wall time and CPU per call, the worker process's CPU
+   apart (no database: Django on a SQLite file the calls do not touch).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -62,6 +67,64 @@ CPU_CASES = (
 )
 
 
+#: Section 3, run in a process of its own (Django set up on a SQLite file).
+ONE_CALL = """
+import os, sys, time
+import django
+django.setup()
+from django_htask.engine import RunGuard, SystemClock, registry
+from django_htask.node.execution import Call, execute
+from django_htask.node.processes import ProcessPool
+NOOP = "tests.acceptance.app.tasks:noop"
+call = Call(registry.check_call(NOOP, ("x",), {{}}), NOOP, "noop", "bench", 1, None)
+clock = SystemClock()
+def cpu(pid):
+    fields = open(f"/proc/{{pid}}/stat").read().split(") ")[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+n = {calls}
+t, c = time.perf_counter(), time.process_time()
+for i in range(n):
+    execute(call, clock=clock, guard=RunGuard())
+print("thread", (time.perf_counter() - t) / n, (time.process_time() - c) / n, 0.0)
+pool = ProcessPool("bench", clock, 1)
+pool.start()
+pid = pool._idle[0].pid
+pool.execute(("task", 0), call, RunGuard())
+t, c, w = time.perf_counter(), time.process_time(), cpu(pid)
+for i in range(n):
+    pool.execute(("task", i), call, RunGuard())
+print("process", (time.perf_counter() - t) / n, (time.process_time() - c) / n, (cpu(pid) - w) / n)
+pool.close()
+"""
+
+
+def one_call(calls: int, db: Path) -> None:
+    """Section 3 (see the module)."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.acceptance.settings",
+        "HTASK_ACCEPTANCE_DB": str(db),
+        "PYTHONPATH": str(ROOT),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", ONE_CALL.format(calls=calls)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    print(f"  {'':<22} {'wall us/call':>12} {'CPU us/call':>11} {'of which the worker':>19}")
+    for line in out.splitlines():
+        where, wall, caller, worker = line.split()
+        total = float(caller) + float(worker)
+        label = "in the thread" if where == "thread" else "in a worker process"
+        print(
+            f"  {label:<22} {float(wall) * 1e6:>12.0f} {total * 1e6:>11.0f} "
+            f"{float(worker) * 1e6:>19.0f}"
+        )
+
+
 def _median(results: list[Throughput], field: str) -> float:
     return float(statistics.median(getattr(r, field) for r in results))
 
@@ -77,9 +140,10 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--cpu-tasks", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", type=int, choices=(1, 2), help="run one section")
+    parser.add_argument("--calls", type=int, default=3_000, help="section 3's calls")
+    parser.add_argument("--only", type=int, choices=(1, 2, 3), help="run one section")
     args = parser.parse_args()
-    wanted = {args.only} if args.only else {1, 2}
+    wanted = {args.only} if args.only else {1, 2, 3}
     with PostgresCluster() as pg:
         bench = Bench(pg, pg.root / "jobs.log")
         bench.django(
@@ -99,6 +163,9 @@ def main() -> None:
                 f"{args.rounds} rounds"
             )
             _section(bench, CPU_CASES, args.cpu_tasks, args.rounds)
+        if 3 in wanted:
+            print(f"3. one trivial call's cost, {args.calls} calls one after another")
+            one_call(args.calls, pg.root / "calls.sqlite3")
 
 
 def _section(bench: Bench, engines: tuple[Engine, ...], tasks: int, rounds: int) -> None:

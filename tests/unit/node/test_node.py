@@ -295,6 +295,38 @@ def test_every_occurrence_of_a_dead_owner_has_one_row(
         assert run.error.endswith("(catch_up=latest)"), run.error
 
 
+def test_a_late_node_is_given_nothing_and_its_standby_fires_for_it(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
+) -> None:
+    """A node joining while a dead one is not yet declared dead (its heartbeat is only
+    late) does not rebalance the dead node's schedules back onto it: they are fired at
+    their time, and every occurrence keeps one row."""
+    from django_htask.node.membership import LATE_BEATS
+    from django_htask.partition import Partition
+
+    ids = [store.add_schedule(f"s{i}", ADD, "@every 1s", args=(i,)) for i in range(12)]
+    a, b = make_node(), make_node()
+    beat = a.settings.heartbeat_interval
+    clock.advance(beat)
+    kill(b)
+    for _ in range(int((LATE_BEATS + 1) * beat) + 2):  # late, far from NODE_TIMEOUT (60 s)
+        clock.advance(1)
+    assert clock.now() - store.nodes[b.node_id].last_heartbeat < timedelta(seconds=45)
+    c = make_node()
+    joined = clock.now()
+    for _ in range(int(beat) + 5):
+        clock.advance(1)
+    pair = Partition(c.node_id, [a.node_id, c.node_id])
+    assert set(c.owned_schedules()) == {sid for sid in ids if pair.owns(sid)}
+    for sid in ids:
+        one_row_per_occurrence(store, sid)
+        after = [r for r in store.runs_of(schedule_id=sid) if r.scheduled_for > joined]  # type: ignore[operator]
+        assert after and all(r.status == "succeeded" for r in after), [
+            (r.status, r.node, r.error) for r in after
+        ]
+        assert b.node_id not in {r.node for r in after}
+
+
 def test_a_node_declared_dead_stops_and_writes_nothing(
     make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
 ) -> None:

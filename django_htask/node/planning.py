@@ -179,20 +179,13 @@ def plan(row: ScheduleRow, node: str, now: datetime, busy: int, catch_up_limit: 
         runs.extend(_folded(row, node, folded, to_run[0], now))
     if len(to_run) > 1 and row.overlap == Overlap.SKIP:
         # Caught-up occurrences would run together: the first runs, the rest skip.
-        runs.extend(_skipped(row, node, to_run[1:], now, f"the run of {to_run[0]} runs"))
+        why = f"the run of {to_run[0].isoformat()} runs"
+        runs.extend(_skipped(row, node, to_run[1:], now, why))
         result.to_run = to_run[:1]
     elif len(to_run) > 1 and row.overlap == Overlap.DELAY:
         # One after another: claim the first; the next stays due and waits for it.
         result.next_run_at, result.to_run = to_run[1], to_run[:1]
     return result
-
-
-def _not_run(
-    row: ScheduleRow, node: str, status: str, when: datetime, now: datetime, error: str
-) -> RunOutcome:
-    """The row of the occurrence due at ``when`` that did not run (``error``: why),
-    dated when that was noticed."""
-    return schedule_run(row, node, status, when, now, error=error)
 
 
 def _missed(row: ScheduleRow, node: str, missed: list[datetime], now: datetime) -> list[RunOutcome]:
@@ -208,13 +201,13 @@ def _missed(row: ScheduleRow, node: str, missed: list[datetime], now: datetime) 
         extra={"action": "missed"},
     )
     return [
-        _not_run(
+        schedule_run(
             row,
             node,
             RunStatus.MISSED,
             when,
             now,
-            f"missed: {(now - when).total_seconds():.1f}s late {policy}",
+            error=f"missed: {(now - when).total_seconds():.1f}s late {policy}",
         )
         for when in missed
     ]
@@ -236,18 +229,18 @@ def _dropped(
         f"{limit} occurrences behind (CATCH_UP_LIMIT)"
     )
     logger.warning("schedule %s: %s", row.name, error, extra={"action": "missed"})
-    return _not_run(row, node, RunStatus.MISSED, first, now, error)
+    return schedule_run(row, node, RunStatus.MISSED, first, now, error=error)
 
 
 def _folded(
     row: ScheduleRow, node: str, folded: list[datetime], into: datetime, now: datetime
 ) -> list[RunOutcome]:
     error = f"folded into the run of {into.isoformat()} (catch_up=latest)"
-    return [_not_run(row, node, RunStatus.SKIPPED, when, now, error) for when in folded]
+    return [schedule_run(row, node, RunStatus.SKIPPED, w, now, error=error) for w in folded]
 
 
 def _skipped(
     row: ScheduleRow, node: str, skipped: list[datetime], now: datetime, why: str
 ) -> list[RunOutcome]:
     error = f"skipped: {why} (overlap=skip)"
-    return [_not_run(row, node, RunStatus.SKIPPED, when, now, error) for when in skipped]
+    return [schedule_run(row, node, RunStatus.SKIPPED, w, now, error=error) for w in skipped]

@@ -153,8 +153,10 @@ def test_catch_up_all_with_overlap_skip_runs_one_and_skips_the_rest(
     assert statuses == [RunStatus.SKIPPED] * 5 + [RunStatus.SUCCEEDED]
     first = Run.objects.order_by("scheduled_for").first()
     assert first is not None and first.status == RunStatus.SUCCEEDED
+    assert first.scheduled_for is not None
+    why = f"skipped: the run of {first.scheduled_for.isoformat()} runs (overlap=skip)"
     for skipped in Run.objects.filter(status=RunStatus.SKIPPED):
-        assert skipped.error == f"skipped: the run of {first.scheduled_for} runs (overlap=skip)"
+        assert skipped.error == why
 
 
 def test_catch_up_all_with_overlap_delay_runs_them_one_after_another(

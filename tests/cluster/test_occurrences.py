@@ -28,6 +28,11 @@ TICK = "tests.cluster.clusterapp.tasks:tick"
 STEP = timedelta(seconds=2)
 RUNS = "SELECT scheduled_for, status, error FROM django_htask_run WHERE schedule_id = %s"
 RAN = ("running", "succeeded", "failed")
+#: What a failure shows of a schedule's rows from a time on.
+DIAGNOSIS = (
+    "SELECT scheduled_for, started_at, node, status FROM django_htask_run "
+    "WHERE schedule_id = %s AND scheduled_for >= %s - interval '6 seconds' ORDER BY id"
+)
 
 
 def now(site: Site) -> datetime:
@@ -73,7 +78,7 @@ def assert_one_row_per_occurrence(site: Site, sid: int, through: datetime) -> in
     assert not twice, f"schedule {sid}: occurrences with several rows: {twice}"
     ran = [when for when, status, _error in rows if status in RAN]
     first, last = rows[0][0], max(ran)
-    assert last > through, (sid, last, through)
+    assert last > through, (sid, last, through, site.sql(DIAGNOSIS, sid, last))
     expected = []
     when = first
     while when <= last:
@@ -163,6 +168,8 @@ def run_c(site: Site, a: Scheduler, seconds: float, **env: str) -> datetime:
     joined = now(site)
     wait_until(lambda: now(site) > joined + timedelta(seconds=seconds), seconds + 20, "the run")
     assert a.process.poll() is None
+    for node in (a, site.started[-1]):  # shown if the test fails
+        print(node.stdout[-2000:], node.stderr[-6000:], sep="\n")
     return joined
 
 

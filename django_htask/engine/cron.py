@@ -27,7 +27,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -36,7 +36,7 @@ from .errors import InvalidSchedule, SchedulerClosed, SchedulerFull
 from .fluent import Every
 from .interfaces import Clock
 from .scheduler import Scheduler
-from .schedules import _Bounded, parse_schedule
+from .schedules import IntervalSchedule, _Bounded, parse_schedule
 from .timetable import Timetable
 from .wrappers import JobSkipped, RunContext, Wrapper, _current, chain, recover
 
@@ -67,11 +67,16 @@ class SupportsNextAfter(Protocol):
 @dataclass(frozen=True)
 class Plan:
     """What to do when an occurrence fires: the occurrences to run, those missed, and
-    the next occurrence to arm (None: never again)."""
+    the next occurrence to arm (None: never again). ``folded``: the occurrences
+    coalesced into the one run (``catch_up="latest"``); ``dropped``: the first of the
+    occurrences past the cap that were jumped over (every one from it to before
+    ``next`` is missed), or None."""
 
     to_run: list[datetime]
     missed: list[datetime]
     next: datetime | None
+    folded: list[datetime] = field(default_factory=list)
+    dropped: datetime | None = None
 
 
 def plan_occurrences(
@@ -100,8 +105,13 @@ def plan_occurrences(
     while nxt is not None and nxt <= now and len(due) < cap:
         due.append(nxt)
         nxt = schedule.next_after(nxt)
+    dropped = None
     if nxt is not None and nxt <= now:  # more than the cap behind: jump past now
-        nxt = schedule.next_after(now)
+        dropped = nxt
+        if isinstance(schedule, IntervalSchedule):  # on the same sequence, not from now
+            nxt = schedule.next_in_sequence(nxt, now)
+        else:
+            nxt = schedule.next_after(now)
 
     def on_time(when: datetime) -> bool:
         return grace is None or (now - when).total_seconds() <= grace
@@ -113,9 +123,10 @@ def plan_occurrences(
     else:
         to_run = [due[-1]] if on_time(due[-1]) else []
     missed = [w for w in due if w not in to_run]
+    folded: list[datetime] = []
     if catch_up == "latest" and to_run:
-        missed = []  # coalesced into the one run
-    return Plan(to_run, missed, nxt)
+        missed, folded = [], missed  # coalesced into the one run
+    return Plan(to_run, missed, nxt, folded, dropped)
 
 
 # -- entries and events ---------------------------------------------------------------

@@ -416,6 +416,23 @@ class IntervalSchedule(_Bounded):
             return None
         return self._clip(found)
 
+    def next_in_sequence(self, occurrence: datetime, dt: datetime) -> datetime | None:
+        """The first occurrence strictly after ``dt`` of the sequence that goes through
+        ``occurrence`` (an earlier one). Without an anchor, a start or jitter the
+        interval counts from the previous occurrence, so this is ``occurrence`` plus a
+        whole number of intervals, where ``next_after(dt)`` would start a new sequence
+        at ``dt``: a runner jumping over a backlog keeps the schedule's times."""
+        if self.anchor is not None or self.start is not None or self.jitter:
+            return self.next_after(dt)
+        after, origin = _instant(dt, "dt"), _instant(occurrence, "occurrence")
+        if after < origin:
+            return origin
+        try:
+            found = self._next_on_grid(after, origin)
+        except OverflowError:
+            return None
+        return self._clip(found)
+
     def _next_on_grid(self, after: datetime, origin: datetime) -> datetime:
         step = self._step
         k = (after - origin) // step

@@ -14,7 +14,10 @@ Partitioning
     schedules that hash to it. Membership is re-read at every heartbeat and when a node
     joins or stops (a notification). A node keeps the schedules it gives away for one
     more heartbeat: a schedule is briefly held by two nodes (the compare-and-set lets
-    one of them fire each occurrence) and never by none.
+    one of them fire each occurrence) and never by none. A node whose heartbeat is
+    late (it missed a whole interval, though it is not yet ``NODE_TIMEOUT`` old; see
+    :func:`late`) is left out of the partition: a rebalance gives it nothing, and what
+    it owned goes to its standby, which fires it at its time.
 Standing by
     the member with the second highest hash is the schedule's standby: it holds the
     schedule too, with its timer ``STANDBY_DELAY`` seconds after each occurrence. An
@@ -29,8 +32,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django_htask.partition import Partition
 from django_htask.queues import DEFAULT_QUEUE, QueueFilter
@@ -40,11 +44,33 @@ from .context import NodeContext
 from .control import Once
 from .firing import Firing
 
-__all__ = ["Membership"]
+__all__ = ["LATE_BEATS", "Membership", "late"]
 
 logger = logging.getLogger(__name__)
 
 Live = dict[str, tuple[datetime, QueueFilter]]
+
+
+#: A node that has not beaten since this many of the reader's own heartbeats ago is late.
+LATE_BEATS = 2
+
+
+def late(live: Live, since: datetime | None, heartbeat_interval: float) -> set[str]:
+    """The live nodes whose heartbeat is late: none since ``since``, the reader's own
+    heartbeat :data:`LATE_BEATS` beats ago (it missed a whole interval), though not yet
+    ``NODE_TIMEOUT`` old. They are given no schedule: what they own goes to their
+    standby, which fires it at its time, until their heartbeat moves again or they are
+    declared dead. Measured against the reader's own beats, not its clock: while the
+    database is away for everyone the reader does not beat either, so nobody is late,
+    and a clock that jumps does not make the others late. A reader that has not beaten
+    that often yet (it just joined) compares with the freshest heartbeat instead, less
+    :data:`LATE_BEATS` intervals."""
+    if since is None:
+        if not live:
+            return set()
+        freshest = max(beat for beat, _queues in live.values())
+        since = freshest - timedelta(seconds=LATE_BEATS * heartbeat_interval)
+    return {node for node, (beat, _queues) in live.items() if beat < since}
 
 
 class Membership:
@@ -62,6 +88,8 @@ class Membership:
         self._load_owed = False  # a rebalance whose full read of the schedules failed
         #: Owners suspected of being gone: id -> when this node began to stand in.
         self._suspected: dict[str, datetime] = {}
+        #: This node's last heartbeats, as the others read them (for :func:`late`).
+        self._beats: deque[datetime] = deque(maxlen=LATE_BEATS + 1)
         self.refresher: Once = ctx.control.once(self._refresh_now)
         firing.roles = self
 
@@ -132,7 +160,13 @@ class Membership:
         return self.ctx.store.live_nodes(self.ctx.settings.dead_before(now))
 
     def _partition_of(self, live: Live) -> Partition:
-        members = {node: queues for node, (_beat, queues) in live.items()}
+        """The partition among the live nodes that are not late (see :func:`late`)."""
+        node_id, beats = self.ctx.node_id, self._beats
+        if node_id in live and (not beats or live[node_id][0] > beats[-1]):
+            beats.append(live[node_id][0])
+        since = beats[0] if len(beats) > LATE_BEATS else None
+        behind = late(live, since, self.ctx.settings.heartbeat_interval) - {node_id}
+        members = {node: queues for node, (_beat, queues) in live.items() if node not in behind}
         return Partition(self.ctx.node_id, members, self._queues)
 
     def _clear_suspicions(self, live: Live) -> list[str]:

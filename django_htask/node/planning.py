@@ -149,7 +149,11 @@ class Plan:
 
 def plan(row: ScheduleRow, node: str, now: datetime, busy: int, catch_up_limit: int) -> Plan:
     """The misfire policy, then the overlap policy, which holds for the caught-up
-    occurrences too (``busy``: runs of the schedule still going)."""
+    occurrences too (``busy``: runs of the schedule still going). Every occurrence due
+    that does not run gets a row of its own saying why: missed (late, or
+    ``catch_up="skip"``), folded into the run of a later one (``catch_up="latest"``), or
+    skipped (``overlap="skip"``); past ``catch_up_limit`` occurrences behind, the rest
+    share one missed row."""
     assert row.next_run_at is not None
     occurrences = plan_occurrences(
         _parsed(row.schedule, row.timezone),
@@ -160,16 +164,23 @@ def plan(row: ScheduleRow, node: str, now: datetime, busy: int, catch_up_limit: 
         limit=catch_up_limit,
     )
     result = Plan(occurrences.to_run, occurrences.next)
+    runs = result.runs
     if occurrences.missed:
-        result.runs.append(_missed(row, node, occurrences.missed, now))
-    to_run = result.to_run
+        runs.extend(_missed(row, node, occurrences.missed, now))
+    if occurrences.dropped is not None:
+        runs.append(_dropped(row, node, occurrences.dropped, occurrences.next, now, catch_up_limit))
+    to_run, folded = result.to_run, occurrences.folded
     if busy and row.overlap == Overlap.SKIP:
-        skipped = to_run or [row.next_run_at]
-        result.runs.append(_skipped(row, node, skipped, now, "the previous run was still running"))
+        why = "the previous run was still running"
+        runs.extend(_skipped(row, node, sorted(folded + to_run), now, why))
         result.to_run = []
-    elif len(to_run) > 1 and row.overlap == Overlap.SKIP:
+        return result
+    if folded:
+        runs.extend(_folded(row, node, folded, to_run[0], now))
+    if len(to_run) > 1 and row.overlap == Overlap.SKIP:
         # Caught-up occurrences would run together: the first runs, the rest skip.
-        result.runs.append(_skipped(row, node, to_run[1:], now, f"the run of {to_run[0]} runs"))
+        why = f"the run of {to_run[0].isoformat()} runs"
+        runs.extend(_skipped(row, node, to_run[1:], now, why))
         result.to_run = to_run[:1]
     elif len(to_run) > 1 and row.overlap == Overlap.DELAY:
         # One after another: claim the first; the next stays due and waits for it.
@@ -177,25 +188,59 @@ def plan(row: ScheduleRow, node: str, now: datetime, busy: int, catch_up_limit: 
     return result
 
 
-def _missed(row: ScheduleRow, node: str, missed: list[datetime], now: datetime) -> RunOutcome:
-    late = (now - missed[-1]).total_seconds()
+def _missed(row: ScheduleRow, node: str, missed: list[datetime], now: datetime) -> list[RunOutcome]:
     grace = "no limit" if row.grace is None else f"{row.grace:g}s"
+    policy = f"(grace {grace}, catch_up={row.catch_up})"
+    logger.warning(
+        "schedule %s: %d occurrence(s) from %s to %s missed %s",
+        row.name,
+        len(missed),
+        missed[0].isoformat(),
+        missed[-1].isoformat(),
+        policy,
+        extra={"action": "missed"},
+    )
+    return [
+        schedule_run(
+            row,
+            node,
+            RunStatus.MISSED,
+            when,
+            now,
+            error=f"missed: {(now - when).total_seconds():.1f}s late {policy}",
+        )
+        for when in missed
+    ]
+
+
+def _dropped(
+    row: ScheduleRow,
+    node: str,
+    first: datetime,
+    until: datetime | None,
+    now: datetime,
+    limit: int,
+) -> RunOutcome:
+    """The one row of the occurrences more than ``limit`` behind, from ``first`` to
+    before ``until`` (None: to the end of the schedule)."""
+    end = f"before {until.isoformat()}" if until is not None else "the schedule's end"
     error = (
-        f"{len(missed)} occurrence(s) from {missed[0].isoformat()} to "
-        f"{missed[-1].isoformat()} missed: {late:.1f}s late "
-        f"(grace {grace}, catch_up={row.catch_up})"
+        f"missed: every occurrence from {first.isoformat()} to {end}, more than "
+        f"{limit} occurrences behind (CATCH_UP_LIMIT)"
     )
     logger.warning("schedule %s: %s", row.name, error, extra={"action": "missed"})
-    return schedule_run(row, node, RunStatus.MISSED, missed[-1], now, error=error)
+    return schedule_run(row, node, RunStatus.MISSED, first, now, error=error)
+
+
+def _folded(
+    row: ScheduleRow, node: str, folded: list[datetime], into: datetime, now: datetime
+) -> list[RunOutcome]:
+    error = f"folded into the run of {into.isoformat()} (catch_up=latest)"
+    return [schedule_run(row, node, RunStatus.SKIPPED, w, now, error=error) for w in folded]
 
 
 def _skipped(
     row: ScheduleRow, node: str, skipped: list[datetime], now: datetime, why: str
-) -> RunOutcome:
-    what = (
-        f"{len(skipped)} occurrences from {skipped[0].isoformat()} to {skipped[-1].isoformat()}"
-        if len(skipped) > 1
-        else f"the occurrence of {skipped[0].isoformat()}"
-    )
-    error = f"{what} skipped: {why} (overlap=skip)"
-    return schedule_run(row, node, RunStatus.SKIPPED, skipped[-1], now, error=error)
+) -> list[RunOutcome]:
+    error = f"skipped: {why} (overlap=skip)"
+    return [schedule_run(row, node, RunStatus.SKIPPED, w, now, error=error) for w in skipped]

@@ -4,7 +4,8 @@ The database comes from ``HTASK_CLUSTER_DB_URL``. Heartbeats, leases and the nod
 timeout are short so a killed node is noticed within seconds; the poll is slow, so
 edits seen quickly are seen through LISTEN/NOTIFY. ``HTASK_CLUSTER_DEFAULTS=1`` keeps
 django-htask's own defaults instead (what a user gets); ``HTASK_CLUSTER_SHUTDOWN`` sets
-``SHUTDOWN_TIMEOUT``, ``HTASK_CLUSTER_RETRY_BACKOFF`` ``RETRY_BACKOFF``.
+``SHUTDOWN_TIMEOUT``, ``HTASK_CLUSTER_RETRY_BACKOFF`` ``RETRY_BACKOFF``,
+``HTASK_CLUSTER_NODE_TIMEOUT`` ``NODE_TIMEOUT``.
 """
 
 import os
@@ -44,6 +45,8 @@ if os.environ.get("HTASK_CLUSTER_SHUTDOWN"):
     HTASK["SHUTDOWN_TIMEOUT"] = float(os.environ["HTASK_CLUSTER_SHUTDOWN"])
 if os.environ.get("HTASK_CLUSTER_RETRY_BACKOFF"):
     HTASK["RETRY_BACKOFF"] = float(os.environ["HTASK_CLUSTER_RETRY_BACKOFF"])
+if os.environ.get("HTASK_CLUSTER_NODE_TIMEOUT"):
+    HTASK["NODE_TIMEOUT"] = float(os.environ["HTASK_CLUSTER_NODE_TIMEOUT"])
 if os.environ.get("HTASK_CLUSTER_MAX_ABANDONED"):
     HTASK["MAX_ABANDONED_THREADS"] = int(os.environ["HTASK_CLUSTER_MAX_ABANDONED"])
 LOGGING = {

@@ -185,6 +185,29 @@ def test_a_claim_returns_its_run_ids_in_the_order_of_its_runs(kit: Kit) -> None:
     assert (kit.schedule(sid).last_status, kit.schedule(sid).last_run_at) == ("running", NOW)
 
 
+def test_a_caught_up_claim_writes_one_row_per_occurrence(kit: Kit) -> None:
+    """The plan of a schedule four occurrences behind (``catch_up="latest"``), claimed:
+    each occurrence has its row, the three folded into the run of the fourth too."""
+    from django_htask.node.planning import plan, schedule_run
+
+    sid, row = due_schedule(kit)
+    due = [row.next_run_at + timedelta(minutes=i) for i in range(4)]
+    now = due[-1] + timedelta(seconds=2)
+    decided = plan(row, "n1", now, 0, 100)
+    assert decided.to_run == due[-1:]
+    started = [schedule_run(row, "n1", RunStatus.RUNNING, w, now) for w in decided.to_run]
+    ids = kit.store.claim_occurrence("n1", row, decided.next_run_at, now, decided.runs + started)
+    assert ids is not None and len(ids) == 4
+    rows = sorted(kit.runs(schedule_id=sid), key=lambda r: r.scheduled_for)
+    assert [(r.scheduled_for, r.status) for r in rows] == [
+        *((w, "skipped") for w in due[:-1]),
+        (due[-1], "running"),
+    ]
+    folded = f"folded into the run of {due[-1].isoformat()} (catch_up=latest)"
+    assert [r.error for r in rows[:-1]] == [folded] * 3
+    assert kit.schedule(sid).last_status == "running"
+
+
 def test_a_claim_without_runs_moves_the_schedule_and_says_so(kit: Kit) -> None:
     sid, row = due_schedule(kit)
     later = row.next_run_at + timedelta(minutes=1)

@@ -271,11 +271,11 @@ def test_a_schedule_changed_under_the_node_is_not_fired_twice(
 @pytest.mark.parametrize(
     ("catch_up", "grace", "runs", "statuses"),
     [
-        ("latest", None, [1], {"succeeded"}),
-        ("all", None, [1] * 6, {"succeeded"}),
-        ("skip", None, [], {"missed"}),
-        ("latest", 30.0, [], {"missed"}),
-        ("all", 150.0, [1, 1], {"succeeded", "missed"}),
+        ("latest", None, [1], ["skipped"] * 5 + ["succeeded"]),
+        ("all", None, [1] * 6, ["succeeded"] * 6),
+        ("skip", None, [], ["missed"] * 6),
+        ("latest", 30.0, [], ["missed"] * 6),
+        ("all", 150.0, [1, 1], ["missed"] * 4 + ["succeeded"] * 2),
     ],
 )
 def test_misfire_policies(
@@ -285,7 +285,7 @@ def test_misfire_policies(
     catch_up: str,
     grace: float | None,
     runs: list[int],
-    statuses: set[str],
+    statuses: list[str],
 ) -> None:
     row = make_schedule(text="@every 1m", catch_up=catch_up, grace=grace, overlap="allow")
     # The node was down: the due time is 5 minutes and 45 seconds ago.
@@ -293,9 +293,33 @@ def test_misfire_policies(
     Schedule.objects.filter(pk=row.pk).update(next_run_at=behind)
     make_node()
     assert calls["add"] == runs
-    assert set(Run.objects.values_list("status", flat=True)) == statuses
+    # One row per occurrence due, in the order of the occurrences.
+    rows = list(Run.objects.order_by("scheduled_for").values_list("scheduled_for", "status"))
+    assert [status for _when, status in rows] == statuses
+    assert [when for when, _status in rows] == [behind + timedelta(minutes=i) for i in range(6)]
     row.refresh_from_db()
     assert row.next_run_at == fake_clock.now() + timedelta(seconds=15)
+
+
+def test_the_occurrences_not_run_are_counted_by_the_overview_and_the_metrics(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any
+) -> None:
+    """Five occurrences folded into the run of the sixth (``catch_up="latest"``): the
+    overview and the metrics count them as skipped, beside the one run."""
+    from django_htask.overview import read_overview
+    from tests.integration.test_metrics import scrape, value
+
+    row = make_schedule(text="@every 1m", overlap="allow")
+    behind = fake_clock.now() - timedelta(minutes=5, seconds=45)
+    Schedule.objects.filter(pk=row.pk).update(next_run_at=behind)
+    make_node()
+    assert calls["add"] == [1]
+    totals = read_overview(fake_clock.now()).runs_total
+    assert (totals["skipped"], totals["succeeded"], totals["missed"]) == (5, 1, 0)
+    samples, _, _ = scrape()
+    runs = "django_htask_recent_runs"
+    assert value(samples, runs, name=row.name, function=row.function, status="skipped") == 5
+    assert value(samples, runs, name=row.name, function=row.function, status="succeeded") == 1
 
 
 def test_overlap_skip(make_node: MakeNode, fake_clock: FakeClock, calls: Any) -> None:

@@ -42,25 +42,48 @@ EVERY_10S = IntervalSchedule(10, anchor=T0)
 
 
 @pytest.mark.parametrize(
-    ("catch_up", "grace", "to_run", "missed", "nxt"),
+    ("catch_up", "grace", "to_run", "missed", "folded", "nxt"),
     [
-        ("latest", None, [30], [], 40),
-        ("all", None, [0, 10, 20, 30], [], 40),
-        ("skip", None, [], [0, 10, 20, 30], 40),
-        ("latest", 5.0, [30], [], 40),
-        ("all", 15.0, [20, 30], [0, 10], 40),
-        ("skip", 100.0, [], [0, 10, 20, 30], 40),
+        ("latest", None, [30], [], [0, 10, 20], 40),
+        ("all", None, [0, 10, 20, 30], [], [], 40),
+        ("skip", None, [], [0, 10, 20, 30], [], 40),
+        ("latest", 5.0, [30], [], [0, 10, 20], 40),
+        ("latest", 1.0, [], [0, 10, 20, 30], [], 40),
+        ("all", 15.0, [20, 30], [0, 10], [], 40),
+        ("skip", 100.0, [], [0, 10, 20, 30], [], 40),
     ],
 )
 def test_plan(
-    catch_up: str, grace: float | None, to_run: list[int], missed: list[int], nxt: int
+    catch_up: str,
+    grace: float | None,
+    to_run: list[int],
+    missed: list[int],
+    folded: list[int],
+    nxt: int,
 ) -> None:
     plan = plan_occurrences(
         EVERY_10S, T0, T0 + timedelta(seconds=32), grace=grace, catch_up=catch_up
     )
     assert plan.to_run == secs(*to_run)
     assert plan.missed == secs(*missed)
+    assert plan.folded == secs(*folded)  # every due occurrence is in one of the three
     assert plan.next == secs(nxt)[0]
+    assert plan.dropped is None
+
+
+def test_plan_past_the_cap_keeps_an_intervals_sequence() -> None:
+    """An interval without anchor counts from its previous occurrence: jumping over a
+    backlog keeps its times (on the 5 s past each 10 s), not a sequence from now."""
+    free = IntervalSchedule(10)
+    first = T0 + timedelta(seconds=5)
+    plan = plan_occurrences(free, first, T0 + timedelta(hours=1, seconds=2), limit=3)
+    assert plan.to_run == [first + timedelta(seconds=20)]
+    assert plan.dropped == first + timedelta(seconds=30)
+    assert plan.next == T0 + timedelta(hours=1, seconds=5)
+    assert free.next_in_sequence(first, first - timedelta(seconds=1)) == first
+    jittered = IntervalSchedule(10, jitter=1)
+    later = T0 + timedelta(hours=1)
+    assert jittered.next_in_sequence(first, later) == jittered.next_after(later)
 
 
 def test_plan_on_time_and_late_beyond_grace() -> None:
@@ -74,6 +97,7 @@ def test_plan_caps_catch_up_and_does_not_burst() -> None:
     plan = plan_occurrences(EVERY_10S, T0, T0 + timedelta(hours=1), catch_up="all", limit=3)
     assert plan.to_run == secs(0, 10, 20)
     assert plan.next == T0 + timedelta(hours=1, seconds=10)
+    assert plan.dropped == secs(30)[0]  # every one from it to before next is jumped over
     with pytest.raises(ValueError, match="catch_up must be one of"):
         plan_occurrences(EVERY_10S, T0, T0, catch_up="most")
 

@@ -46,11 +46,11 @@ def test_a_schedule_fires_at_its_time_and_moves_on(
 @pytest.mark.parametrize(
     ("catch_up", "grace", "runs", "recorded"),
     [
-        ("latest", None, [1], ["succeeded"]),
+        ("latest", None, [1], ["skipped"] * 5 + ["succeeded"]),
         ("all", None, [1] * 6, ["succeeded"] * 6),
-        ("skip", None, [], ["missed"]),
-        ("latest", 30.0, [], ["missed"]),
-        ("all", 150.0, [1, 1], ["missed", "succeeded", "succeeded"]),
+        ("skip", None, [], ["missed"] * 6),
+        ("latest", 30.0, [], ["missed"] * 6),
+        ("all", 150.0, [1, 1], ["missed"] * 4 + ["succeeded"] * 2),
     ],
 )
 def test_misfire_policies(
@@ -70,7 +70,36 @@ def test_misfire_policies(
     )  # fmt: skip
     make_node(workers=6)
     assert calls["add"] == runs
-    assert sorted(statuses(store, sid)) == sorted(recorded)
+    # One row per occurrence due, in the order of the occurrences.
+    rows = sorted(store.runs_of(schedule_id=sid), key=lambda r: r.scheduled_for or START)
+    assert [r.status for r in rows] == recorded
+    assert [r.scheduled_for for r in rows] == [behind + timedelta(minutes=i) for i in range(6)]
+    assert store.schedules[sid].next_run_at == START + timedelta(seconds=15)
+
+
+@pytest.mark.parametrize("catch_up", ["latest", "all", "skip"])
+def test_occurrences_past_the_catch_up_limit_share_one_missed_row(
+    make_node: MakeNode, store: InMemoryStore, calls: Any, catch_up: str
+) -> None:
+    from django_htask.conf import HtaskSettings
+
+    behind = START - timedelta(minutes=5, seconds=45)  # 6 occurrences due, 3 the limit
+    sid = store.add_schedule(
+        "s", ADD, "@every 1m", args=(1,), next_run_at=behind, catch_up=catch_up,
+        overlap="allow",
+    )  # fmt: skip
+    make_node(workers=6, settings=HtaskSettings(catch_up_limit=3))
+    rows = sorted(store.runs_of(schedule_id=sid), key=lambda r: r.scheduled_for or START)
+    times = [r.scheduled_for for r in rows]
+    assert times == [behind + timedelta(minutes=i) for i in range(4)]  # 3, then the rest
+    *caught, rest = rows
+    assert rest.status == "missed"
+    assert rest.error == (
+        f"missed: every occurrence from {times[3].isoformat()} to before "  # type: ignore[union-attr]
+        f"{(START + timedelta(seconds=15)).isoformat()}, more than 3 occurrences behind "
+        "(CATCH_UP_LIMIT)"
+    )
+    assert len(calls["add"]) == sum(r.status == "succeeded" for r in caught)
     assert store.schedules[sid].next_run_at == START + timedelta(seconds=15)
 
 
@@ -91,14 +120,14 @@ def test_overlap_skip_and_delay_hold_for_caught_up_occurrences(
     clock.advance(0, wait=False)
     for name in ("skip", "delay"):
         assert jobs.gate(name)[0].wait(5)
-    assert statuses(store, skip) == ["skipped", "running"]
+    assert statuses(store, skip) == ["skipped"] * 5 + ["running"]
     assert statuses(store, delay) == ["running"]  # the others wait for it
     for name in ("skip", "delay"):
         jobs.gate(name)[1].set()
     clock.advance(0)
     assert statuses(store, delay) == ["succeeded"] * 6  # one after another
     assert jobs.running["most"] == 2  # one of each at a time
-    assert statuses(store, skip) == ["skipped", "succeeded"]
+    assert statuses(store, skip) == ["skipped"] * 5 + ["succeeded"]
 
 
 def test_a_failing_schedule_run_is_retried_after_the_backoff(
@@ -223,6 +252,79 @@ def test_the_standby_fires_what_a_dead_owner_left(
         later = [f for f in fired if f > died]
         assert later and later[0] - died <= timedelta(seconds=3), (sid, fired)
         assert len(fired) == len(set(fired))
+
+
+def one_row_per_occurrence(store: InMemoryStore, sid: int) -> list[str]:
+    """The statuses of ``sid``'s rows by occurrence, checking that every occurrence of
+    its ``@every 1s`` from the first row to the last has exactly one row."""
+    rows = sorted(store.runs_of(schedule_id=sid), key=lambda r: r.scheduled_for or START)
+    times = [r.scheduled_for for r in rows]
+    assert times[0] is not None and times[-1] is not None
+    span = int((times[-1] - times[0]).total_seconds())
+    assert times == [times[0] + i * SECOND for i in range(span + 1)], (sid, times)
+    return [r.status for r in rows]
+
+
+def kill(node: Node) -> None:
+    """The node dies: it fires nothing more and its heartbeat stops."""
+    node.parts.ctx.control.close(wait=False)
+    node.parts.liveness.close(wait=False)
+
+
+def test_every_occurrence_of_a_dead_owner_has_one_row(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
+) -> None:
+    """The standby fires the occurrence the owner left STANDBY_DELAY late, as the run
+    of the latest due (catch_up="latest"): the ones folded into it are recorded."""
+    ids = [store.add_schedule(f"s{i}", ADD, "@every 1s", args=(i,)) for i in range(10)]
+    a, b = make_node(), make_node()
+    clock.advance(a.settings.heartbeat_interval)
+    victim = a if a.owned_schedules() else b
+    lost = set(victim.owned_schedules())
+    kill(victim)
+    for _ in range(8):
+        clock.advance(1)
+    for sid in ids:
+        statuses_ = one_row_per_occurrence(store, sid)
+        assert statuses_[-1] == "succeeded"
+        if sid in lost:
+            assert "skipped" in statuses_
+    folded = [r for sid in lost for r in store.runs_of(schedule_id=sid) if r.status == "skipped"]
+    for run in folded:
+        assert run.error.startswith("folded into the run of "), run.error
+        assert run.error.endswith("(catch_up=latest)"), run.error
+
+
+def test_a_late_node_is_given_nothing_and_its_standby_fires_for_it(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
+) -> None:
+    """A node joining while a dead one is not yet declared dead (its heartbeat is only
+    late) does not rebalance the dead node's schedules back onto it: they are fired at
+    their time, and every occurrence keeps one row."""
+    from django_htask.node.membership import LATE_BEATS
+    from django_htask.partition import Partition
+
+    ids = [store.add_schedule(f"s{i}", ADD, "@every 1s", args=(i,)) for i in range(12)]
+    a, b = make_node(), make_node()
+    beat = a.settings.heartbeat_interval
+    clock.advance(beat)
+    kill(b)
+    for _ in range(int((LATE_BEATS + 1) * beat) + 2):  # late, far from NODE_TIMEOUT (60 s)
+        clock.advance(1)
+    assert clock.now() - store.nodes[b.node_id].last_heartbeat < timedelta(seconds=45)
+    c = make_node()
+    joined = clock.now()
+    for _ in range(int(beat) + 5):
+        clock.advance(1)
+    pair = Partition(c.node_id, [a.node_id, c.node_id])
+    assert set(c.owned_schedules()) == {sid for sid in ids if pair.owns(sid)}
+    for sid in ids:
+        one_row_per_occurrence(store, sid)
+        after = [r for r in store.runs_of(schedule_id=sid) if r.scheduled_for > joined]  # type: ignore[operator]
+        assert after and all(r.status == "succeeded" for r in after), [
+            (r.status, r.node, r.error) for r in after
+        ]
+        assert b.node_id not in {r.node for r in after}
 
 
 def test_a_node_declared_dead_stops_and_writes_nothing(

@@ -1,0 +1,210 @@
+"""Every occurrence of a schedule leaves exactly one ``Run`` row, with real
+``runscheduler`` processes on PostgreSQL: the run, or the row that says why it did not
+run (missed, folded into a later run, skipped), when the node firing it is killed and
+when a node joins before the killed one is declared dead (issue 28).
+
+The killed node is never declared dead in the window: its schedules go on through
+their standby alone (default timings: ``NODE_TIMEOUT`` 60 s, heartbeats every 10 s,
+``STANDBY_DELAY`` 2 s), or through the node that owns them once its heartbeat is late
+(heartbeats every second, ``NODE_TIMEOUT`` 30 s).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from datetime import datetime, timedelta
+
+import pytest
+
+from django_htask.partition import Partition
+from tests.acceptance.conftest import Scheduler, wait_until
+from tests.cluster.conftest import Site
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+TICK = "tests.cluster.clusterapp.tasks:tick"
+STEP = timedelta(seconds=2)
+RUNS = "SELECT scheduled_for, status, error FROM django_htask_run WHERE schedule_id = %s"
+RAN = ("running", "succeeded", "failed")
+#: What a failure shows of a schedule's rows from a time on.
+DIAGNOSIS = (
+    "SELECT scheduled_for, started_at, node, status FROM django_htask_run "
+    "WHERE schedule_id = %s AND scheduled_for >= %s - interval '6 seconds' ORDER BY id"
+)
+
+
+def now(site: Site) -> datetime:
+    value: datetime = site.one("SELECT now()")
+    return value
+
+
+def schedules(site: Site, count: int, offset: int = 0) -> list[int]:
+    """``count`` schedules ``@every 2s`` of ``tick``, made in one subprocess."""
+    out = site.django(
+        "from django_htask.models import Schedule\n"
+        f"for i in range({offset}, {offset + count}):\n"
+        f"    s = Schedule(name=f'every-2s-{{i}}', function={TICK!r}, schedule='@every 2s')\n"
+        "    s.set_call(())\n"
+        "    s.save()\n"
+        "    print(s.pk)\n"
+    )
+    return [int(line) for line in out.split()]
+
+
+def new_standby_of_b(sid: int) -> bool:
+    """Whether ``occ-b`` owns ``sid`` among ``occ-a``, ``occ-b`` and ``occ-c``, and
+    ``occ-c`` would be its standby (it ranks between ``occ-b`` and ``occ-a``)."""
+    return Partition("occ-c", ["occ-a", "occ-b", "occ-c"]).role(sid) == "occ-b"
+
+
+def schedules_with(site: Site, count: int, wanted: int) -> tuple[list[int], list[int]]:
+    """At least ``count`` schedules, made until ``wanted`` of them have ``occ-c`` as the
+    new standby of ``occ-b`` (one in six does): all of them, and those."""
+    ids: list[int] = []
+    while len(ids) < count or sum(map(new_standby_of_b, ids)) < wanted:
+        ids += schedules(site, 6, offset=len(ids))
+    return ids, [sid for sid in ids if new_standby_of_b(sid)]
+
+
+def assert_one_row_per_occurrence(site: Site, sid: int, through: datetime) -> int:
+    """Every occurrence of ``sid`` from its first row to the last one that ran (which
+    must be past ``through``) has exactly one row, and no row is off the schedule's
+    sequence. Return how many occurrences did not run."""
+    rows = site.sql(RUNS + " ORDER BY scheduled_for", sid)
+    per_time = Counter(when for when, _status, _error in rows)
+    twice = {when: n for when, n in per_time.items() if n > 1}
+    assert not twice, f"schedule {sid}: occurrences with several rows: {twice}"
+    ran = [when for when, status, _error in rows if status in RAN]
+    first, last = rows[0][0], max(ran)
+    assert last > through, (sid, last, through, site.sql(DIAGNOSIS, sid, last))
+    expected = []
+    when = first
+    while when <= last:
+        expected.append(when)
+        when += STEP
+    seen = [when for when, _status, _error in rows if when <= last]
+    missing = sorted(set(expected) - set(seen))
+    assert not missing, f"schedule {sid}: occurrences without a row: {missing}"
+    assert seen == expected, f"schedule {sid}: rows off the sequence: {set(seen) - set(expected)}"
+    not_run = [(w, s, e) for w, s, e in rows if w <= last and s not in RAN]
+    for _when, status, error in not_run:
+        assert status in ("missed", "skipped") and error, (status, error)
+    return len(not_run)
+
+
+def holder_of(site: Site, sid: int) -> str | None:
+    """The node that ran the latest occurrence of ``sid`` (None: none ran yet)."""
+    rows = site.sql(
+        "SELECT node FROM django_htask_run WHERE schedule_id = %s AND status IN "
+        "('running', 'succeeded') ORDER BY scheduled_for DESC LIMIT 1",
+        sid,
+    )
+    return rows[0][0] if rows else None
+
+
+def test_each_occurrence_has_one_row_when_the_owner_is_killed(site: Site) -> None:
+    """Two nodes, ``@every 2s``, the one firing it killed with SIGKILL: the standby
+    fires on, and the occurrence due while it waited for the owner has a row too."""
+    [sid] = schedules(site, 1)
+    nodes = {
+        name: site.node("--node-id", name, HTASK_CLUSTER_DEFAULTS="1")
+        for name in ("occ-a", "occ-b")
+    }
+    runs = f"SELECT count(*) FROM django_htask_run WHERE schedule_id = {sid}"
+    wait_until(lambda: site.one(runs) >= 3, 30, "the schedule running")
+    time.sleep(1.0)  # settled: the owner is the one firing now
+    victim = holder_of(site, sid)
+    assert victim is not None
+    killed_at = now(site)
+    nodes[victim].process.send_signal(signal.SIGKILL)
+    nodes[victim].wait_exit()
+    wait_until(lambda: now(site) > killed_at + timedelta(seconds=14), 20, "14 s")
+    not_run = assert_one_row_per_occurrence(site, sid, killed_at + timedelta(seconds=8))
+    after = {
+        node
+        for (node,) in site.sql(
+            "SELECT node FROM django_htask_run WHERE schedule_id = %s AND scheduled_for > %s",
+            sid,
+            killed_at + timedelta(seconds=4),
+        )
+    }
+    assert after and victim not in after, after
+    assert not_run >= 1, "the occurrence due while the standby waited should not have run"
+
+
+def kill_b(site: Site, ids: list[int], **env: str) -> tuple[Scheduler, datetime]:
+    """Start ``occ-a`` and ``occ-b``; once ``occ-b`` fires its share of ``ids``, kill
+    it (SIGKILL). Return ``occ-a`` and when ``occ-b`` was killed."""
+    a = site.node("--node-id", "occ-a", **env)
+    b = site.node("--node-id", "occ-b", **env)
+    two = Partition("occ-a", ["occ-a", "occ-b"])
+    of_b = [sid for sid in ids if two.owner(sid) == "occ-b"]
+    wait_until(
+        lambda: all(holder_of(site, sid) == "occ-b" for sid in of_b), 30, "occ-b firing its share"
+    )
+    killed_at = now(site)
+    b.process.send_signal(signal.SIGKILL)
+    b.wait_exit()
+    return a, killed_at
+
+
+def nodes_firing(site: Site, ids: list[int], after: datetime) -> set[str]:
+    """The nodes with a row of one of ``ids`` due after ``after``."""
+    rows = site.sql(
+        "SELECT DISTINCT node FROM django_htask_run WHERE schedule_id = ANY(%s) "
+        "AND scheduled_for > %s",
+        ids,
+        after,
+    )
+    return {node for (node,) in rows}
+
+
+def run_c(site: Site, a: Scheduler, seconds: float, **env: str) -> datetime:
+    """Start ``occ-c`` and let it run ``seconds`` beside ``occ-a``; return when it
+    started."""
+    site.node("--node-id", "occ-c", **env)
+    joined = now(site)
+    wait_until(lambda: now(site) > joined + timedelta(seconds=seconds), seconds + 20, "the run")
+    assert a.process.poll() is None
+    for node in (a, site.started[-1]):  # shown if the test fails
+        print(node.stdout[-2000:], node.stderr[-6000:], sep="\n")
+    return joined
+
+
+def test_each_occurrence_has_one_row_when_a_node_joins_before_the_dead_one_is_declared_dead(
+    site: Site,
+) -> None:
+    """``occ-b`` is killed; ``occ-c`` joins well within ``NODE_TIMEOUT``. The schedules
+    for which ``occ-c`` ranks after ``occ-b`` and before ``occ-a`` (``occ-c`` is their
+    new standby) keep one row per occurrence: ``occ-c`` fires them for the dead node."""
+    ids, c_stands_by = schedules_with(site, 12, 2)
+    a, killed_at = kill_b(site, ids, HTASK_CLUSTER_DEFAULTS="1")
+    joined = run_c(site, a, 14, HTASK_CLUSTER_DEFAULTS="1")
+    for sid in ids:
+        assert_one_row_per_occurrence(site, sid, joined + timedelta(seconds=8))
+    assert "occ-b" not in nodes_firing(site, c_stands_by, killed_at + timedelta(seconds=6))
+
+
+def test_a_node_joining_gives_nothing_to_a_late_node_and_nothing_is_folded(
+    site: Site,
+) -> None:
+    """Heartbeats every second: ``occ-b`` is killed, its heartbeat is late two seconds
+    later (``NODE_TIMEOUT`` is 30 s), and ``occ-c`` joins then. No schedule is given
+    back to ``occ-b``: from ``occ-c``'s start on, every occurrence runs at its time."""
+    ids, _c_stands_by = schedules_with(site, 12, 2)
+    env = {"HTASK_CLUSTER_NODE_TIMEOUT": "30"}
+    a, killed_at = kill_b(site, ids, **env)
+    wait_until(lambda: now(site) > killed_at + timedelta(seconds=4), 10, "occ-b late")
+    joined = run_c(site, a, 12, **env)
+    assert site.one("SELECT stopped_at FROM django_htask_node WHERE id = 'occ-b'") is None
+    for sid in ids:
+        assert_one_row_per_occurrence(site, sid, joined + timedelta(seconds=8))
+    not_run = site.sql(
+        "SELECT schedule_id, scheduled_for, status, error FROM django_htask_run "
+        "WHERE scheduled_for > %s AND status NOT IN ('running', 'succeeded')",
+        joined,
+    )
+    assert not not_run, not_run
+    assert "occ-b" not in nodes_firing(site, ids, killed_at + timedelta(seconds=1))

@@ -100,6 +100,12 @@ def kill_all(example: Example) -> None:
         example.process.wait(5)
 
 
+def _default_signals() -> None:
+    """In the child, before exec: the stop signals at their defaults."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def example(tmp_path: Path, *, ignore_sigint: bool = False) -> Iterator[Example]:
     """Start run.py (through ``sh`` with SIGINT ignored, as ``&`` does, if asked) and
@@ -119,7 +125,15 @@ def example(tmp_path: Path, *, ignore_sigint: bool = False) -> Iterator[Example]
         command = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *command]
     log = tmp_path / "run.log"
     with log.open("wb") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        # From a terminal's defaults, whatever this run inherited: under `nohup make test`
+        # SIGHUP comes ignored, and run.py rightly keeps it so (the SIGHUP test's case).
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_default_signals,  # noqa: PLW1509 - a single-threaded test process
+        )
     started = Example(process, log, address, marker)
     try:
         wait_until(

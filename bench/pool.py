@@ -18,7 +18,8 @@ its lowest and highest round.
 3. One call's cost: ``--calls`` (3,000) trivial calls one after another, made in the
    calling thread (``execute``, the reference) and in one worker process
    (``ProcessPool.execute``): wall time and CPU per call, the worker process's CPU
-   apart (no database: Django on a SQLite file the calls do not touch).
+   apart (no database: Django on a SQLite file the calls do not touch); and the worker
+   process's start-up to ready and its resident memory.
 """
 
 from __future__ import annotations
@@ -86,9 +87,12 @@ t, c = time.perf_counter(), time.process_time()
 for i in range(n):
     execute(call, clock=clock, guard=RunGuard())
 print("thread", (time.perf_counter() - t) / n, (time.process_time() - c) / n, 0.0)
+t = time.perf_counter()
 pool = ProcessPool("bench", clock, 1)
 pool.start()
 pid = pool._idle[0].pid
+rss = {{k: v for k, v in (l.split(":", 1) for l in open(f"/proc/{{pid}}/status"))}}["VmRSS"]
+print("start", time.perf_counter() - t, rss.split()[0], 0.0)
 pool.execute(("task", 0), call, RunGuard())
 t, c, w = time.perf_counter(), time.process_time(), cpu(pid)
 for i in range(n):
@@ -117,12 +121,16 @@ def one_call(calls: int, db: Path) -> None:
     print(f"  {'':<22} {'wall us/call':>12} {'CPU us/call':>11} {'of which the worker':>19}")
     for line in out.splitlines():
         where, wall, caller, worker = line.split()
+        if where == "start":  # its start-up and memory, Django set up
+            started = f"{float(wall):.2f} s to ready, {int(caller) / 1024:.0f} MiB resident"
+            continue
         total = float(caller) + float(worker)
         label = "in the thread" if where == "thread" else "in a worker process"
         print(
             f"  {label:<22} {float(wall) * 1e6:>12.0f} {total * 1e6:>11.0f} "
             f"{float(worker) * 1e6:>19.0f}"
         )
+    print(f"  a worker process (the acceptance tests' settings): {started}")
 
 
 def _median(results: list[Throughput], field: str) -> float:

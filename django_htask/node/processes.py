@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -251,8 +252,17 @@ class ProcessPool:
             child.reap()
 
     # -- runs ------------------------------------------------------------------------
-    def execute(self, key: Key, call: Call, guard: RunGuard) -> RunOutcome:
-        """Make ``call`` in a worker process; its outcome (never raises)."""
+    def execute(
+        self,
+        key: Key,
+        call: Call,
+        guard: RunGuard,
+        on_start: Callable[[], object] = lambda: None,
+    ) -> RunOutcome:
+        """Make ``call`` in a worker process; its outcome (never raises).
+        ``on_start`` is called as the call is sent, once its worker process is ready
+        (the run's timeout counts from there); the run's times and duration are the
+        node's, from then to the outcome received."""
         clock = self.clock
         started_at = clock.now()
         if guard.reason is not None:  # stopped before it began: not sent
@@ -273,7 +283,9 @@ class ProcessPool:
         guard.token.on_cancel(forward)
         try:
             child.wait_ready()
-            (status, error, tb, duration), extra, recycle = child.run(seq, call)
+            started_at, t0 = clock.now(), clock.monotonic()
+            on_start()
+            (status, error, tb, _duration), extra, recycle = child.run(seq, call)
         except (EOFError, OSError, WorkerProcessBroken) as exc:
             with self._lock:
                 self._busy.pop(key, None)
@@ -285,7 +297,7 @@ class ProcessPool:
             **{name: getattr(call, name) for name in RUN_FIELDS},
             started_at=started_at,
             finished_at=clock.now(),
-            duration=duration,
+            duration=clock.monotonic() - t0,
             error=error,
             traceback=tb,
             extra=extra,

@@ -114,15 +114,21 @@ class Supervisor:
         guard = ctx.running.call(key, call, ctx.clock.now(), finish)
         if guard is None:
             return
-        timer = self.arm(key, self.timeout_of(timeout))
+        timers: list[TimerHandle | None] = []
+
+        def start_timer() -> None:  # as the call begins
+            timers.append(self.arm(key, self.timeout_of(timeout)))
+
         try:
             if self.processes is not None:
-                outcome = self.processes.execute(key, call, guard)
+                outcome = self.processes.execute(key, call, guard, start_timer)
             else:
+                start_timer()
                 outcome = execute(call, clock=ctx.clock, guard=guard)
         finally:
-            if timer is not None:
-                timer.cancel()
+            for timer in timers:
+                if timer is not None:
+                    timer.cancel()
         if guard.settle():
             finish(outcome)
 

@@ -85,6 +85,23 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         )
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_exit_in_the_test_process() -> Iterator[None]:
+    """``os._exit`` in the test process itself would end the run with its status, 0 say,
+    and the tests not run yet would pass unseen: make it an error here (a child process
+    started with fork keeps the real one)."""
+    real, pid = os._exit, os.getpid()
+
+    def guarded(code: int) -> None:
+        if os.getpid() != pid:
+            real(code)
+        raise RuntimeError(f"os._exit({code}) was called in the test process")
+
+    os._exit = guarded  # type: ignore[assignment]
+    yield
+    os._exit = real
+
+
 @pytest.fixture(autouse=True)
 def _close_thread_connections() -> Iterator[None]:
     """Close the PostgreSQL connections other threads (a node's) opened during the test:

@@ -261,9 +261,12 @@ class Command(BaseCommand):
         """As ``manage.py`` runs it: once the node has stopped cleanly, the process ends
         at once rather than tearing the interpreter down module by module, which takes
         a quarter of a second with Django loaded (a supervisor stopping or restarting
-        nodes waits for it). ``call_command`` (tests, a batch run in a script) returns
-        as usual."""
+        nodes waits for it). Only when the command line is the process's own:
+        ``call_command`` and ``execute_from_command_line([...])`` from a program (tests,
+        a batch run in a script) return as usual."""
         super().run_from_argv(argv)
+        if list(argv) != sys.argv:
+            return  # execute_from_command_line([...]) inside a program (a test, a script)
         main = threading.main_thread()
         if any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate()):
             return  # non-daemon threads of the project's own: Python waits for them

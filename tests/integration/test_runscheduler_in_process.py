@@ -1,0 +1,16 @@
+"""``runscheduler`` run from inside a program (a test, a script) returns: only the
+process's own command line ends the process at once after a clean stop."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import execute_from_command_line
+
+
+@pytest.mark.django_db(transaction=True)
+def test_execute_from_command_line_inside_a_program_returns(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # tests/conftest.py makes os._exit an error in the test process.
+    execute_from_command_line(["manage.py", "runscheduler", "--batch", "--no-sync"])
+    assert "nothing is due any more (--batch)" in capsys.readouterr().out

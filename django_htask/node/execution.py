@@ -166,19 +166,27 @@ def execute(
         logger.warning("%s stopped: %s", name, error, extra={"action": "run_stopped"})
     result = None
     if value is not None and status == RunStatus.SUCCEEDED and call.task_id is not None:
-        try:
-            result = encode_result(value, max_size=max_result)
-        except PayloadError as exc:
-            status, retryable = RunStatus.FAILED, False
-            error = (
-                f"ResultNotStored: {exc} (RESULT_MAX_BYTES is {max_result}); the function "
-                "ran, so the task is not retried"
-            )
-            logger.error("%s: %s", name, error, extra={"action": "result_not_stored"})
+        result, error = _encoded(name, value, max_result)
+        if error:
+            status, retryable = RunStatus.FAILED, False  # the function ran: not again
     duration = clock.monotonic() - t0
     outcome = _finished(call, info, status, error, tb, retryable, started_at, clock.now(), duration)
     outcome.result = result
     return outcome
+
+
+def _encoded(name: str, value: Any, max_result: int) -> tuple[bytes | None, str]:
+    """A task's return value encoded, or the error that fails its run: it cannot be
+    encoded, or it is over ``max_result`` bytes."""
+    try:
+        return encode_result(value, max_size=max_result), ""
+    except PayloadError as exc:
+        error = (
+            f"ResultNotStored: {exc} (RESULT_MAX_BYTES is {max_result}); the function ran, "
+            "so the task is not retried"
+        )
+        logger.error("%s: %s", name, error, extra={"action": "result_not_stored"})
+        return None, error
 
 
 def given_up(

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pprint
 from datetime import timedelta
 from typing import Any
 
@@ -78,6 +79,8 @@ logger = logging.getLogger(__name__)
 PREVIEW_COUNT = 5
 #: Runs in the strip of the schedule list (a schedule's page shows ``STRIP``).
 LIST_STRIP = 10
+#: Characters of a task's result its page shows (the rest is cut, and counted).
+RESULT_SHOWN = 2000
 
 
 # -- schedules ---------------------------------------------------------------------------
@@ -727,7 +730,7 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         "abort_requested_at",
         "last_error",
         "traceback_text",
-        "return_value",
+        "returned",
         "created_at",
         "finished_at",
     )
@@ -750,6 +753,9 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
     def get_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
         return ("run_at", *self._info)
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return _TaskChangeList
+
     def get_readonly_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
         if obj is not None and obj.status == TaskStatus.PENDING:
             return self._info
@@ -768,6 +774,23 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         return (
             f"args={json.dumps(list(args), default=str)} kwargs={json.dumps(kwargs, default=str)}"
         )
+
+    @admin.display(description="result")
+    def returned(self, obj: Task) -> SafeString | str:
+        """What the function returned, decoded, as Python prints it (cut past
+        :data:`RESULT_SHOWN` characters)."""
+        if obj.status != TaskStatus.SUCCEEDED or (obj.result is None and obj.return_value is None):
+            return "-"
+        try:
+            value = obj.result_value()
+        except ValueError as exc:
+            return f"undecodable result: {exc}"
+        text = pprint.pformat(value, width=100, compact=True)
+        if len(text) > RESULT_SHOWN:
+            cut = len(text) - RESULT_SHOWN
+            text = f"{text[:RESULT_SHOWN]}\n… ({cut} more characters)"
+        size = f" ({len(obj.result)} bytes encoded)" if obj.result is not None else ""
+        return format_html("<pre>{}</pre>{}", text, size)
 
     def save_model(self, request: HttpRequest, obj: Task, form: Any, change: bool) -> None:
         from .api import reschedule  # noqa: PLC0415
@@ -919,6 +942,14 @@ def _with_work(nodes: QuerySet[Node]) -> QuerySet[Node]:
         n_running_tasks=_count(mine.filter(status=TaskStatus.RUNNING), "locked_by"),
         n_running_runs=_count(runs, "node"),
     )
+
+
+class _TaskChangeList(ChangeList):
+    """The task list, without the results (up to ``RESULT_MAX_BYTES`` a row), which
+    only a task's own page shows."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        return super().get_queryset(request, exclude_parameters).defer("result", "return_value")
 
 
 # -- a schedule's last runs ------------------------------------------------------------

@@ -41,15 +41,18 @@ from .store.database import insert_tasks, not_migrated
 __all__ = [
     "MAX_DELAY",
     "AbortResult",
+    "Result",
     "aabort",
     "abort",
     "acancel",
+    "aget_result",
     "aget_task",
     "areschedule",
     "aschedule",
     "aschedule_many",
     "cancel",
     "due_time",
+    "get_result",
     "get_task",
     "reschedule",
     "schedule",
@@ -309,6 +312,43 @@ def get_task(token: str) -> Task | None:
     return Task.objects.using(router.db_for_read(Task)).filter(token=token).first()
 
 
+@dataclass(frozen=True, slots=True)
+class Result:
+    """Where a task is and, once it succeeded, what its function returned
+    (:func:`get_result`)."""
+
+    token: str
+    #: ``pending``, ``running``, ``succeeded``, ``failed`` or ``cancelled``.
+    status: TaskStatus
+    #: What the function returned, decoded to its return annotation; None until it
+    #: succeeded, or when it returned None.
+    value: Any
+    #: The last attempt's error ("" if none failed).
+    error: str
+    #: Attempts started so far.
+    attempts: int
+    #: When it succeeded, failed or was cancelled; None before.
+    finished_at: datetime | None
+
+
+def get_result(token: str) -> Result | None:
+    """The status and result of the task with this token, or None if there is none
+    (as :func:`get_task`). A task that has not succeeded has ``value`` None. Raises
+    ``PayloadError`` if its stored result cannot be read (see docs/api.md)."""
+    fields = ("token", "function", "status", "result", "return_value", "last_error")
+    row = (
+        Task.objects.using(router.db_for_read(Task))
+        .only(*fields, "attempts", "finished_at")
+        .filter(token=token)
+        .first()
+    )
+    if row is None:
+        return None
+    status = TaskStatus(row.status)
+    value = row.result_value() if status == TaskStatus.SUCCEEDED else None
+    return Result(row.token, status, value, row.last_error, row.attempts, row.finished_at)
+
+
 # The async twins run the sync function in Django's thread for sync code
 # (``thread_sensitive``), so a transaction opened around them behaves as in a view.
 
@@ -347,3 +387,8 @@ async def areschedule(
 async def aget_task(token: str) -> Task | None:
     """:func:`get_task` for async views."""
     return await sync_to_async(get_task)(token)
+
+
+async def aget_result(token: str) -> Result | None:
+    """:func:`get_result` for async views."""
+    return await sync_to_async(get_result)(token)

@@ -41,7 +41,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.apps import apps
+from django.conf import settings
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.db import router, transaction
 from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
@@ -128,7 +130,7 @@ def run_django_task(
             value = result.task.call(TaskContext(task_result=result), *args, **kwargs)
         else:
             value = result.task.call(*args, **kwargs)
-        value = normalize_json(value)
+        value = _json_value(module_path, value)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt fail the task too
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
         object.__setattr__(result, "finished_at", clock.now())
@@ -147,6 +149,19 @@ def run_django_task(
     object.__setattr__(result, "finished_at", clock.now())
     object.__setattr__(result, "_return_value", value)
     task_finished.send(sender=sender, task_result=result)
+
+
+def _json_value(module_path: str, value: Any) -> Any:
+    """``value`` as Django's ``normalize_json`` keeps it (the JSON that
+    ``return_value`` stores); a TypeError that says it is not JSON serializable (as
+    ``json.dumps`` says) and why."""
+    try:
+        return normalize_json(value)
+    except TypeError as exc:
+        raise TypeError(
+            f"the return value of {module_path!r} ({type(value).__name__}) is not JSON "
+            f"serializable: {exc}"
+        ) from exc
 
 
 class HtaskBackend(BaseTaskBackend):
@@ -173,6 +188,12 @@ class HtaskBackend(BaseTaskBackend):
         self, task: DjangoTask[Any, Any], args: Iterable[Any], kwargs: dict[str, Any]
     ) -> TaskResult[Any, Any]:
         self.validate_task(task)
+        if not settings.USE_TZ:
+            raise ImproperlyConfigured(
+                f"TASKS[{self.alias!r}] cannot enqueue {task.module_path!r}: USE_TZ is False, "
+                "and django-htask stores and compares aware UTC datetimes (system check "
+                "django_htask.E001); set USE_TZ = True"
+            )
         call_args: list[Any] = normalize_json(list(args))  # type: ignore[assignment]
         call_kwargs: dict[str, Any] = normalize_json(dict(kwargs))  # type: ignore[assignment]
         token = new_token()
@@ -314,11 +335,16 @@ def _task_function(module_path: str) -> Callable[..., Any]:
         return func
     module_name, _, name = module_path.rpartition(".")
     if not _importable(module_name):
+        refused = ImportError(
+            f"a node does not import {module_name!r}: it is in no installed app and not in "
+            "HTASK['DJANGO_TASK_MODULES']",
+            name=module_name,
+        )
         raise UnknownDjangoTask(
             f"the Django task {module_path!r} is not defined in this process, and its "
             f"module {module_name!r} is in no installed app: move the task into an "
             f"installed app, or add {module_name!r} to HTASK['DJANGO_TASK_MODULES']"
-        )
+        ) from refused
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -327,10 +353,15 @@ def _task_function(module_path: str) -> Callable[..., Any]:
         ) from exc
     found = getattr(module, name, None)
     if not isinstance(found, DjangoTask) or found.module_path != module_path:
+        missing = (
+            ImportError(f"cannot import name {name!r} from {module_name!r}", name=module_name)
+            if found is None
+            else None
+        )
         raise UnknownDjangoTask(
             f"{module_path!r} is not a Django task: {module_name}.{name} is {found!r}; "
             "decorate the function with django.tasks.task"
-        )
+        ) from missing
     _known[module_path] = found.func
     return found.func
 

@@ -74,6 +74,9 @@ class HtaskSettings:
     #: With the process pool: a worker process whose peak resident memory passed this
     #: many MiB is replaced after its call (0: never).
     max_memory_per_child: int = 0
+    #: The largest return value a task may store, in bytes once encoded (msgpack, as
+    #: arguments): a larger one fails the run, which is not retried (docs/api.md).
+    result_max_bytes: int = 1 << 20
     #: First retry delay of a failed one-off task, in seconds (doubled at each attempt).
     retry_backoff: float = 10.0
     #: The longest retry delay, in seconds.
@@ -174,8 +177,11 @@ def load(raw: object) -> HtaskSettings:
         raise ImproperlyConfigured(
             f"HTASK['POLL_INTERVAL'] must be a finite number > 0, got {result.poll_interval!r}"
         )
-    if result.claim_batch < 1:
-        raise ImproperlyConfigured(f"HTASK['CLAIM_BATCH'] must be >= 1, got {result.claim_batch!r}")
+    for key in ("claim_batch", "result_max_bytes"):
+        if getattr(result, key) < 1:
+            raise ImproperlyConfigured(
+                f"HTASK[{key.upper()!r}] must be >= 1, got {getattr(result, key)!r}"
+            )
     return result
 
 

@@ -79,7 +79,11 @@ class NodeFenced(HtaskError, RuntimeError):
 
 
 class UnknownDjangoTask(HtaskError, LookupError):
-    """A stored call names a Django task this process does not define and may not import."""
+    """A stored call names a Django task this process does not define and may not import.
+
+    Its cause (``__cause__``, printed in the run's traceback) is the ``ImportError``
+    that says why: the import failed, the name is not in the module, or the module is
+    one a node may not import."""
 
 
 class TaskCancelled(HtaskError, RuntimeError):

@@ -10,6 +10,7 @@ the last one it saw.
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 from datetime import datetime, timedelta
@@ -24,6 +25,8 @@ from django.utils.deconstruct import deconstructible
 from . import clock, notices
 from .enums import CatchUp, Origin, Overlap, RunStatus, TaskStatus
 from .queues import DEFAULT_QUEUE
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "GRACE_MAX",
@@ -414,6 +417,12 @@ class Task(models.Model):
         editable=False,
         help_text="what a django.tasks task returned (JSON), once it succeeded",
     )
+    result = models.BinaryField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="what the function returned (msgpack), once it succeeded; empty if None",
+    )
 
     class Meta:
         ordering = ("run_at", "id")
@@ -446,6 +455,31 @@ class Task(models.Model):
 
         _name, args, kwargs = decode_call(bytes(self.payload))
         return tuple(args), dict(kwargs)
+
+    def result_value(self) -> Any:
+        """What the function returned, once the task succeeded; None before, or if it
+        returned None. Decoded and converted to the function's return annotation; read
+        as decoded (logged, action ``result_as_decoded``) when the function is not
+        registered in this process or the value no longer fits its annotation. A
+        django.tasks task's value is its JSON ``return_value``. Raises
+        ``PayloadError`` if the stored bytes are not a result."""
+        from django_htask.engine import registry  # noqa: PLC0415
+        from django_htask.engine.codec import decode_result  # noqa: PLC0415
+        from django_htask.engine.errors import ArgumentError, FunctionNotRegistered  # noqa: PLC0415
+
+        if self.result is None:
+            return self.return_value
+        data = bytes(self.result)
+        try:
+            return registry.read_result(self.function, data)
+        except (FunctionNotRegistered, ArgumentError) as exc:
+            logger.warning(
+                "the result of task %s is read as decoded: %s",
+                self.token,
+                exc,
+                extra={"action": "result_as_decoded", "token": self.token},
+            )
+            return decode_result(data)
 
 
 class Run(models.Model):

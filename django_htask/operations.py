@@ -303,6 +303,7 @@ def send_again(
                 last_error="",
                 traceback="",
                 return_value=None,
+                result=None,
                 abort_requested_at=None,  # an aborted task sent again runs afresh
             )
             sent.extend(failed)

@@ -58,7 +58,7 @@ from .wrappers import (
 # -- registry, wire format, binding (issue 4) ----------------------------------------
 # isort: split
 from .binding import Binder
-from .codec import decode_call, encode_call
+from .codec import decode_call, decode_result, encode_call, encode_result
 from .registry import Registry, registry
 
 # -- timing wheel, batching executors (issue 5) --------------------------------------
@@ -121,9 +121,11 @@ __all__ = [
     "current_run",
     "current_token",
     "decode_call",
+    "decode_result",
     "delay_if_still_running",
     "describe",
     "encode_call",
+    "encode_result",
     "every",
     "once",
     "parse_schedule",

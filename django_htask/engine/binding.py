@@ -652,6 +652,7 @@ class Binder:
         "_pos",
         "_pos_names",
         "_pos_required",
+        "_returns",
         "_var_kw",
         "_var_pos",
         "fn",
@@ -712,6 +713,7 @@ class Binder:
             else:
                 self._var_kw = (fast, conv)
                 self._expects["**"] = param.name
+        self._returns = self._return_converter(hints.get("return", Any), memo)
         self._pos = tuple(pos)
         self._pos_names = tuple(pos_names)
         self._npos = len(pos)
@@ -743,6 +745,40 @@ class Binder:
 
     def __repr__(self) -> str:
         return f"<Binder {self.name}>"
+
+    def _return_converter(self, hint: Any, memo: dict[Any, _Conv | None]) -> _Conv | None:
+        """The converter of the declared return type (None: the value as decoded, also
+        for a hint no converter can be made for, which is logged)."""
+        try:
+            conv = _compile(hint, memo)
+        except Exception as exc:
+            logger.warning(
+                "%s() return type hint %r: no converter (%s: %s); its result is read as decoded",
+                self.name,
+                hint,
+                type(exc).__name__,
+                exc,
+                extra={"action": "binding.unusable_hint"},
+            )
+            return None
+        self._expects["return"] = describe(hint)
+        return conv
+
+    def result(self, value: Any) -> Any:
+        """A decoded return value converted to the function's declared return type
+        (unannotated: as it is); ArgumentError naming where it does not fit."""
+        conv = self._returns
+        if conv is None:
+            return value
+        try:
+            return conv(value, 0, None)
+        except (_Mismatch, RecursionError) as err:
+            head = f"{self.name}() returns {self._expects['return']}"
+            if isinstance(err, RecursionError):
+                raise ArgumentError(
+                    f"{head}: its result nests too deeply for the stack left"
+                ) from None
+            raise ArgumentError(f"{head}: {_mismatch_text('result', err)}") from None
 
     def bind(
         self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None

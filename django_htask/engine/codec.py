@@ -66,7 +66,9 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_NESTING",
     "decode_call",
+    "decode_result",
     "encode_call",
+    "encode_result",
 ]
 
 #: Default limit on the size of an encoded task, in bytes (1 MiB).
@@ -285,22 +287,51 @@ def encode_call(
         # msgpack packs any dict key it can, its own ext values unchecked, and nests as
         # deep as its C stack allows; a decoder refuses all three: look before packing.
         if _suspect(args, 0) or (kwargs and _suspect(kwargs.values(), 0)):
-            raise _Refused("a map key, a raw msgpack ext value or nesting past the limit")
-        try:
-            packer = _idle_packers.pop()
-        except IndexError:
-            packer = _new_packer(_DEFAULTS[0])
-        try:
-            data = packer.pack([name, args, kwargs])  # empties its buffer even on error
-        finally:
-            _idle_packers.append(packer)
+            raise _Refused(_SUSPECT)
+        data = _packed([name, args, kwargs])
     except Exception as exc:
-        raise _explain(name, args, kwargs, exc) from None
+        raise _explain(_call_items(name, args, kwargs), exc, "the arguments") from None
     if len(data) > max_size:
         raise PayloadError(
             f"{_named(name)}: the encoded call is {len(data)} bytes, over the limit of {max_size}"
         )
     return data
+
+
+def encode_result(value: Any, *, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+    """Encode what a function returned into msgpack bytes: the value alone, with the
+    types and limits of an argument (one argument's nesting, the same ext types).
+
+    Raises :class:`PayloadError` naming the value and its path (``result["rows"][2]``)
+    if something cannot travel, or naming its type and size if it is larger than
+    ``max_size`` bytes."""
+    try:
+        if _suspect((value,), 0):
+            raise _Refused(_SUSPECT)
+        data = _packed(value)
+    except Exception as exc:
+        raise _explain((("result", value),), exc, "the result") from None
+    if len(data) > max_size:
+        raise PayloadError(
+            f"the result ({type(value).__name__}) is {len(data)} bytes encoded, over the "
+            f"limit of {max_size}"
+        )
+    return data
+
+
+_SUSPECT: Final = "a map key, a raw msgpack ext value or nesting past the limit"
+
+
+def _packed(value: Any) -> bytes:
+    """``value`` packed by an idle top-level packer (one is made if none is idle)."""
+    try:
+        packer = _idle_packers.pop()
+    except IndexError:
+        packer = _new_packer(_DEFAULTS[0])
+    try:
+        return packer.pack(value)  # empties its buffer even on error
+    finally:
+        _idle_packers.append(packer)
 
 
 _SCALARS: Final = frozenset(
@@ -342,12 +373,11 @@ def _suspect(values: Iterable[Any], nest: int) -> bool:
 # -- finding what failed ------------------------------------------------------------
 
 
-def _explain(
-    name: str, args: Sequence[Any], kwargs: Mapping[str, Any], exc: Exception
-) -> PayloadError:
-    """The slow path: walk the values to name the first one that cannot travel."""
+def _explain(items: Iterable[tuple[str, Any]], exc: Exception, what: str) -> PayloadError:
+    """The slow path: walk the values (``(path, value)`` pairs) to name the first one
+    that cannot travel; ``what`` they are names them if none is found."""
     try:
-        for where, item in _call_items(name, args, kwargs):
+        for where, item in items:
             try:
                 _walk(item, 0, 0, set())
             except _Bad as bad:
@@ -356,7 +386,7 @@ def _explain(
                 return PayloadError(f"cannot encode the value at {where}: it nests too deeply")
     except _Bad as bad:  # a key of kwargs
         return bad.error("kwargs")
-    return PayloadError(f"cannot encode the arguments: {type(exc).__name__}: {exc}")
+    return PayloadError(f"cannot encode {what}: {type(exc).__name__}: {exc}")
 
 
 def _call_items(
@@ -567,19 +597,7 @@ def decode_call(
         data = bytes(data)
     if len(data) > max_size:
         raise PayloadError(f"the payload is {len(data)} bytes, over the limit of {max_size}")
-    try:
-        call = _unpackb(data, timestamp=3, ext_hook=_EXT_HOOK)
-    except PayloadError:
-        raise
-    except msgpack.StackError:  # deeper than msgpack's own stack (1,024 levels)
-        raise PayloadError(
-            f"cannot decode the payload ({len(data)} bytes): "
-            f"containers nest deeper than {MAX_NESTING} levels"
-        ) from None
-    except Exception as exc:
-        raise PayloadError(
-            f"cannot decode the payload ({len(data)} bytes): {type(exc).__name__}: {exc}"
-        ) from exc
+    call = _unpack_top(data, "the payload")
     if type(call) is list and len(call) == 3:
         name, args, kwargs = call
         if type(name) is str and name and type(args) is list and type(kwargs) is dict:
@@ -592,6 +610,46 @@ def decode_call(
                 _check_nesting(name, args, kwargs)
             return name, args, kwargs
     raise _malformed(call)
+
+
+def decode_result(data: bytes | bytearray | memoryview, *, max_size: int | None = None) -> Any:
+    """Decode bytes made by :func:`encode_result` into the value (as decoded: no
+    conversion to a declared type). Anything that is not one well-formed value no
+    larger than ``max_size`` bytes (None: no limit), or that nests deeper than
+    :data:`MAX_NESTING`, raises :class:`PayloadError`, never another exception."""
+    if type(data) is not bytes:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise PayloadError(f"a result must be bytes, got {shown(data)}")
+        data = bytes(data)
+    if max_size is not None and len(data) > max_size:
+        raise PayloadError(f"the result is {len(data)} bytes, over the limit of {max_size}")
+    value = _unpack_top(data, "the result")
+    if len(data) > MAX_NESTING and type(value) in _HOLDERS:
+        path = _too_deep(value, 0)
+        if path is not None:
+            where = short_path("result" + "".join(reversed(path)))
+            raise PayloadError(
+                f"the result: containers nest deeper than {MAX_NESTING} levels at {where}"
+            )
+    return value
+
+
+def _unpack_top(data: bytes, what: str) -> Any:
+    """The value ``data`` holds (``what`` it is names it in errors): PayloadError for
+    anything msgpack or an ext type refuses."""
+    try:
+        return _unpackb(data, timestamp=3, ext_hook=_EXT_HOOK)
+    except PayloadError:
+        raise
+    except msgpack.StackError:  # deeper than msgpack's own stack (1,024 levels)
+        raise PayloadError(
+            f"cannot decode {what} ({len(data)} bytes): "
+            f"containers nest deeper than {MAX_NESTING} levels"
+        ) from None
+    except Exception as exc:
+        raise PayloadError(
+            f"cannot decode {what} ({len(data)} bytes): {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 # What decoding makes that holds other values.

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from .binding import Binder
-from .codec import DEFAULT_MAX_SIZE, decode_call, encode_call
+from .codec import DEFAULT_MAX_SIZE, decode_call, decode_result, encode_call
 from .errors import FunctionNotRegistered, short_repr
 
 __all__ = ["Registry", "registry"]
@@ -259,6 +259,15 @@ class Registry:
                 "asyncio.run cannot run it here; await the function instead"
             )
         return entry.fn(*bound_args, **bound_kwargs)
+
+    def read_result(self, name: str, data: bytes | bytearray | memoryview) -> Any:
+        """A stored result of the function registered as ``name``, decoded and converted
+        to its declared return type. Raises ``PayloadError`` (bytes that are not a
+        result), ``FunctionNotRegistered`` or ``ArgumentError`` (the value does not fit
+        the declared type: the function changed since it ran)."""
+        value = decode_result(data)
+        binder = self.binder(name)
+        return binder.result(value)
 
     def check_call(
         self, name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None

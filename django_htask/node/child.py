@@ -9,9 +9,10 @@ pair each):
 
 - data, on the main thread: ``("hello", config)`` then ``("run", seq, call)`` and
   ``("exit",)`` in; ``("ready", pid)`` or ``("broken", error)`` then
-  ``("done", seq, (status, error, traceback, duration), extra, recycle)`` out (the
-  outcome; ``recycle``: why the process exits after this run — its ``max_tasks`` or
-  ``max_memory`` — or ``""``);
+  ``("done", seq, (status, error, traceback, duration, result), extra, recycle)`` out
+  (the outcome, with a task's result already encoded here, so that its size is
+  checked in this process and only bytes cross; ``recycle``: why the process exits
+  after this run — its ``max_tasks`` or ``max_memory`` — or ``""``);
 - control, on a thread of its own: ``("cancel", seq, reason, retryable)`` cancels the
   run's token (the cooperative stop), ``("force", seq)`` raises
   :class:`~django_htask.engine.ForcedStop` in the call (a signal to the main thread,
@@ -107,6 +108,7 @@ def _serve(data: Connection, state: _State, config: dict[str, Any]) -> int:
 
     max_tasks: int = config["max_tasks"]
     max_memory: int = config["max_memory"]  # MiB
+    max_result: int = config["max_result"]  # bytes
     done = 0
     while True:
         try:
@@ -122,7 +124,7 @@ def _serve(data: Connection, state: _State, config: dict[str, Any]) -> int:
             state.guard, state.seq = guard, seq
         if early is not None and early[0] == seq:
             guard.stop(early[1], retryable=early[2])
-        outcome = execute(call, clock=get_clock(), guard=guard)
+        outcome = execute(call, clock=get_clock(), guard=guard, max_result=max_result)
         with state.lock:
             state.seq = state.guard = None
         done += 1
@@ -131,7 +133,13 @@ def _serve(data: Connection, state: _State, config: dict[str, Any]) -> int:
             recycle = f"it made {done} calls (MAX_TASKS_PER_CHILD {max_tasks})"
         elif max_memory and (used := _peak_mib()) > max_memory:
             recycle = f"its memory reached {used} MiB (MAX_MEMORY_PER_CHILD {max_memory})"
-        ended = (outcome.status, outcome.error, outcome.traceback, outcome.duration)
+        ended = (
+            outcome.status,
+            outcome.error,
+            outcome.traceback,
+            outcome.duration,
+            outcome.result,
+        )
         data.send(("done", seq, ended, outcome.extra, recycle))
         if recycle:
             return 0

@@ -22,7 +22,17 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from django_htask.engine import CALL_ERRORS, CancelToken, Clock, RunGuard, decode_call, registry
+from django_htask.engine import (
+    CALL_ERRORS,
+    CancelToken,
+    Clock,
+    PayloadError,
+    RunGuard,
+    decode_call,
+    encode_result,
+    registry,
+)
+from django_htask.engine.codec import DEFAULT_MAX_SIZE
 from django_htask.engine.tokens import _set_current
 from django_htask.enums import RunStatus
 from django_htask.signals import run_finished, run_started
@@ -82,16 +92,27 @@ def should_retry(result: RunOutcome, attempt: int, max_attempts: int) -> bool:
 
 
 def execute(
-    call: Call, *, clock: Clock, refresh_connections: bool = True, guard: RunGuard | None = None
+    call: Call,
+    *,
+    clock: Clock,
+    refresh_connections: bool = True,
+    guard: RunGuard | None = None,
+    max_result: int = DEFAULT_MAX_SIZE,
 ) -> RunOutcome:
     """Make ``call``: the registered function with the arguments it holds; never raises.
 
     Whatever the function raises ends the run failed, ``SystemExit`` and
     ``KeyboardInterrupt`` included (they end only this run, not the process). The run
     is ``retryable`` (in ``extra``) unless it could not start at all (a function not
-    registered, a payload or arguments that do not fit) or its ``guard`` was stopped
-    by an abort. With ``refresh_connections`` (a worker's call) the database
-    connections are refreshed before and after, as a request's are."""
+    registered, a payload or arguments that do not fit), its ``guard`` was stopped
+    by an abort, or its result could not be stored. With ``refresh_connections`` (a
+    worker's call) the database connections are refreshed before and after, as a
+    request's are.
+
+    A task's return value other than None is encoded here, as ``outcome.result``
+    (at most ``max_result`` bytes: the ``RESULT_MAX_BYTES`` setting); one that cannot
+    be encoded or is too large fails the run, not retried (the function did run). A
+    schedule's run keeps no result."""
     from django_htask.models import Run  # noqa: PLC0415 - the signals' sender
 
     if refresh_connections:
@@ -105,6 +126,7 @@ def execute(
     error = tb = ""
     retryable = False
     entered = True
+    value: Any = None
     try:
         try:
             args, kwargs = call_of(call.payload)
@@ -115,14 +137,14 @@ def execute(
             logger.error("%s cannot run: %s", name, error, extra={"action": "run_unrunnable"})
         else:
             if guard is None:
-                _call(fn, bound_args, bound_kwargs, None)
+                value = _call(fn, bound_args, bound_kwargs, None)
             else:
                 previous = _set_current(guard.token)
                 try:
                     entered = guard.enter()
                     if entered:
                         try:
-                            _call(fn, bound_args, bound_kwargs, guard.token)
+                            value = _call(fn, bound_args, bound_kwargs, guard.token)
                         finally:
                             guard.leave()
                 finally:
@@ -142,8 +164,29 @@ def execute(
         # Stopped (it raised once asked to, or was asked before it began): the reason.
         status, error, retryable = RunStatus.FAILED, guard.reason, guard.retryable
         logger.warning("%s stopped: %s", name, error, extra={"action": "run_stopped"})
+    result = None
+    if value is not None and status == RunStatus.SUCCEEDED and call.task_id is not None:
+        result, error = _encoded(name, value, max_result)
+        if error:
+            status, retryable = RunStatus.FAILED, False  # the function ran: not again
     duration = clock.monotonic() - t0
-    return _finished(call, info, status, error, tb, retryable, started_at, clock.now(), duration)
+    outcome = _finished(call, info, status, error, tb, retryable, started_at, clock.now(), duration)
+    outcome.result = result
+    return outcome
+
+
+def _encoded(name: str, value: Any, max_result: int) -> tuple[bytes | None, str]:
+    """A task's return value encoded, or the error that fails its run: it cannot be
+    encoded, or it is over ``max_result`` bytes."""
+    try:
+        return encode_result(value, max_size=max_result), ""
+    except PayloadError as exc:
+        error = (
+            f"ResultNotStored: {exc} (RESULT_MAX_BYTES is {max_result}); the function ran, "
+            "so the task is not retried"
+        )
+        logger.error("%s: %s", name, error, extra={"action": "result_not_stored"})
+        return None, error
 
 
 def given_up(
@@ -188,17 +231,15 @@ def _finished(
     )
 
 
-def _call(fn: Any, args: Any, kwargs: dict[str, Any], token: CancelToken | None) -> None:
-    """Call ``fn``; an async one in an event loop of its own, cancelled at its next
-    ``await`` when ``token`` is."""
+def _call(fn: Any, args: Any, kwargs: dict[str, Any], token: CancelToken | None) -> Any:
+    """Call ``fn`` and return what it returns; an async one in an event loop of its
+    own, cancelled at its next ``await`` when ``token`` is."""
     if not inspect.iscoroutinefunction(fn):
-        fn(*args, **kwargs)
-        return
+        return fn(*args, **kwargs)
     if token is None:
-        asyncio.run(fn(*args, **kwargs))
-        return
+        return asyncio.run(fn(*args, **kwargs))
 
-    async def cancellable() -> None:
+    async def cancellable() -> Any:
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
 
@@ -208,6 +249,6 @@ def _call(fn: Any, args: Any, kwargs: dict[str, Any], token: CancelToken | None)
                     loop.call_soon_threadsafe(task.cancel)
 
         token.on_cancel(cancel)
-        await fn(*args, **kwargs)
+        return await fn(*args, **kwargs)
 
-    asyncio.run(cancellable())
+    return asyncio.run(cancellable())

@@ -135,6 +135,7 @@ class Node:
                 self.workers,
                 max_tasks=s.max_tasks_per_child,
                 max_memory=s.max_memory_per_child,
+                max_result=s.result_max_bytes,
             )
 
     @property

@@ -43,6 +43,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from django_htask.engine import Clock, RunGuard
+from django_htask.engine.codec import DEFAULT_MAX_SIZE
 from django_htask.store import RunOutcome
 
 from .execution import RUN_FIELDS, Call, ended_outside
@@ -117,9 +118,9 @@ class Child:
         self.ready = True
 
     def run(self, seq: int, call: Call) -> tuple[tuple[Any, ...], dict[str, object], str]:
-        """Have it make ``call``: how it ended (status, error, traceback, duration), the
-        outcome's ``extra``, and why the process exits now, if it does (EOFError or
-        OSError if it dies meanwhile)."""
+        """Have it make ``call``: how it ended (status, error, traceback, duration, and
+        the encoded result or None), the outcome's ``extra``, and why the process exits
+        now, if it does (EOFError or OSError if it dies meanwhile)."""
         self.data.send(("run", seq, call))
         while True:
             message = self.data.recv()
@@ -164,6 +165,7 @@ class ProcessPool:
         *,
         max_tasks: int = 0,
         max_memory: int = 0,
+        max_result: int = DEFAULT_MAX_SIZE,
     ) -> None:
         if size < 1:
             raise ImproperlyConfigured(
@@ -175,6 +177,8 @@ class ProcessPool:
         self.size = size
         self.max_tasks = max_tasks
         self.max_memory = max_memory
+        #: The largest result a call may return, encoded (checked in its process).
+        self.max_result = max_result
         self._lock = threading.Lock()
         self._idle: list[Child] = []
         self._busy: dict[Key, tuple[Child, int]] = {}
@@ -227,7 +231,12 @@ class ProcessPool:
                     f"{alias!r} with its worker processes: use a database file"
                 )
             databases[alias] = {"NAME": connection.settings_dict["NAME"]}
-        return {"databases": databases, "max_tasks": self.max_tasks, "max_memory": self.max_memory}
+        return {
+            "databases": databases,
+            "max_tasks": self.max_tasks,
+            "max_memory": self.max_memory,
+            "max_result": self.max_result,
+        }
 
     def _spawn(self) -> Child:
         if self._child_config is None:
@@ -285,7 +294,7 @@ class ProcessPool:
             child.wait_ready()
             started_at, t0 = clock.now(), clock.monotonic()
             on_start()
-            (status, error, tb, _duration), extra, recycle = child.run(seq, call)
+            (status, error, tb, _duration, result), extra, recycle = child.run(seq, call)
         except (EOFError, OSError, WorkerProcessBroken) as exc:
             with self._lock:
                 self._busy.pop(key, None)
@@ -301,6 +310,7 @@ class ProcessPool:
             error=error,
             traceback=tb,
             extra=extra,
+            result=result,
         )
         if recycle:
             with self._lock:

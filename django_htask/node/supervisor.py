@@ -124,7 +124,8 @@ class Supervisor:
                 outcome = self.processes.execute(key, call, guard, start_timer)
             else:
                 start_timer()
-                outcome = execute(call, clock=ctx.clock, guard=guard)
+                max_result = ctx.settings.result_max_bytes
+                outcome = execute(call, clock=ctx.clock, guard=guard, max_result=max_result)
         finally:
             for timer in timers:
                 if timer is not None:

@@ -153,6 +153,9 @@ class RunOutcome:
     #: For a failed task with attempts left: when it runs again (it is then pending).
     retry_at: datetime | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    #: What a task's function returned, encoded (``encode_result``); None when it
+    #: returned None, failed, or is a schedule's run. Written on the task's row.
+    result: bytes | None = None
 
     def __post_init__(self) -> None:
         if self.error:
@@ -170,7 +173,7 @@ class RunOutcome:
 
 #: The fields of a :class:`RunOutcome` that are columns of its ``Run`` row.
 _RUN_COLUMNS = tuple(
-    f.name for f in fields(RunOutcome) if f.name not in ("run_id", "retry_at", "extra")
+    f.name for f in fields(RunOutcome) if f.name not in ("run_id", "retry_at", "extra", "result")
 )
 
 

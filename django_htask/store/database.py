@@ -769,7 +769,7 @@ class DatabaseStore(Store):
         sql = (
             f"UPDATE {table} SET status = %s, run_at = COALESCE(%s, run_at), "
             "finished_at = %s, locked_by = NULL, lease_expires_at = NULL, "
-            "last_error = %s, traceback = %s WHERE id = %s AND status = %s"
+            "last_error = %s, traceback = %s, result = %s WHERE id = %s AND status = %s"
         )
         adapt = ops.adapt_datetimefield_value
         params = [
@@ -779,6 +779,7 @@ class DatabaseStore(Store):
                 None if o.retry_at is not None else adapt(o.finished_at),
                 o.error,
                 o.traceback,
+                o.result,
                 o.task_id,
                 TaskStatus.RUNNING,
             )

@@ -92,6 +92,7 @@ class TaskRecord:
     finished_at: datetime | None = None
     last_error: str = ""
     traceback: str = ""
+    result: bytes | None = None
 
 
 class _Listener:
@@ -645,6 +646,7 @@ class InMemoryStore(Store):
                     task.status, task.run_at = TaskStatus.PENDING, o.retry_at
                 else:
                     task.status, task.finished_at = o.status, o.finished_at
+                    task.result = o.result
                 self._run(o)
             elif o.run_id is not None:
                 run = self.runs.get(o.run_id)

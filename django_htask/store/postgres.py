@@ -42,6 +42,7 @@ functions and triggers; it is idempotent. PostgreSQL 13 or later.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
@@ -114,6 +115,8 @@ _RUN_VALUES = (
     + ", ".join(f"{name} {_RUN_TYPES[name]}" for name in _RUN_COLUMNS)
     + ") LIMIT %s)"
 )
+#: The same for finished tasks, with each one's result (base64; absent: NULL).
+_FINISHED_VALUES = _RUN_VALUES.replace(") LIMIT", ", result text) LIMIT")
 _RUN_INSERT = (
     f"INSERT INTO {RUN} ({', '.join(_RUN_COLUMNS)}) "
     f"SELECT {', '.join(f'v.{name}' for name in _RUN_COLUMNS)} FROM v"
@@ -122,7 +125,9 @@ _RUN_INSERT = (
 _ROW_SQL = ", ".join(_ROW_FIELDS)
 
 
-def _run_rows(outcomes: list[RunOutcome], schedule_id: int | None = None) -> list[Any]:
+def _run_rows(
+    outcomes: list[RunOutcome], schedule_id: int | None = None, *, results: bool = False
+) -> list[Any]:
     """``outcomes`` as the parameters of ``_RUN_VALUES``: a JSON list of objects keyed
     by column (each outcome's ``columns()``; ``schedule_id`` for every row, if given),
     times in ISO 8601, in the order of ``outcomes``; and their count.
@@ -131,12 +136,17 @@ def _run_rows(outcomes: list[RunOutcome], schedule_id: int | None = None) -> lis
     count are the same for every batch. psycopg parses a statement's text for its
     placeholders afresh on every call when it has more than 50 parameters, which a
     ``VALUES`` list of 8 runs (13 parameters each) had: that parsing was a quarter of
-    a node's CPU running trivial tasks (a yappi profile)."""
+    a node's CPU running trivial tasks (a yappi profile).
+
+    With ``results``, a task's result (bytes) is added in base64 (``_FINISHED_VALUES``);
+    a task that returned None has none, so the usual row is as long as before."""
     rows = []
     for o in outcomes:
         columns = o.columns()
         if schedule_id:
             columns["schedule_id"] = schedule_id
+        if results and o.result is not None:
+            columns["result"] = base64.b64encode(o.result).decode("ascii")
         for name in _RUN_TIMES:
             at = columns[name]
             if at is not None:
@@ -601,11 +611,12 @@ class PostgresStore(DatabaseStore):
         look like a row or two (see :data:`CLAIM_PLANNER`)."""
         with self._cursor() as cursor:
             cursor.execute(
-                f"WITH {_RUN_VALUES}, done AS ("
+                f"WITH {_FINISHED_VALUES}, done AS ("
                 f"UPDATE {TASK} AS t SET status = v.status, finished_at = v.finished_at, "
                 "locked_by = NULL, lease_expires_at = NULL, last_error = v.error, "
-                "traceback = v.traceback FROM v WHERE t.id = v.task_id "
+                "traceback = v.traceback, result = decode(v.result, 'base64') FROM v "
+                "WHERE t.id = v.task_id "
                 "AND (t.status, t.locked_by) IS NOT DISTINCT FROM (%s, %s) RETURNING t.id"
                 f") {_RUN_INSERT} JOIN done ON done.id = v.task_id",
-                [*_run_rows(outcomes), TaskStatus.RUNNING, node_id],
+                [*_run_rows(outcomes, results=True), TaskStatus.RUNNING, node_id],
             )

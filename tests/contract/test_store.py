@@ -276,6 +276,26 @@ def test_results_are_written_with_the_next_claim_and_retries_wait(kit: Kit) -> N
     assert len(kit.runs(task_id=done)) == len(kit.runs(task_id=retried)) == 1
 
 
+def test_a_finished_task_s_result_is_written_on_its_row_and_none_leaves_it_empty(
+    kit: Kit,
+) -> None:
+    kit.register("n1")
+    valued, empty, retried = kit.add_tasks(3, max_attempts=2)
+    kit.store.start_tasks("n1", NOW, 3, LEASE)
+    stored = bytes(range(256)) * 3  # every byte value, past a JSON string's escapes
+    later = NOW + timedelta(seconds=30)
+    finished = [
+        outcome({"task_id": valued}, result=stored),
+        outcome({"task_id": empty}),
+        outcome({"task_id": retried}, status=RunStatus.FAILED, error="no", retry_at=later),
+    ]
+    kit.store.record("n1", finished)
+    assert bytes(kit.task(valued).result) == stored
+    assert kit.task(empty).result is None
+    assert (kit.task(retried).status, kit.task(retried).result) == (TaskStatus.PENDING, None)
+    assert len(kit.runs(task_id=valued)) == 1
+
+
 def test_timeouts_travel_with_the_started_task_and_the_schedule_row(kit: Kit) -> None:
     kit.register("n1")
     timed, plain = kit.add_tasks(1, timeout=2.5) + kit.add_tasks(1)

@@ -550,3 +550,34 @@ def test_aborting_a_run_takes_the_right_to_change_schedules() -> None:
     assert b"abort_runs" not in page.content
     allowed = staff_named("allowed", "view_run", "change_schedule")
     assert b"abort_runs" in allowed.get(f"{URL}run/").content
+
+
+def test_the_task_page_shows_the_result_decoded_escaped_and_cut(admin_client_: Client) -> None:
+    from django_htask.engine import encode_result
+
+    row = schedule(tasks.echo, None)
+    stored = encode_result({"html": "<b>x</b>"})
+    Task.objects.filter(pk=row.pk).update(status=TaskStatus.SUCCEEDED, result=stored)
+    page = admin_client_.get(f"{URL}task/{row.pk}/change/").content.decode()
+    assert "<pre>{&#x27;html&#x27;: &#x27;&lt;b&gt;x&lt;/b&gt;&#x27;}</pre>" in page
+    assert f"({len(stored)} bytes encoded)" in page
+    big = schedule(tasks.echo, None)
+    Task.objects.filter(pk=big.pk).update(
+        status=TaskStatus.SUCCEEDED, result=encode_result("y" * 5000)
+    )
+    page = admin_client_.get(f"{URL}task/{big.pk}/change/").content.decode()
+    assert "y" * 1990 in page and "y" * 2000 not in page  # the repr's quote is one character
+    assert "… (3002 more characters)" in page
+    listing = admin_client_.get(f"{URL}task/").content.decode()
+    assert "y" * 100 not in listing
+
+
+def test_the_task_page_shows_no_result_before_success_and_a_django_task_s_json(
+    admin_client_: Client,
+) -> None:
+    row = schedule(tasks.add, 1, delay=60)
+    page = admin_client_.get(f"{URL}task/{row.pk}/change/").content.decode()
+    assert "Result:" in page and "bytes encoded" not in page
+    Task.objects.filter(pk=row.pk).update(status=TaskStatus.SUCCEEDED, return_value=[1, "a"])
+    page = admin_client_.get(f"{URL}task/{row.pk}/change/").content.decode()
+    assert "<pre>[1, &#x27;a&#x27;]</pre>" in page

@@ -4,6 +4,7 @@ tests/cluster/test_faults.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -17,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from django_htask.conf import get_settings
-from django_htask.engine import RunGuard, SystemClock, registry
+from django_htask.engine import RunGuard, SystemClock, decode_result, registry
 from django_htask.node import Node
 from django_htask.node.execution import Call
 from django_htask.node.processes import ProcessPool, describe_exit
@@ -109,6 +110,7 @@ def test_an_exit_is_described(code: int | None, words: str) -> None:
 
 # -- a pool of one worker process, driven as a node's worker thread drives it -------------
 NAP = "tests.integration.testapp.tasks:nap"
+ECHO = "tests.integration.testapp.tasks:echo"
 
 
 def call_of(function: str, *args: Any) -> Call:
@@ -156,6 +158,33 @@ def test_a_call_is_made_in_the_worker_process_and_the_process_is_reused(
     assert (first.status, second.status) == ("succeeded", "succeeded")
     assert (first.task_id, first.function, first.node) == (None, NAP, "n")
     assert (pool.started, pool.died, pool.recycled) == (1, 0, 0)
+
+
+def test_a_task_s_result_is_encoded_in_its_worker_process_and_comes_back(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    if connections["default"].vendor == "sqlite":
+        monkeypatch.setitem(connections["default"].settings_dict, "NAME", str(tmp_path / "db"))
+    small = ProcessPool("n", SystemClock(), 1, max_result=50)
+    small.start()
+    try:
+        call = dataclasses.replace(call_of(NAP, 0), task_id=1)
+        outcome = small.execute(("task", 1), call, RunGuard())
+        assert outcome.status == "succeeded" and outcome.result is not None
+        assert decode_result(outcome.result) == small._idle[0].pid != os.getpid()
+        big = dataclasses.replace(call_of(ECHO, "x" * 100), task_id=2)
+        failed = small.execute(("task", 2), big, RunGuard())
+        assert (failed.status, failed.result, failed.extra) == (
+            "failed",
+            None,
+            {"retryable": False},
+        )
+        assert failed.error.startswith(
+            "ResultNotStored: the result (str) is 102 bytes encoded, over the limit of 50 "
+        )
+        assert small.died == 0
+    finally:
+        small.close()
 
 
 def test_a_function_the_worker_process_does_not_know_fails_its_run_only(

@@ -21,6 +21,7 @@ pytest.importorskip(
 )
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, connections, transaction
 from django.db.utils import IntegrityError
 from django.tasks import TaskResultStatus, default_task_backend, task_backends
@@ -30,6 +31,7 @@ from django.tasks.signals import task_enqueued
 from django.test import override_settings
 
 from django_htask.backends import HtaskBackend, UnknownDjangoTask
+from django_htask.checks import check_use_tz
 from django_htask.models import Task as HtaskTask
 from tests.conformance.django_tasks.wiring import HtaskTestCase
 
@@ -304,10 +306,20 @@ class DatabaseBackendTestCase(HtaskTestCase):
 
     @source("DatabaseBackendTestCase::test_run_after_tz")
     def test_run_after_tz(self) -> None:
-        # Difference: USE_TZ = False is refused by the check django_htask.E001.
-        for use_tz in [True]:
+        for use_tz in [True, False]:
             with self.subTest(use_tz=use_tz):
                 with override_settings(USE_TZ=use_tz):
+                    if not use_tz:
+                        # Difference: USE_TZ = False is the system check error
+                        # django_htask.E001, and enqueue refuses it, naming the setting.
+                        ids = [e.id for e in check_use_tz()]
+                        self.assertEqual(ids, ["django_htask.E001"])
+                        with self.assertRaisesMessage(
+                            ImproperlyConfigured, "USE_TZ is False"
+                        ):
+                            test_tasks.noop_task.enqueue()
+                        self.assertEqual(HtaskTask.objects.count(), 1)
+                        continue
                     result = test_tasks.noop_task.enqueue()
                     self.assertIsNone(
                         default_task_backend.get_result(result.id).task.run_after

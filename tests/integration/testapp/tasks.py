@@ -6,7 +6,9 @@ import os
 import threading
 import time
 from collections import defaultdict
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
 
 from django_htask import periodic, task
 
@@ -100,3 +102,41 @@ def nap(seconds: float, started: str = "") -> int:
             pass
     time.sleep(seconds)
     return os.getpid()
+
+
+# -- results (tests/integration/test_results.py) ----------------------------------------
+@dataclass(frozen=True)
+class Tally:
+    """A typed result: read back as a Tally, its date a date and its words a tuple."""
+
+    total: int
+    on: date
+    words: tuple[str, ...]
+
+
+@task
+def tally(words: list[str]) -> Tally:
+    return Tally(len(words), date(2030, 1, 1), tuple(words))
+
+
+@task
+def echo(value: Any) -> Any:
+    """Return the argument as it came (unannotated result: read as decoded)."""
+    return value
+
+
+@task
+def blob(size: int) -> bytes:
+    return b"x" * size
+
+
+@task
+def opaque() -> object:
+    """Return what msgpack cannot carry."""
+    record("opaque", None)
+    return threading.Lock()
+
+
+@task
+async def adouble(n: int) -> int:
+    return n * 2

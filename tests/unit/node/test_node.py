@@ -213,6 +213,28 @@ def test_a_task_due_later_waits_on_a_timer_nothing_claimed(
     assert calls["add"] == [7]
 
 
+def test_a_task_s_result_is_stored_and_a_result_over_the_limit_fails_it_unretried(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore
+) -> None:
+    import dataclasses
+
+    from django_htask.conf import get_settings
+    from django_htask.engine import decode_result
+
+    make_node(settings=dataclasses.replace(get_settings(), result_max_bytes=100))
+    echo = "tests.integration.testapp.tasks:echo"
+    small = store.add_task(echo, [1, "a"], max_attempts=3)
+    big = store.add_task(echo, "x" * 200, max_attempts=3)
+    clock.advance(0)
+    done = store.tasks[small]
+    assert done.status == TaskStatus.SUCCEEDED and done.result is not None
+    assert decode_result(done.result) == [1, "a"]
+    clock.advance(60)  # a retry would have run by now
+    failed = store.tasks[big]
+    assert (failed.status, failed.attempts, failed.result) == (TaskStatus.FAILED, 1, None)
+    assert "is 202 bytes encoded, over the limit of 100" in failed.last_error
+
+
 # -- several nodes -------------------------------------------------------------------------
 def test_a_dead_nodes_running_task_is_reaped_and_retried(
     make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any

@@ -28,12 +28,15 @@ from typing import Any, NamedTuple, Protocol
 
 from django_htask.enums import RunStatus
 from django_htask.queues import ALL, DEFAULT_QUEUE, QueueFilter
-from django_htask.retry import RetryPolicy
+from django_htask.retry import RetryPolicy, split_names
 
 __all__ = [
+    "DEFAULT_RETRY",
+    "RETRY_COLUMNS",
     "SERVE_ALL",
     "Abandoned",
     "Listening",
+    "RetryColumns",
     "RunOutcome",
     "ScheduleRef",
     "ScheduleRow",
@@ -80,6 +83,60 @@ class ScheduleRef:
 
 
 @dataclass(frozen=True, slots=True)
+class RetryColumns:
+    """A task's or a schedule's retry policy as its row holds it (``retry_kind``,
+    ``retry_backoff_max``, ``retry_jitter``, ``retry_on``, ``give_up_on``; a task's
+    ``retry_backoff`` too, a schedule's is :attr:`ScheduleRow.retry_backoff`). The
+    defaults are the exponential backoff of old, with any error retried."""
+
+    kind: str = "exponential"
+    backoff_max: float | None = None  # None: the RETRY_BACKOFF_MAX setting
+    jitter: str = "none"
+    retry_on: str = ""  # dotted paths, separated by commas
+    give_up_on: str = ""
+    backoff: float | None = None  # a task's; None: the RETRY_BACKOFF setting
+
+    def policy(
+        self,
+        backoff: float,
+        max_delay: float,
+        default: RetryPolicy | None = None,
+        *,
+        filters: bool = True,
+    ) -> RetryPolicy:
+        """The policy, ``backoff`` and ``max_delay`` standing for the empty columns
+        (the settings, or a schedule's own ``retry_backoff``). ``default`` is returned
+        as it is when the columns hold the defaults. Without ``filters``, ``retry_on``
+        and ``give_up_on`` are left out (a run that ended without an exception of its
+        own: nothing to import them for). Raises naming a stored exception class that
+        cannot be imported any more."""
+        if default is not None and self == DEFAULT_RETRY:
+            return default
+        return RetryPolicy(
+            backoff if self.backoff is None else self.backoff,
+            max_delay if self.backoff_max is None else self.backoff_max,
+            kind=self.kind,
+            jitter=self.jitter,
+            retry_on=split_names(self.retry_on) if filters else (),
+            give_up_on=split_names(self.give_up_on) if filters else (),
+        )
+
+
+#: The columns of :class:`RetryColumns`, in its order (a task reads all six, a
+#: schedule the first five).
+RETRY_COLUMNS = (
+    "retry_kind",
+    "retry_backoff_max",
+    "retry_jitter",
+    "retry_on",
+    "give_up_on",
+    "retry_backoff",
+)
+#: A row with the default policy.
+DEFAULT_RETRY = RetryColumns()
+
+
+@dataclass(frozen=True, slots=True)
 class ScheduleRow:
     """A schedule as read when it fires."""
 
@@ -99,6 +156,7 @@ class ScheduleRow:
     version: int
     queue_name: str = DEFAULT_QUEUE
     timeout: float | None = None  # seconds a run may take (None: the default)
+    retry: RetryColumns = DEFAULT_RETRY
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +172,7 @@ class StartedTask:
     max_attempts: int
     priority: int = 0
     timeout: float | None = None  # seconds a run may take (None: the default)
+    retry: RetryColumns = DEFAULT_RETRY
 
 
 def storable(text: str) -> str:

@@ -29,7 +29,15 @@ from django_htask.queues import DEFAULT_QUEUE, QueueFilter
 from django_htask.retry import RetryPolicy
 
 from . import base
-from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store
+from .base import (
+    DEFAULT_RETRY,
+    RetryColumns,
+    RunOutcome,
+    ScheduleRef,
+    ScheduleRow,
+    StartedTask,
+    Store,
+)
 
 __all__ = ["InMemoryStore", "NodeRecord", "ScheduleRecord", "TaskRecord"]
 
@@ -66,6 +74,7 @@ class ScheduleRecord:
     version: int = 0
     queue_name: str = DEFAULT_QUEUE
     timeout: float | None = None
+    retry: RetryColumns = DEFAULT_RETRY
     last_run_at: datetime | None = None
     last_status: str = ""
     broken: str = ""
@@ -85,6 +94,7 @@ class TaskRecord:
     queue_name: str = DEFAULT_QUEUE
     backend: str = ""
     timeout: float | None = None
+    retry: RetryColumns = DEFAULT_RETRY
     locked_by: str | None = None
     lease_expires_at: datetime | None = None
     abort_requested_at: datetime | None = None
@@ -179,6 +189,7 @@ class InMemoryStore(Store):
         priority: int = 0,
         queue_name: str = DEFAULT_QUEUE,
         timeout: float | None = None,
+        retry: RetryColumns = DEFAULT_RETRY,
         **kwargs: Any,
     ) -> int:
         """A pending one-off task ``function(*args, **kwargs)``, as ``schedule()`` makes
@@ -193,6 +204,7 @@ class InMemoryStore(Store):
                 priority=priority,
                 queue_name=queue_name,
                 timeout=timeout,
+                retry=retry,
             )
             self.tasks[task.id] = task
         self._notify("task")
@@ -514,6 +526,7 @@ class InMemoryStore(Store):
                 s.version,
                 s.queue_name,
                 s.timeout,
+                s.retry,
             )
 
     def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> int:
@@ -622,6 +635,7 @@ class InMemoryStore(Store):
                         task.max_attempts,
                         task.priority,
                         task.timeout,
+                        task.retry,
                     )
                 )
             return started

@@ -16,6 +16,7 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "AbortResult",
+    "RetryPolicy",
     "aabort",
     "abort",
     "acancel",
@@ -35,6 +36,7 @@ __all__ = [
 
 _LAZY = {
     "AbortResult": "django_htask.api",
+    "RetryPolicy": "django_htask.engine.backoff",
     "aabort": "django_htask.api",
     "abort": "django_htask.api",
     "current_token": "django_htask.engine",
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
     )
     from .decorators import periodic, task
     from .engine import current_token
+    from .engine.backoff import RetryPolicy
 
 
 def __getattr__(name: str) -> Any:

@@ -1,14 +1,85 @@
 """When a failed run is tried again (re-exported from the engine, where the one policy
-lives: :mod:`django_htask.engine.backoff`), and how a policy is stored on a row."""
+lives: :mod:`django_htask.engine.backoff`), and how a policy is stored on a task's or
+a schedule's row."""
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from django_htask.engine.backoff import Backoff, RetryPolicy, error_names, exception_name
 
-__all__ = ["Backoff", "RetryPolicy", "error_names", "exception_name", "split_names"]
+__all__ = [
+    "Backoff",
+    "RetryPolicy",
+    "attempts_of",
+    "check_policy",
+    "error_names",
+    "exception_name",
+    "policy_columns",
+    "split_names",
+]
+
+#: The longest ``retry_on`` / ``give_up_on`` a row holds (its column's length).
+NAMES_MAX = 1000
 
 
 def split_names(text: str) -> tuple[str, ...]:
     """The dotted paths a ``retry_on`` / ``give_up_on`` column holds (separated by
     commas, blanks ignored)."""
     return tuple(part for part in (p.strip() for p in text.split(",")) if part)
+
+
+def check_policy(value: object) -> RetryPolicy:
+    """``retry=`` as ``schedule()``, ``@task`` and ``@periodic`` take it: a
+    :class:`RetryPolicy` whose numbers fit the columns that store it (raises naming
+    the bad value)."""
+    from django_htask.models import (  # noqa: PLC0415 - the models import this module's users
+        MAX_ATTEMPTS_RANGE,
+        RETRY_BACKOFF_RANGE,
+        RETRY_CAP_RANGE,
+    )
+
+    if not isinstance(value, RetryPolicy):
+        raise TypeError(f"retry must be a RetryPolicy, got {value!r}")
+    RETRY_BACKOFF_RANGE.check(value.backoff)
+    if math.isfinite(value.max_delay):
+        RETRY_CAP_RANGE.check(value.max_delay)
+    if value.attempts is not None:
+        MAX_ATTEMPTS_RANGE.check(value.attempts)
+    for name in ("retry_on", "give_up_on"):
+        text = ", ".join(getattr(value, name))
+        if len(text) > NAMES_MAX:
+            raise ValueError(
+                f"{name} must fit in {NAMES_MAX} characters as dotted paths, got {text!r}"
+            )
+    return value
+
+
+def policy_columns(policy: RetryPolicy) -> dict[str, Any]:
+    """The columns that store ``policy`` on a task or a schedule (its ``attempts`` go
+    to ``max_attempts``, which the caller decides). A policy without a cap
+    (``max_delay`` infinite) is stored with an empty ``retry_backoff_max``: the
+    RETRY_BACKOFF_MAX setting caps it. Its ``rng`` is not stored: a node draws from
+    ``random.random``."""
+    return {
+        "retry_kind": policy.kind,
+        "retry_backoff": float(policy.backoff),
+        "retry_backoff_max": float(policy.max_delay) if math.isfinite(policy.max_delay) else None,
+        "retry_jitter": policy.jitter,
+        "retry_on": ", ".join(policy.retry_on),
+        "give_up_on": ", ".join(policy.give_up_on),
+    }
+
+
+def attempts_of(max_attempts: int | None, policy: RetryPolicy | None) -> int:
+    """The ``max_attempts`` to store: the policy's ``attempts`` if it has them, else
+    ``max_attempts`` (default 1). Both given and different: a ValueError naming both."""
+    if policy is not None and policy.attempts is not None:
+        if max_attempts is not None and max_attempts != policy.attempts:
+            raise ValueError(
+                f"max_attempts {max_attempts!r} and the retry policy's attempts "
+                f"{policy.attempts!r} differ: give one of them"
+            )
+        return policy.attempts
+    return 1 if max_attempts is None else max_attempts

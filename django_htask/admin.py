@@ -49,7 +49,18 @@ from django.utils.safestring import SafeString
 
 from . import charts, clock
 from .display import defined_at, site_zone, stamp, times
-from .models import Node, Origin, Overview, Run, RunStatus, Schedule, Task, TaskStatus
+from .models import (
+    Node,
+    Origin,
+    Overview,
+    RetryJitter,
+    RetryKind,
+    Run,
+    RunStatus,
+    Schedule,
+    Task,
+    TaskStatus,
+)
 from .operations import (
     abort_runs,
     describe_schedule,
@@ -78,6 +89,16 @@ logger = logging.getLogger(__name__)
 PREVIEW_COUNT = 5
 #: Runs in the strip of the schedule list (a schedule's page shows ``STRIP``).
 LIST_STRIP = 10
+#: A schedule's or a task's retry policy, as its change page shows it.
+RETRY_FIELDS = (
+    "max_attempts",
+    "retry_backoff",
+    "retry_kind",
+    "retry_backoff_max",
+    "retry_jitter",
+    "retry_on",
+    "give_up_on",
+)
 
 
 # -- schedules ---------------------------------------------------------------------------
@@ -147,8 +168,7 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
             "grace",
             "catch_up",
             "overlap",
-            "max_attempts",
-            "retry_backoff",
+            *RETRY_FIELDS,
             "timeout",
         )
 
@@ -163,6 +183,15 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
             args, kwargs = _safe_call(instance)
             self.initial.setdefault("call_args", list(args))
             self.initial.setdefault("call_kwargs", dict(kwargs))
+        for name in ("retry_kind", "retry_jitter"):  # left out of a post: the default
+            if name in self.fields:
+                self.fields[name].required = False
+
+    def clean_retry_kind(self) -> str:
+        return str(self.cleaned_data.get("retry_kind") or RetryKind.EXPONENTIAL)
+
+    def clean_retry_jitter(self) -> str:
+        return str(self.cleaned_data.get("retry_jitter") or RetryJitter.NONE)
 
     def clean_timezone(self) -> str:
         value = (self.cleaned_data.get("timezone") or "UTC").strip()
@@ -327,18 +356,22 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 {"fields": ["next_runs"]},
             ),
             (
-                "Misfires, overlap, retries and timeout",
+                "Misfires, overlap and timeout",
                 {
-                    "fields": [
-                        "grace",
-                        "catch_up",
-                        "overlap",
-                        "max_attempts",
-                        "retry_backoff",
-                        "timeout",
-                        "queue_name",
-                    ],
+                    "fields": ["grace", "catch_up", "overlap", "timeout", "queue_name"],
                     "description": "set by the <code>@periodic</code> call too" if in_code else "",
+                },
+            ),
+            (
+                "Retries",
+                {
+                    "fields": list(RETRY_FIELDS),
+                    "description": (
+                        "set by the <code>@periodic</code> call too"
+                        if in_code
+                        else "a failed run is tried again until it has run max_attempts "
+                        "times; see docs/retries.md"
+                    ),
                 },
             ),
         ]
@@ -359,8 +392,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 "grace",
                 "catch_up",
                 "overlap",
-                "max_attempts",
-                "retry_backoff",
+                *RETRY_FIELDS,
                 "timeout",
                 "queue_name",
             ]
@@ -716,7 +748,7 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         "call",
         "token",
         "attempts",
-        "max_attempts",
+        *RETRY_FIELDS,
         "timeout",
         "priority",
         "queue_name",

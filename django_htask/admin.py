@@ -73,6 +73,7 @@ from .operations import (
 )
 from .overview import OUTCOMES, STRIP, RunMark, read_overview, recent_runs
 from .overview import Overview as OverviewData
+from .retry import exception_name, split_names
 
 __all__ = [
     "NodeAdmin",
@@ -192,6 +193,12 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def clean_retry_jitter(self) -> str:
         return str(self.cleaned_data.get("retry_jitter") or RetryJitter.NONE)
+
+    def clean_retry_on(self) -> str:
+        return _exception_paths(self.cleaned_data.get("retry_on") or "")
+
+    def clean_give_up_on(self) -> str:
+        return _exception_paths(self.cleaned_data.get("give_up_on") or "")
 
     def clean_timezone(self) -> str:
         value = (self.cleaned_data.get("timezone") or "UTC").strip()
@@ -604,6 +611,19 @@ def code_note(obj: Schedule) -> SafeString:
         format_html("<code>{}</code>", "@periodic"),
         where,
     )
+
+
+def _exception_paths(text: str) -> str:
+    """A ``retry_on`` / ``give_up_on`` as stored: each class's own dotted path
+    (``ConnectionError`` is ``builtins.ConnectionError``); one that cannot be imported
+    is left as typed, for the field's validator to name."""
+    paths = []
+    for name in split_names(text):
+        try:
+            paths.append(exception_name(name))
+        except (TypeError, ValueError):
+            paths.append(name)
+    return ", ".join(paths)
 
 
 def _safe_call(obj: Schedule) -> tuple[tuple[Any, ...], dict[str, Any]]:

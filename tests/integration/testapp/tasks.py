@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 import threading
 import time
 from collections import defaultdict
 from datetime import datetime
 
-from django_htask import periodic, task
+from django_htask import RetryPolicy, periodic, task
 
 #: What ran: function name -> list of arguments.
 calls: dict[str, list[object]] = defaultdict(list)
@@ -100,3 +101,25 @@ def nap(seconds: float, started: str = "") -> int:
             pass
     time.sleep(seconds)
     return os.getpid()
+
+
+@task
+def flaky(label: str, failures: int, error: str = "ConnectionError") -> str:
+    """Raise the builtin exception ``error`` at the first ``failures`` calls with
+    ``label``, then return (the retry policy tests)."""
+    with lock:
+        calls["flaky"].append(label)
+        made = calls["flaky"].count(label)
+    if made <= failures:
+        raise getattr(builtins, error)(f"{label}: call {made}")
+    return label
+
+
+#: The policy ``@task`` gives ``flaky_by_default``.
+FLAKY_POLICY = RetryPolicy(3, kind="fixed", attempts=3, retry_on=(ConnectionError,))
+
+
+@task(retry=FLAKY_POLICY)
+def flaky_by_default(label: str, failures: int, error: str = "ConnectionError") -> str:
+    """``flaky`` with a retry policy of its own."""
+    return flaky(label, failures, error)

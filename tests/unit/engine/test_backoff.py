@@ -117,14 +117,30 @@ def test_the_random_source_is_not_part_of_the_policys_equality() -> None:
 @pytest.mark.parametrize(
     ("options", "error", "match"),
     [
-        ({"kind": "quadratic"}, ValueError, "kind must be one of fixed, linear, exponential, got 'quadratic'"),
+        (
+            {"kind": "quadratic"},
+            ValueError,
+            "kind must be one of fixed, linear, exponential, got 'quadratic'",
+        ),
         ({"jitter": "half"}, ValueError, "jitter must be one of none, full, equal, got 'half'"),
         ({"attempts": 0}, ValueError, "attempts must be an int >= 1 .*got 0"),
         ({"attempts": True}, ValueError, "attempts must be an int >= 1 .*got True"),
         ({"backoff": -1}, ValueError, "backoff must be a finite number >= 0, got -1"),
-        ({"retry_on": (int,)}, TypeError, "retry_on: expected an exception class .*got <class 'int'>"),
-        ({"give_up_on": ("json.loads",)}, TypeError, "give_up_on: 'json.loads' is not an exception class"),
-        ({"retry_on": ("nowhere.Error",)}, ValueError, "retry_on: exception class 'nowhere.Error' cannot be imported"),
+        (
+            {"retry_on": (int,)},
+            TypeError,
+            "retry_on: expected an exception class .*got <class 'int'>",
+        ),
+        (
+            {"give_up_on": ("json.loads",)},
+            TypeError,
+            "give_up_on: 'json.loads' is not an exception class",
+        ),
+        (
+            {"retry_on": ("nowhere.Error",)},
+            ValueError,
+            "retry_on: exception class 'nowhere.Error' cannot be imported",
+        ),
         ({"retry_on": ("not a path",)}, ValueError, "retry_on: expected .*got 'not a path'"),
         ({"rng": 0.5}, TypeError, "rng must be a function"),
     ],

@@ -179,21 +179,25 @@ def test_schedule_many_stores_each_functions_policy_in_the_calls_order(
     assert {(t.retry_backoff, t.max_attempts) for t in same} == {(2.0, 2)}
 
 
+def flaky_schedule(args: tuple[Any, ...], **fields: Any) -> Schedule:
+    """A schedule of ``flaky(*args)`` every minute, validated as the admin does."""
+    row = Schedule(name="s", function=FLAKY, schedule="@every 1m", **fields)
+    row.set_call(args)
+    row.full_clean()
+    row.save()
+    return row
+
+
 def test_a_schedule_with_a_policy_retries_its_run_by_it(
     make_node: MakeNode, fake_clock: FakeClock, calls: Any
 ) -> None:
-    row = Schedule(
-        name="s",
-        function=FLAKY,
-        schedule="@every 1m",
+    flaky_schedule(
+        ("s", 2),
         max_attempts=4,
         retry_backoff=3,
         retry_kind="linear",
         retry_on="builtins.ConnectionError",
     )
-    row.set_call(("s", 2))
-    row.full_clean()
-    row.save()
     make_node()
     fake_clock.advance(60)
     assert calls["flaky"] == ["s"]
@@ -213,16 +217,7 @@ def test_a_schedule_with_a_policy_retries_its_run_by_it(
 def test_a_schedules_run_not_in_retry_on_is_not_retried(
     make_node: MakeNode, fake_clock: FakeClock, calls: Any
 ) -> None:
-    row = Schedule(
-        name="s",
-        function=FLAKY,
-        schedule="@every 1m",
-        max_attempts=3,
-        retry_backoff=1,
-        give_up_on="builtins.ValueError",
-    )
-    row.set_call(("s", 5, "ValueError"))
-    row.save()
+    flaky_schedule(("s", 5, "ValueError"), max_attempts=3, retry_backoff=1, give_up_on="ValueError")
     make_node()
     fake_clock.advance(60)
     fake_clock.advance(10)

@@ -121,6 +121,14 @@ class RetryColumns:
             give_up_on=split_names(self.give_up_on) if filters else (),
         )
 
+    def lost_delay(self, default: RetryPolicy, attempt: int) -> float:
+        """Seconds before a task whose ``attempt`` was lost (its node died or
+        stopped) runs again: by the policy's backoff, ``default`` (the node's
+        ``RETRY_BACKOFF`` settings) standing for the empty columns; no filter applies,
+        nothing was raised."""
+        policy = self.policy(default.backoff, default.max_delay, default, filters=False)
+        return policy.delay(max(attempt, 1))
+
 
 #: The columns of :class:`RetryColumns`, in its order (a task reads all six, a
 #: schedule the first five).
@@ -425,7 +433,8 @@ class Store(abc.ABC):
         """Declare dead the nodes whose heartbeat is older than ``dead_before`` and hand
         back what dead nodes held: a task they held but had not started is pending again
         as it was; a task they had started has used that attempt (a failed run row says
-        so) and is retried after ``retry``'s delay or fails; their schedule runs fail.
+        so) and is retried after its policy's backoff (``retry`` standing for the
+        columns left empty) or fails; their schedule runs fail.
         Return how many rows changed. ``node_id`` is the reaper (fenced)."""
 
     @abc.abstractmethod

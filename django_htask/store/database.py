@@ -448,6 +448,7 @@ class DatabaseStore(Store):
                 "started_at",
                 "locked_by",
                 "abort_requested_at",
+                *base.RETRY_COLUMNS,
             )
         )
         runs = []
@@ -465,7 +466,8 @@ class DatabaseStore(Store):
                 "traceback": "",
             }
             if task.attempts < task.max_attempts and task.abort_requested_at is None:
-                delay = timedelta(seconds=retry.delay(max(task.attempts, 1)))
+                columns = base.RetryColumns(*(getattr(task, name) for name in base.RETRY_COLUMNS))
+                delay = timedelta(seconds=columns.lost_delay(retry, task.attempts))
                 changes.update(status=TaskStatus.PENDING, run_at=now + delay)
             else:
                 changes.update(status=TaskStatus.FAILED, finished_at=now)

@@ -465,7 +465,7 @@ class InMemoryStore(Store):
                 task.locked_by = task.lease_expires_at = None
                 task.last_error, task.traceback = error, ""
                 if task.attempts < task.max_attempts and task.abort_requested_at is None:
-                    delay = timedelta(seconds=retry.delay(max(task.attempts, 1)))
+                    delay = timedelta(seconds=task.retry.lost_delay(retry, task.attempts))
                     task.status, task.run_at = TaskStatus.PENDING, now + delay
                 else:
                     task.status, task.finished_at = TaskStatus.FAILED, now

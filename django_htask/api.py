@@ -32,11 +32,11 @@ from django_htask.engine import registry
 from django_htask.engine.errors import ArgumentError, FunctionNotRegistered, PayloadError
 
 from . import clock, notices
-from .decorators import check_timeout, function_name, task_policy, task_timeout
+from .decorators import check_policy, check_timeout, function_name, task_policy, task_timeout
 from .models import MAX_ATTEMPTS_RANGE, Task, TaskStatus
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
-from .retry import RetryPolicy, attempts_of, check_policy, policy_columns
+from .retry import RetryPolicy, attempts_of, policy_columns
 from .signals import task_scheduled
 from .store.database import insert_tasks, not_migrated
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from .models import (
     GRACE_RANGE,
     MAX_ATTEMPTS_RANGE,
     RETRY_BACKOFF_RANGE,
+    RETRY_CAP_RANGE,
     TIMEOUT_RANGE,
     CatchUp,
     Origin,
@@ -62,13 +64,14 @@ from .models import (
 )
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
-from .retry import RetryPolicy, attempts_of, check_policy, policy_columns
+from .retry import NAMES_MAX, RetryPolicy, attempts_of, policy_columns
 
 __all__ = [
     "BadDeclaration",
     "PeriodicSpec",
     "SyncResult",
     "bad_declarations",
+    "check_policy",
     "check_timeout",
     "declared_schedules",
     "function_name",
@@ -145,6 +148,26 @@ def check_timeout(timeout: object) -> float:
         raise ValueError(f"timeout must be seconds or a timedelta, got {timeout!r}")
     TIMEOUT_RANGE.check(timeout)
     return float(timeout)
+
+
+def check_policy(value: object) -> RetryPolicy:
+    """``retry=`` as ``schedule()``, ``@task`` and ``@periodic`` take it: a
+    :class:`RetryPolicy` whose numbers fit the columns that store it (raises naming
+    the bad value)."""
+    if not isinstance(value, RetryPolicy):
+        raise TypeError(f"retry must be a RetryPolicy, got {value!r}")
+    RETRY_BACKOFF_RANGE.check(value.backoff)
+    if math.isfinite(value.max_delay):
+        RETRY_CAP_RANGE.check(value.max_delay)
+    if value.attempts is not None:
+        MAX_ATTEMPTS_RANGE.check(value.attempts)
+    for name in ("retry_on", "give_up_on"):
+        text = ", ".join(getattr(value, name))
+        if len(text) > NAMES_MAX:
+            raise ValueError(
+                f"{name} must fit in {NAMES_MAX} characters as dotted paths, got {text!r}"
+            )
+    return value
 
 
 def task_timeout(name: str) -> float | None:

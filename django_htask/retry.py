@@ -10,10 +10,10 @@ from typing import Any
 from django_htask.engine.backoff import Backoff, RetryPolicy, error_names, exception_name
 
 __all__ = [
+    "NAMES_MAX",
     "Backoff",
     "RetryPolicy",
     "attempts_of",
-    "check_policy",
     "error_names",
     "exception_name",
     "policy_columns",
@@ -28,32 +28,6 @@ def split_names(text: str) -> tuple[str, ...]:
     """The dotted paths a ``retry_on`` / ``give_up_on`` column holds (separated by
     commas, blanks ignored)."""
     return tuple(part for part in (p.strip() for p in text.split(",")) if part)
-
-
-def check_policy(value: object) -> RetryPolicy:
-    """``retry=`` as ``schedule()``, ``@task`` and ``@periodic`` take it: a
-    :class:`RetryPolicy` whose numbers fit the columns that store it (raises naming
-    the bad value)."""
-    from django_htask.models import (  # noqa: PLC0415 - the models import this module's users
-        MAX_ATTEMPTS_RANGE,
-        RETRY_BACKOFF_RANGE,
-        RETRY_CAP_RANGE,
-    )
-
-    if not isinstance(value, RetryPolicy):
-        raise TypeError(f"retry must be a RetryPolicy, got {value!r}")
-    RETRY_BACKOFF_RANGE.check(value.backoff)
-    if math.isfinite(value.max_delay):
-        RETRY_CAP_RANGE.check(value.max_delay)
-    if value.attempts is not None:
-        MAX_ATTEMPTS_RANGE.check(value.attempts)
-    for name in ("retry_on", "give_up_on"):
-        text = ", ".join(getattr(value, name))
-        if len(text) > NAMES_MAX:
-            raise ValueError(
-                f"{name} must fit in {NAMES_MAX} characters as dotted paths, got {text!r}"
-            )
-    return value
 
 
 def policy_columns(policy: RetryPolicy) -> dict[str, Any]:

@@ -17,6 +17,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "AbortResult",
     "Result",
+    "RetryPolicy",
     "aabort",
     "abort",
     "acancel",
@@ -38,6 +39,7 @@ __all__ = [
 
 _LAZY = {
     "AbortResult": "django_htask.api",
+    "RetryPolicy": "django_htask.engine.backoff",
     "aabort": "django_htask.api",
     "abort": "django_htask.api",
     "current_token": "django_htask.engine",
@@ -79,6 +81,7 @@ if TYPE_CHECKING:
     )
     from .decorators import periodic, task
     from .engine import current_token
+    from .engine.backoff import RetryPolicy
 
 
 def __getattr__(name: str) -> Any:

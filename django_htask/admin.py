@@ -50,7 +50,18 @@ from django.utils.safestring import SafeString
 
 from . import charts, clock
 from .display import defined_at, site_zone, stamp, times
-from .models import Node, Origin, Overview, Run, RunStatus, Schedule, Task, TaskStatus
+from .models import (
+    Node,
+    Origin,
+    Overview,
+    RetryJitter,
+    RetryKind,
+    Run,
+    RunStatus,
+    Schedule,
+    Task,
+    TaskStatus,
+)
 from .operations import (
     abort_runs,
     describe_schedule,
@@ -63,6 +74,7 @@ from .operations import (
 )
 from .overview import OUTCOMES, STRIP, RunMark, read_overview, recent_runs
 from .overview import Overview as OverviewData
+from .retry import exception_name, split_names
 
 __all__ = [
     "NodeAdmin",
@@ -81,6 +93,16 @@ PREVIEW_COUNT = 5
 LIST_STRIP = 10
 #: Characters of a task's result its page shows (the rest is cut, and counted).
 RESULT_SHOWN = 2000
+#: A schedule's or a task's retry policy, as its change page shows it.
+RETRY_FIELDS = (
+    "max_attempts",
+    "retry_backoff",
+    "retry_kind",
+    "retry_backoff_max",
+    "retry_jitter",
+    "retry_on",
+    "give_up_on",
+)
 
 
 # -- schedules ---------------------------------------------------------------------------
@@ -150,8 +172,7 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
             "grace",
             "catch_up",
             "overlap",
-            "max_attempts",
-            "retry_backoff",
+            *RETRY_FIELDS,
             "timeout",
         )
 
@@ -166,6 +187,21 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[type-arg]
             args, kwargs = _safe_call(instance)
             self.initial.setdefault("call_args", list(args))
             self.initial.setdefault("call_kwargs", dict(kwargs))
+        for name in ("retry_kind", "retry_jitter"):  # left out of a post: the default
+            if name in self.fields:
+                self.fields[name].required = False
+
+    def clean_retry_kind(self) -> str:
+        return str(self.cleaned_data.get("retry_kind") or RetryKind.EXPONENTIAL)
+
+    def clean_retry_jitter(self) -> str:
+        return str(self.cleaned_data.get("retry_jitter") or RetryJitter.NONE)
+
+    def clean_retry_on(self) -> str:
+        return _exception_paths(self.cleaned_data.get("retry_on") or "")
+
+    def clean_give_up_on(self) -> str:
+        return _exception_paths(self.cleaned_data.get("give_up_on") or "")
 
     def clean_timezone(self) -> str:
         value = (self.cleaned_data.get("timezone") or "UTC").strip()
@@ -330,18 +366,22 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 {"fields": ["next_runs"]},
             ),
             (
-                "Misfires, overlap, retries and timeout",
+                "Misfires, overlap and timeout",
                 {
-                    "fields": [
-                        "grace",
-                        "catch_up",
-                        "overlap",
-                        "max_attempts",
-                        "retry_backoff",
-                        "timeout",
-                        "queue_name",
-                    ],
+                    "fields": ["grace", "catch_up", "overlap", "timeout", "queue_name"],
                     "description": "set by the <code>@periodic</code> call too" if in_code else "",
+                },
+            ),
+            (
+                "Retries",
+                {
+                    "fields": list(RETRY_FIELDS),
+                    "description": (
+                        "set by the <code>@periodic</code> call too"
+                        if in_code
+                        else "a failed run is tried again until it has run max_attempts "
+                        "times; see docs/retries.md"
+                    ),
                 },
             ),
         ]
@@ -362,8 +402,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 "grace",
                 "catch_up",
                 "overlap",
-                "max_attempts",
-                "retry_backoff",
+                *RETRY_FIELDS,
                 "timeout",
                 "queue_name",
             ]
@@ -577,6 +616,19 @@ def code_note(obj: Schedule) -> SafeString:
     )
 
 
+def _exception_paths(text: str) -> str:
+    """A ``retry_on`` / ``give_up_on`` as stored: each class's own dotted path
+    (``ConnectionError`` is ``builtins.ConnectionError``); one that cannot be imported
+    is left as typed, for the field's validator to name."""
+    paths = []
+    for name in split_names(text):
+        try:
+            paths.append(exception_name(name))
+        except (TypeError, ValueError):
+            paths.append(name)
+    return ", ".join(paths)
+
+
 def _safe_call(obj: Schedule) -> tuple[tuple[Any, ...], dict[str, Any]]:
     try:
         return obj.call
@@ -719,7 +771,7 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         "call",
         "token",
         "attempts",
-        "max_attempts",
+        *RETRY_FIELDS,
         "timeout",
         "priority",
         "queue_name",

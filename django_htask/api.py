@@ -18,6 +18,7 @@ transaction: it exists, and can fire, only once the transaction commits.
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,10 +32,11 @@ from django_htask.engine import registry
 from django_htask.engine.errors import ArgumentError, FunctionNotRegistered, PayloadError
 
 from . import clock, notices
-from .decorators import check_timeout, function_name, task_timeout
+from .decorators import check_policy, check_timeout, function_name, task_policy, task_timeout
 from .models import MAX_ATTEMPTS_RANGE, Task, TaskStatus
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
+from .retry import RetryPolicy, attempts_of, policy_columns
 from .signals import task_scheduled
 from .store.database import insert_tasks, not_migrated
 
@@ -109,9 +111,10 @@ def schedule(
     *args: Any,
     at: datetime | None = None,
     delay: float | timedelta | None = None,
-    max_attempts: int = 1,
+    max_attempts: int | None = None,
     queue_name: str = DEFAULT_QUEUE,
     timeout: float | timedelta | None = None,
+    retry: RetryPolicy | None = None,
     **kwargs: Any,
 ) -> Task:
     """Run ``fn(*args, **kwargs)`` once, at ``at``, after ``delay`` seconds, or now, on a
@@ -119,13 +122,17 @@ def schedule(
 
     ``timeout``: seconds (or a timedelta) a run may take before it is stopped (see
     docs/timeouts.md); default: the function's ``@task(timeout=...)``, else the
-    ``DEFAULT_TIMEOUT`` setting. Returns the stored :class:`~django_htask.models.Task`;
+    ``DEFAULT_TIMEOUT`` setting. ``retry``: a :class:`~django_htask.retry.RetryPolicy`
+    stored on the task (docs/retries.md); default: the function's
+    ``@task(retry=...)``, else none (``max_attempts``, default 1, and the
+    ``RETRY_BACKOFF`` settings). ``max_attempts`` given beside a policy's own
+    ``attempts`` must be the same number. Returns the stored :class:`~django_htask.models.Task`;
     keep ``task.token`` to cancel, abort or move it. Raises
     :class:`~django_htask.exceptions.NotMigrated` when the database lacks the table
     (``manage.py migrate`` has not run).
     """
     name = function_name(fn_or_name)
-    options = _Options.of(at, delay, max_attempts, queue_name, timeout)
+    options = _Options.of(at, delay, max_attempts, queue_name, timeout, retry)
     [task] = _store([(name, registry.check_call(name, args, kwargs))], options, BATCH_SIZE)
     return task
 
@@ -139,22 +146,23 @@ def schedule_many(
     *,
     at: datetime | None = None,
     delay: float | timedelta | None = None,
-    max_attempts: int = 1,
+    max_attempts: int | None = None,
     queue_name: str = DEFAULT_QUEUE,
     timeout: float | timedelta | None = None,
+    retry: RetryPolicy | None = None,
     batch_size: int = BATCH_SIZE,
 ) -> list[Task]:
     """Schedule many calls at once: ``calls`` is an iterable of ``(fn, args, kwargs)``
     (``fn`` a registered function or its name), each stored as :func:`schedule` would
-    store it, with the same ``at``/``delay``, ``max_attempts``, ``queue_name`` and
-    ``timeout`` for all. Every call is checked before anything is stored: a bad one
+    store it, with the same ``at``/``delay``, ``max_attempts``, ``queue_name``,
+    ``timeout`` and ``retry`` for all. Every call is checked before anything is stored: a bad one
     raises its error (``ArgumentError``, ``FunctionNotRegistered``, ``PayloadError``)
     naming its place, ``calls[i]``, and nothing is stored. Then the rows are inserted
     ``batch_size`` per statement, all or none, inside the caller's transaction if there
     is one. Returns the stored tasks, in the order of ``calls``."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    options = _Options.of(at, delay, max_attempts, queue_name, timeout)
+    options = _Options.of(at, delay, max_attempts, queue_name, timeout, retry)
     return _store([_checked(i, call) for i, call in enumerate(calls)], options, batch_size)
 
 
@@ -163,25 +171,44 @@ class _Options:
     """What :func:`schedule` and :func:`schedule_many` store beside each call, checked."""
 
     run_at: datetime
-    max_attempts: int
+    max_attempts: int | None  # None: the policy's attempts, else 1
     queue_name: str
     timeout: float | None  # None: each function's own, else DEFAULT_TIMEOUT
+    retry: RetryPolicy | None  # None: each function's own, else none
 
     @classmethod
     def of(
         cls,
         at: datetime | None,
         delay: float | timedelta | None,
-        max_attempts: int,
+        max_attempts: int | None,
         queue_name: str,
         timeout: float | timedelta | None,
+        retry: RetryPolicy | None,
     ) -> _Options:
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
-        MAX_ATTEMPTS_RANGE.check(max_attempts)
+        if max_attempts is not None:
+            if (
+                isinstance(max_attempts, bool)
+                or not isinstance(max_attempts, int)
+                or max_attempts < 1
+            ):
+                raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+            MAX_ATTEMPTS_RANGE.check(max_attempts)
+        if retry is not None:
+            max_attempts = attempts_of(max_attempts, check_policy(retry))
         run_at = due_time(at, delay)
         seconds = check_timeout(timeout) if timeout is not None else None
-        return cls(run_at, max_attempts, check_queue(queue_name), seconds)
+        return cls(run_at, max_attempts, check_queue(queue_name), seconds, retry)
+
+    def retry_columns(self, name: str) -> tuple[tuple[str, Any], ...]:
+        """The ``max_attempts`` and retry columns of a task of the function ``name``:
+        the call's policy, else the function's (``max_attempts`` given in the call
+        wins over its attempts), else none (the columns' defaults)."""
+        policy = self.retry or task_policy(name)
+        if policy is None:
+            return (("max_attempts", self.max_attempts or 1),)
+        attempts = self.max_attempts or policy.attempts or 1
+        return (("max_attempts", attempts), *policy_columns(policy).items())
 
 
 def _store(calls: list[tuple[str, bytes]], options: _Options, batch_size: int) -> list[Task]:
@@ -189,23 +216,27 @@ def _store(calls: list[tuple[str, bytes]], options: _Options, batch_size: int) -
     if not calls:
         return []
     timeouts: dict[str, float | None] = {}
+    policies: dict[str, tuple[tuple[str, Any], ...]] = {}
     rows = []
     for name, payload in calls:
         seconds = options.timeout
-        if seconds is None:
-            if name not in timeouts:
+        if name not in policies:
+            policies[name] = options.retry_columns(name)
+            if seconds is None:
                 timeouts[name] = task_timeout(name)
+        if seconds is None:
             seconds = timeouts[name]
-        rows.append((name, payload, seconds))
-    common = {
-        "run_at": options.run_at,
-        "max_attempts": options.max_attempts,
-        "queue_name": options.queue_name,
-    }
+        rows.append((policies[name], (name, payload, seconds)))
+    common = {"run_at": options.run_at, "queue_name": options.queue_name}
     using = router.db_for_write(Task)
     try:
         with transaction.atomic(using=using):
-            tasks = insert_tasks(using, rows, common, batch_size)
+            # Consecutive calls with the same retry columns in one insert: all of them
+            # unless the functions' @task policies differ; the order stays the calls'.
+            tasks = []
+            for columns, group in itertools.groupby(rows, key=lambda row: row[0]):
+                values = [call for _columns, call in group]
+                tasks += insert_tasks(using, values, {**common, **dict(columns)}, batch_size)
     except DatabaseError as exc:
         missing = not_migrated(exc, using)
         if missing is None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from .models import (
     GRACE_RANGE,
     MAX_ATTEMPTS_RANGE,
     RETRY_BACKOFF_RANGE,
+    RETRY_CAP_RANGE,
     TIMEOUT_RANGE,
     CatchUp,
     Origin,
@@ -62,24 +64,28 @@ from .models import (
 )
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
+from .retry import NAMES_MAX, RetryPolicy, attempts_of, policy_columns
 
 __all__ = [
     "BadDeclaration",
     "PeriodicSpec",
     "SyncResult",
     "bad_declarations",
+    "check_policy",
     "check_timeout",
     "declared_schedules",
     "function_name",
     "periodic",
     "sync_schedules",
     "task",
+    "task_policy",
     "task_timeout",
 ]
 
 logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
+V = TypeVar("V")
 
 #: The attribute ``@task`` / ``@periodic`` set on a function: its registered name.
 NAME_ATTRIBUTE = "htask_name"
@@ -102,6 +108,7 @@ class PeriodicSpec:
     queue_name: str = DEFAULT_QUEUE
     kwargs: dict[str, Any] = field(default_factory=dict)
     timeout: float | None = None
+    retry: RetryPolicy | None = None  # its columns beside max_attempts and retry_backoff
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,8 @@ _declared: dict[str, PeriodicSpec] = {}
 _bad: dict[tuple[str, str], BadDeclaration] = {}
 #: ``@task(timeout=...)``: registered name -> seconds, what ``schedule()`` stores.
 _timeouts: dict[str, float] = {}
+#: ``@task(retry=...)``: registered name -> policy, what ``schedule()`` stores.
+_policies: dict[str, RetryPolicy] = {}
 
 
 def check_timeout(timeout: object) -> float:
@@ -141,10 +150,36 @@ def check_timeout(timeout: object) -> float:
     return float(timeout)
 
 
+def check_policy(value: object) -> RetryPolicy:
+    """``retry=`` as ``schedule()``, ``@task`` and ``@periodic`` take it: a
+    :class:`RetryPolicy` whose numbers fit the columns that store it (raises naming
+    the bad value)."""
+    if not isinstance(value, RetryPolicy):
+        raise TypeError(f"retry must be a RetryPolicy, got {value!r}")
+    RETRY_BACKOFF_RANGE.check(value.backoff)
+    if math.isfinite(value.max_delay):
+        RETRY_CAP_RANGE.check(value.max_delay)
+    if value.attempts is not None:
+        MAX_ATTEMPTS_RANGE.check(value.attempts)
+    for name in ("retry_on", "give_up_on"):
+        text = ", ".join(getattr(value, name))
+        if len(text) > NAMES_MAX:
+            raise ValueError(
+                f"{name} must fit in {NAMES_MAX} characters as dotted paths, got {text!r}"
+            )
+    return value
+
+
 def task_timeout(name: str) -> float | None:
     """The timeout ``@task(timeout=...)`` declared for the function registered as
     ``name``, if any."""
     return _timeouts.get(name)
+
+
+def task_policy(name: str) -> RetryPolicy | None:
+    """The retry policy ``@task(retry=...)`` declared for the function registered as
+    ``name``, if any."""
+    return _policies.get(name)
 
 
 def declared_schedules() -> dict[str, PeriodicSpec]:
@@ -217,7 +252,10 @@ def _not_registered(problem: str, module: str | None) -> FunctionNotRegistered:
 def task(fn: F, /) -> F: ...
 @overload
 def task(
-    *, name: str | None = None, timeout: float | timedelta | None = None
+    *,
+    name: str | None = None,
+    timeout: float | timedelta | None = None,
+    retry: RetryPolicy | None = None,
 ) -> Callable[[F], F]: ...
 def task(
     fn: F | None = None,
@@ -225,25 +263,36 @@ def task(
     *,
     name: str | None = None,
     timeout: float | timedelta | None = None,
+    retry: RetryPolicy | None = None,
 ) -> F | Callable[[F], F]:
     """Register ``fn`` so that :func:`django_htask.schedule` can run it later.
 
     Its name is ``package.module:qualname`` unless ``name`` is given. ``timeout``:
     seconds a run of it may take, stored on each task ``schedule()`` makes without a
-    timeout of its own (docs/timeouts.md).
+    timeout of its own (docs/timeouts.md). ``retry``: its
+    :class:`~django_htask.retry.RetryPolicy`, stored on each task ``schedule()`` makes
+    without a policy of its own (docs/retries.md).
     """
     seconds = None if timeout is None else check_timeout(timeout)
+    policy = None if retry is None else check_policy(retry)
 
     def decorate(f: F) -> F:
         registered = _register(f, name)
         with _lock:
-            if seconds is None:
-                _timeouts.pop(registered, None)
-            else:
-                _timeouts[registered] = seconds
+            _declare_option(_timeouts, registered, seconds)
+            _declare_option(_policies, registered, policy)
         return f
 
     return decorate if fn is None else decorate(fn)
+
+
+def _declare_option(declared: dict[str, V], name: str, value: V | None) -> None:
+    """What ``@task`` declares for ``name``: ``value``, or nothing (a function
+    decorated again without it)."""
+    if value is None:
+        declared.pop(name, None)
+    else:
+        declared[name] = value
 
 
 def periodic(
@@ -255,12 +304,13 @@ def periodic(
     overlap: str = Overlap.SKIP,
     catch_up: str = CatchUp.LATEST,
     grace: float | None = None,
-    max_attempts: int = 1,
-    retry_backoff: float = 10.0,
+    max_attempts: int | None = None,
+    retry_backoff: float | None = None,
     timeout: float | timedelta | None = None,
     args: tuple[Any, ...] | list[Any] = (),
     kwargs: dict[str, Any] | None = None,
     queue_name: str = DEFAULT_QUEUE,
+    retry: RetryPolicy | None = None,
 ) -> Callable[[F], F]:
     """Register the function and declare a schedule for it.
 
@@ -270,20 +320,24 @@ def periodic(
     registers the function under another name. ``args`` / ``kwargs`` are passed at
     every run and checked against the signature now. Only the nodes serving
     ``queue_name`` fire it (``runscheduler --queue``). ``timeout``: seconds a run may
-    take before it is stopped (docs/timeouts.md).
+    take before it is stopped (docs/timeouts.md). ``retry``: a
+    :class:`~django_htask.retry.RetryPolicy` (docs/retries.md); without one,
+    ``max_attempts`` (default 1) and ``retry_backoff`` (default 10 s, doubled after each
+    attempt) as before.
 
     A declaration that cannot be read is recorded (:func:`bad_declarations`), not
     raised: the function is still registered (if it can be), its schedule is not
     declared.
     """
     problem: Exception | None = None
+    attempts, backoff = 1, 10.0
     try:
-        text = _check_options(
-            when, tz, overlap, catch_up, grace, max_attempts, retry_backoff, queue_name
-        )
+        policy = None if retry is None else check_policy(retry)
+        attempts, backoff = _retry_numbers(max_attempts, retry_backoff, policy)
+        text = _check_options(when, tz, overlap, catch_up, grace, attempts, backoff, queue_name)
         seconds = None if timeout is None else check_timeout(timeout)
     except _DECLARATION_ERRORS as exc:
-        problem, text, seconds = exc, "", None
+        problem, text, seconds, policy = exc, "", None, None
 
     def decorate(fn: F) -> F:
         error = problem
@@ -299,9 +353,10 @@ def periodic(
                         overlap=str(overlap),
                         catch_up=str(catch_up),
                         grace=None if grace is None else float(grace),
-                        max_attempts=max_attempts,
-                        retry_backoff=float(retry_backoff),
+                        max_attempts=attempts,
+                        retry_backoff=float(backoff),
                         timeout=seconds,
+                        retry=policy,
                         args=tuple(args),
                         kwargs=dict(kwargs or {}),
                         queue_name=queue_name,
@@ -314,6 +369,28 @@ def periodic(
         return fn
 
     return decorate
+
+
+def _retry_numbers(
+    max_attempts: int | None, retry_backoff: float | None, policy: RetryPolicy | None
+) -> tuple[Any, Any]:
+    """``max_attempts`` and ``retry_backoff`` as given, or as ``policy`` sets them
+    (given twice and different: a ValueError naming both)."""
+    attempts = attempts_of(max_attempts, policy)
+    if policy is None:
+        return attempts, 10.0 if retry_backoff is None else retry_backoff
+    if retry_backoff is not None and retry_backoff != policy.backoff:
+        raise ValueError(
+            f"retry_backoff {retry_backoff!r} and the retry policy's backoff "
+            f"{policy.backoff!r} differ: give one of them"
+        )
+    return attempts, policy.backoff
+
+
+#: A schedule's retry columns without a policy: the exponential backoff of old.
+_NO_POLICY = {
+    name: value for name, value in policy_columns(RetryPolicy()).items() if name != "retry_backoff"
+}
 
 
 def _check_options(
@@ -360,6 +437,15 @@ def _declare(spec: PeriodicSpec) -> None:
                 f"and for {spec.function!r}"
             )
         _declared[spec.name] = spec
+
+
+def _retry_columns(policy: RetryPolicy | None) -> dict[str, Any]:
+    """A declared schedule's retry columns besides ``retry_backoff``."""
+    if policy is None:
+        return _NO_POLICY
+    columns = policy_columns(policy)
+    del columns["retry_backoff"]
+    return columns
 
 
 def _schedule_text(when: object, tz: str | None) -> str:
@@ -422,6 +508,7 @@ def sync_schedules(using: str = "default") -> SyncResult:
                 "grace": spec.grace,
                 "max_attempts": spec.max_attempts,
                 "retry_backoff": spec.retry_backoff,
+                **_retry_columns(spec.retry),
                 "timeout": spec.timeout,
                 "queue_name": spec.queue_name,
                 "origin": Origin.CODE,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db import models
 
-__all__ = ["CatchUp", "Origin", "Overlap", "RunStatus", "TaskStatus"]
+__all__ = ["CatchUp", "Origin", "Overlap", "RetryJitter", "RetryKind", "RunStatus", "TaskStatus"]
 
 
 class Origin(models.TextChoices):
@@ -23,6 +23,22 @@ class CatchUp(models.TextChoices):
     LATEST = "latest", "latest (missed occurrences run once)"
     ALL = "all", "all (each missed occurrence runs, up to a cap)"
     SKIP = "skip", "skip (missed occurrences do not run)"
+
+
+class RetryKind(models.TextChoices):
+    """How a retry's delay grows (``RetryPolicy.kind``)."""
+
+    FIXED = "fixed", "fixed (retry_backoff every time)"
+    LINEAR = "linear", "linear (retry_backoff times the attempt)"
+    EXPONENTIAL = "exponential", "exponential (retry_backoff, doubled after each)"
+
+
+class RetryJitter(models.TextChoices):
+    """How a retry's delay is spread (``RetryPolicy.jitter``)."""
+
+    NONE = "none", "none"
+    FULL = "full", "full (0 to the delay)"
+    EQUAL = "equal", "equal (half the delay plus 0 to half)"
 
 
 class RunStatus(models.TextChoices):

@@ -23,7 +23,7 @@ from django.db.models import Q
 from django.utils.deconstruct import deconstructible
 
 from . import clock, notices
-from .enums import CatchUp, Origin, Overlap, RunStatus, TaskStatus
+from .enums import CatchUp, Origin, Overlap, RetryJitter, RetryKind, RunStatus, TaskStatus
 from .queues import DEFAULT_QUEUE
 
 logger = logging.getLogger(__name__)
@@ -38,6 +38,8 @@ __all__ = [
     "PRIORITY_RANGE",
     "RETRY_BACKOFF_MAX",
     "RETRY_BACKOFF_RANGE",
+    "RETRY_CAP_MAX",
+    "RETRY_CAP_RANGE",
     "TIMEOUT_MAX",
     "TIMEOUT_MIN",
     "TIMEOUT_RANGE",
@@ -47,6 +49,8 @@ __all__ = [
     "Origin",
     "Overlap",
     "Overview",
+    "RetryJitter",
+    "RetryKind",
     "Run",
     "RunStatus",
     "Schedule",
@@ -70,6 +74,7 @@ if apps.apps_ready and not apps.is_installed("django_htask"):
 #: constraints (raw SQL); a node marks a schedule row that still holds one broken.
 MAX_ATTEMPTS_MAX = 1000  # runs of one occurrence or task, retries included (min 1)
 RETRY_BACKOFF_MAX = 86_400.0  # seconds before the first retry: one day (min 0)
+RETRY_CAP_MAX = 31_536_000.0  # the longest delay a retry policy allows: 365 days (min 0)
 GRACE_MAX = 31_536_000.0  # seconds an occurrence may be late: 365 days (min 0, or empty)
 PRIORITY_MIN, PRIORITY_MAX = -100, 100  # as django.tasks
 TIMEOUT_MIN, TIMEOUT_MAX = 0.001, 31_536_000.0  # seconds a run may take (or empty)
@@ -118,6 +123,7 @@ class InRange:
 #: ``@periodic`` check (``InRange.check``).
 MAX_ATTEMPTS_RANGE = InRange("max_attempts", 1, MAX_ATTEMPTS_MAX)
 RETRY_BACKOFF_RANGE = InRange("retry_backoff", 0, RETRY_BACKOFF_MAX, "seconds")
+RETRY_CAP_RANGE = InRange("retry_backoff_max", 0, RETRY_CAP_MAX, "seconds")
 GRACE_RANGE = InRange("grace", 0, GRACE_MAX, "seconds")
 PRIORITY_RANGE = InRange("priority", PRIORITY_MIN, PRIORITY_MAX)
 TIMEOUT_RANGE = InRange("timeout", TIMEOUT_MIN, TIMEOUT_MAX, "seconds")
@@ -158,6 +164,94 @@ def _max_attempts(help_text: str) -> models.PositiveSmallIntegerField[int, int]:
     """The ``max_attempts`` of a schedule or a task (a retry is an attempt)."""
     return models.PositiveSmallIntegerField(
         default=1, validators=[MAX_ATTEMPTS_RANGE], help_text=help_text
+    )
+
+
+@deconstructible
+class ExceptionNames:
+    """Refuse a list of exception classes (dotted paths, separated by commas) that are
+    not all importable exception classes, naming the bad one."""
+
+    code = "invalid_exception"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, value: str) -> None:
+        from django_htask.retry import exception_name, split_names  # noqa: PLC0415
+
+        for path in split_names(value):
+            try:
+                exception_name(path)
+            except (TypeError, ValueError) as exc:
+                raise ValidationError(f"{self.name}: {exc}", code=self.code) from None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ExceptionNames) and self.name == other.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+def _retry_fields() -> tuple[Any, ...]:
+    """The retry policy's columns beside ``max_attempts`` and ``retry_backoff``:
+    ``retry_kind``, ``retry_backoff_max``, ``retry_jitter``, ``retry_on`` and
+    ``give_up_on`` (their defaults: the exponential backoff of old, capped by the
+    RETRY_BACKOFF_MAX setting, any error retried)."""
+    return (
+        models.CharField(
+            max_length=12,
+            choices=RetryKind.choices,
+            default=RetryKind.EXPONENTIAL,
+            db_default=RetryKind.EXPONENTIAL,  # rows inserted by raw SQL
+            help_text="how the delay between attempts grows",
+        ),
+        models.FloatField(
+            null=True,
+            blank=True,
+            validators=[RETRY_CAP_RANGE],
+            help_text="longest retry delay, seconds (to 365 days); empty: RETRY_BACKOFF_MAX",
+        ),
+        models.CharField(
+            max_length=8,
+            choices=RetryJitter.choices,
+            default=RetryJitter.NONE,
+            db_default=RetryJitter.NONE,
+            help_text="how each delay is spread at random",
+        ),
+        _exception_list(
+            "retry_on", "retry only these exception classes (dotted paths, commas between)"
+        ),
+        _exception_list("give_up_on", "never retry these exception classes (wins over retry_on)"),
+    )
+
+
+def _exception_list(name: str, help_text: str) -> models.CharField[str, str]:
+    """``retry_on`` or ``give_up_on``: exception classes' dotted paths, commas between."""
+    return models.CharField(
+        max_length=1000,
+        blank=True,
+        default="",
+        db_default="",  # rows inserted by raw SQL
+        validators=[ExceptionNames(name)],
+        help_text=help_text,
+    )
+
+
+def _retry_constraints(table: str) -> tuple[Any, ...]:
+    kinds, jitters = RetryKind.values, RetryJitter.values
+    return (
+        _constraint(table, "retry_backoff_max", 0, RETRY_CAP_MAX, null=True),
+        models.CheckConstraint(
+            condition=Q(retry_kind__in=kinds),
+            name=f"htask_{table}_retry_kind_valid",
+            violation_error_message=f"retry_kind must be one of {', '.join(kinds)}",
+        ),
+        models.CheckConstraint(
+            condition=Q(retry_jitter__in=jitters),
+            name=f"htask_{table}_retry_jitter_valid",
+            violation_error_message=f"retry_jitter must be one of {', '.join(jitters)}",
+        ),
     )
 
 
@@ -229,8 +323,9 @@ class Schedule(models.Model):
     retry_backoff = models.FloatField(
         default=10.0,
         validators=[RETRY_BACKOFF_RANGE],
-        help_text="seconds before the first retry, doubled after each (0 to 86400: a day)",
+        help_text="seconds before the first retry (0 to 86400: a day); see retry_kind",
     )
+    retry_kind, retry_backoff_max, retry_jitter, retry_on, give_up_on = _retry_fields()
     timeout = _timeout()
     origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.ADMIN)
     orphaned = models.BooleanField(
@@ -254,6 +349,7 @@ class Schedule(models.Model):
         constraints = (
             _constraint("schedule", "max_attempts", 1, MAX_ATTEMPTS_MAX),
             _constraint("schedule", "retry_backoff", 0, RETRY_BACKOFF_MAX),
+            *_retry_constraints("schedule"),
             _constraint("schedule", "grace", 0, GRACE_MAX, null=True),
             _constraint("schedule", "timeout", TIMEOUT_MIN, TIMEOUT_MAX, null=True),
         )
@@ -384,6 +480,13 @@ class Task(models.Model):
     )
     attempts = models.PositiveSmallIntegerField(default=0)
     max_attempts = _max_attempts("runs in all, retries included (1 to 1000)")
+    retry_backoff = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[RETRY_BACKOFF_RANGE],
+        help_text="seconds before the first retry (to 86400); empty: RETRY_BACKOFF",
+    )
+    retry_kind, retry_backoff_max, retry_jitter, retry_on, give_up_on = _retry_fields()
     queue_name = _queue_name("run it (runscheduler --queue)")
     backend = models.CharField(
         max_length=100,
@@ -441,6 +544,8 @@ class Task(models.Model):
         )
         constraints = (
             _constraint("task", "max_attempts", 1, MAX_ATTEMPTS_MAX),
+            _constraint("task", "retry_backoff", 0, RETRY_BACKOFF_MAX, null=True),
+            *_retry_constraints("task"),
             _constraint("task", "priority", PRIORITY_MIN, PRIORITY_MAX),
             _constraint("task", "timeout", TIMEOUT_MIN, TIMEOUT_MAX, null=True),
         )

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_htask", "0008_timeouts_and_aborts"),
+        ("django_htask", "0010_retry_policy"),
     ]
 
     operations = [

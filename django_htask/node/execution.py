@@ -16,6 +16,7 @@ import dataclasses
 import inspect
 import logging
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,13 +33,14 @@ from django_htask.engine import (
     encode_result,
     registry,
 )
+from django_htask.engine.backoff import RetryPolicy, error_names
 from django_htask.engine.codec import DEFAULT_MAX_SIZE
 from django_htask.engine.tokens import _set_current
 from django_htask.enums import RunStatus
 from django_htask.signals import run_finished, run_started
 from django_htask.store import RunOutcome
 
-__all__ = ["RUN_FIELDS", "Call", "call_of", "ended_outside", "execute", "given_up", "should_retry"]
+__all__ = ["RUN_FIELDS", "Call", "call_of", "ended_outside", "execute", "given_up", "retry_delay"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,14 +83,35 @@ class Call:
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(Call))[1:]
 
 
-def should_retry(result: RunOutcome, attempt: int, max_attempts: int) -> bool:
-    """Whether a run that ended as ``result`` is tried again: it failed while it ran
-    (``retryable``), and ``attempt`` was not the last of ``max_attempts``."""
-    return (
-        result.status == RunStatus.FAILED
-        and bool(result.extra.get("retryable", False))
-        and attempt < max_attempts
-    )
+def retry_delay(
+    result: RunOutcome, attempt: int, max_attempts: int, policy: Callable[[], RetryPolicy]
+) -> float | None:
+    """The one place a failed attempt of a task or a schedule run is retried or given
+    up: the seconds until its retry, or None.
+
+    It is retried when it failed while it ran (``retryable``: not an abort, not a call
+    that could not start), ``attempt`` was not the last of ``max_attempts``, and the
+    error it raised passes the ``policy``'s ``retry_on`` / ``give_up_on`` (a timeout or
+    a lost run raised nothing of its own: only attempts and backoff apply). One the
+    filters refuse has the reason added to its error (``not retried: ValueError is in
+    give_up_on``). ``policy`` is called only for a failure that may be retried."""
+    if (
+        result.status != RunStatus.FAILED
+        or not result.extra.get("retryable", False)
+        or attempt >= max_attempts
+    ):
+        return None
+    try:
+        chosen = policy()
+    except (TypeError, ValueError) as exc:  # an exception class gone from the code
+        why = f"not retried: its retry policy cannot be used: {exc}"
+    else:
+        errors = result.extra.get("errors")
+        why = chosen.refusal(errors if isinstance(errors, tuple | list) else None)
+        if not why:
+            return chosen.delay(attempt)
+    result.error = f"{result.error}; {why}" if result.error else why
+    return None
 
 
 def execute(
@@ -125,6 +148,7 @@ def execute(
     status = RunStatus.SUCCEEDED
     error = tb = ""
     retryable = False
+    errors: tuple[str, ...] | None = None  # the classes of what the function raised
     entered = True
     value: Any = None
     try:
@@ -153,6 +177,7 @@ def execute(
         status = RunStatus.FAILED
         retryable = True
         error = f"{type(exc).__name__}: {exc}"
+        errors = error_names(type(exc))
         tb = traceback.format_exc()
         if guard is None or guard.reason is None:
             level = logging.WARNING if isinstance(exc, Exception) else logging.ERROR
@@ -163,6 +188,7 @@ def execute(
     if guard is not None and guard.reason is not None and (status != "succeeded" or not entered):
         # Stopped (it raised once asked to, or was asked before it began): the reason.
         status, error, retryable = RunStatus.FAILED, guard.reason, guard.retryable
+        errors = None  # stopped: what it raised then is not its own error
         logger.warning("%s stopped: %s", name, error, extra={"action": "run_stopped"})
     result = None
     if value is not None and status == RunStatus.SUCCEEDED and call.task_id is not None:
@@ -170,7 +196,9 @@ def execute(
         if error:
             status, retryable = RunStatus.FAILED, False  # the function ran: not again
     duration = clock.monotonic() - t0
-    outcome = _finished(call, info, status, error, tb, retryable, started_at, clock.now(), duration)
+    outcome = _finished(
+        call, info, status, error, tb, retryable, started_at, clock.now(), duration, errors
+    )
     outcome.result = result
     return outcome
 
@@ -219,13 +247,18 @@ def _finished(
     started_at: datetime,
     finished_at: datetime,
     duration: float,
+    errors: tuple[str, ...] | None = None,
 ) -> RunOutcome:
-    """Send ``run_finished`` and build the run's outcome."""
+    """Send ``run_finished`` and build the run's outcome (``extra``: whether it may be
+    retried, and the class names of what the function raised, if it raised: they cross
+    from a worker process as they are)."""
     from django_htask.models import Run  # noqa: PLC0415 - the signals' sender
 
     ended: dict[str, Any] = {"status": status, "error": error, "duration": duration}
     run_finished.send_robust(sender=Run, **ended, **info)
     retry: dict[str, object] = {"retryable": retryable}
+    if errors is not None:
+        retry["errors"] = errors
     return RunOutcome(
         started_at=started_at, finished_at=finished_at, traceback=tb, extra=retry, **ended, **info
     )

@@ -22,11 +22,10 @@ from django.db import DatabaseError
 from django_htask.engine import Timetable
 from django_htask.enums import Overlap, RunStatus
 from django_htask.exceptions import NodeFenced
-from django_htask.retry import RetryPolicy
 from django_htask.store import RunOutcome, ScheduleRef, ScheduleRow
 
 from .context import NodeContext
-from .execution import Call, should_retry
+from .execution import Call, retry_delay
 from .planning import broken_run, plan, problem, schedule_run
 from .supervisor import Supervisor
 
@@ -269,11 +268,16 @@ class Firing:
         run_id = started.run_id or 0
         result.run_id = run_id
         ctx.running.run_done(row.id, run_id)
-        retry = should_retry(result, started.attempt, row.max_attempts)
+        cap = ctx.settings.retry_backoff_max
+        delay = retry_delay(
+            result,
+            started.attempt,
+            row.max_attempts,
+            lambda: row.retry.policy(row.retry_backoff, cap),
+        )
         ctx.results.push(result)
-        if retry:
-            policy = RetryPolicy(row.retry_backoff, ctx.settings.retry_backoff_max)
-            ctx.control.later(policy.delay(started.attempt), self._retry, row, started)
+        if delay is not None:
+            ctx.control.later(delay, self._retry, row, started)
         if row.id in self._delayed:
             ctx.control.later(0, self.fire, row.id, self._delayed[row.id])
 

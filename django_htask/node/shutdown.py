@@ -53,7 +53,7 @@ def abandoned(left: Snapshot, now: datetime, timeout: float, retry: RetryPolicy)
         retry_at = None
         aborted = ("task", task.id) in left.aborted
         if started and task.attempts < task.max_attempts and not aborted:
-            retry_at = now + timedelta(seconds=retry.delay(task.attempts))
+            retry_at = now + timedelta(seconds=task.retry.lost_delay(retry, task.attempts))
         error = interrupted if started else unstarted
         result.append(Abandoned(error, started, task_id=task.id, retry_at=retry_at))
     return result

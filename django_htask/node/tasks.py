@@ -20,7 +20,7 @@ from django_htask.engine import TimerHandle
 from django_htask.store import RunOutcome, StartedTask
 
 from .context import NodeContext
-from .execution import Call, should_retry
+from .execution import Call, retry_delay
 from .supervisor import Supervisor
 
 __all__ = ["TaskDispatch"]
@@ -143,8 +143,14 @@ class TaskDispatch:
     def _finish(self, task: StartedTask, result: RunOutcome) -> None:
         """Record how the task's attempt ended (on its worker, or by the supervisor)."""
         ctx = self.ctx
-        if should_retry(result, task.attempts, task.max_attempts):
-            delay = ctx.task_retry.delay(task.attempts)
+        default = ctx.task_retry
+        delay = retry_delay(
+            result,
+            task.attempts,
+            task.max_attempts,
+            lambda: task.retry.policy(default.backoff, default.max_delay, default),
+        )
+        if delay is not None:
             result.retry_at = result.finished_at + timedelta(seconds=delay)
         ctx.running.task_done(task.id)
         self.finished += 1

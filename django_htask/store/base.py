@@ -28,12 +28,15 @@ from typing import Any, NamedTuple, Protocol
 
 from django_htask.enums import RunStatus
 from django_htask.queues import ALL, DEFAULT_QUEUE, QueueFilter
-from django_htask.retry import RetryPolicy
+from django_htask.retry import RetryPolicy, split_names
 
 __all__ = [
+    "DEFAULT_RETRY",
+    "RETRY_COLUMNS",
     "SERVE_ALL",
     "Abandoned",
     "Listening",
+    "RetryColumns",
     "RunOutcome",
     "ScheduleRef",
     "ScheduleRow",
@@ -80,6 +83,68 @@ class ScheduleRef:
 
 
 @dataclass(frozen=True, slots=True)
+class RetryColumns:
+    """A task's or a schedule's retry policy as its row holds it (``retry_kind``,
+    ``retry_backoff_max``, ``retry_jitter``, ``retry_on``, ``give_up_on``; a task's
+    ``retry_backoff`` too, a schedule's is :attr:`ScheduleRow.retry_backoff`). The
+    defaults are the exponential backoff of old, with any error retried."""
+
+    kind: str = "exponential"
+    backoff_max: float | None = None  # None: the RETRY_BACKOFF_MAX setting
+    jitter: str = "none"
+    retry_on: str = ""  # dotted paths, separated by commas
+    give_up_on: str = ""
+    backoff: float | None = None  # a task's; None: the RETRY_BACKOFF setting
+
+    def policy(
+        self,
+        backoff: float,
+        max_delay: float,
+        default: RetryPolicy | None = None,
+        *,
+        filters: bool = True,
+    ) -> RetryPolicy:
+        """The policy, ``backoff`` and ``max_delay`` standing for the empty columns
+        (the settings, or a schedule's own ``retry_backoff``). ``default`` is returned
+        as it is when the columns hold the defaults. Without ``filters``, ``retry_on``
+        and ``give_up_on`` are left out (a run that ended without an exception of its
+        own: nothing to import them for). Raises naming a stored exception class that
+        cannot be imported any more."""
+        if default is not None and self == DEFAULT_RETRY:
+            return default
+        return RetryPolicy(
+            backoff if self.backoff is None else self.backoff,
+            max_delay if self.backoff_max is None else self.backoff_max,
+            kind=self.kind,
+            jitter=self.jitter,
+            retry_on=split_names(self.retry_on) if filters else (),
+            give_up_on=split_names(self.give_up_on) if filters else (),
+        )
+
+    def lost_delay(self, default: RetryPolicy, attempt: int) -> float:
+        """Seconds before a task whose ``attempt`` was lost (its node died or
+        stopped) runs again: by the policy's backoff, ``default`` (the node's
+        ``RETRY_BACKOFF`` settings) standing for the empty columns; no filter applies,
+        nothing was raised."""
+        policy = self.policy(default.backoff, default.max_delay, default, filters=False)
+        return policy.delay(max(attempt, 1))
+
+
+#: The columns of :class:`RetryColumns`, in its order (a task reads all six, a
+#: schedule the first five).
+RETRY_COLUMNS = (
+    "retry_kind",
+    "retry_backoff_max",
+    "retry_jitter",
+    "retry_on",
+    "give_up_on",
+    "retry_backoff",
+)
+#: A row with the default policy.
+DEFAULT_RETRY = RetryColumns()
+
+
+@dataclass(frozen=True, slots=True)
 class ScheduleRow:
     """A schedule as read when it fires."""
 
@@ -99,6 +164,7 @@ class ScheduleRow:
     version: int
     queue_name: str = DEFAULT_QUEUE
     timeout: float | None = None  # seconds a run may take (None: the default)
+    retry: RetryColumns = DEFAULT_RETRY
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +180,7 @@ class StartedTask:
     max_attempts: int
     priority: int = 0
     timeout: float | None = None  # seconds a run may take (None: the default)
+    retry: RetryColumns = DEFAULT_RETRY
 
 
 def storable(text: str) -> str:
@@ -369,7 +436,8 @@ class Store(abc.ABC):
         """Declare dead the nodes whose heartbeat is older than ``dead_before`` and hand
         back what dead nodes held: a task they held but had not started is pending again
         as it was; a task they had started has used that attempt (a failed run row says
-        so) and is retried after ``retry``'s delay or fails; their schedule runs fail.
+        so) and is retried after its policy's backoff (``retry`` standing for the
+        columns left empty) or fails; their schedule runs fail.
         Return how many rows changed. ``node_id`` is the reaper (fenced)."""
 
     @abc.abstractmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -51,7 +51,10 @@ _ROW_FIELDS = (
     "version",
     "queue_name",
     "timeout",
+    *base.RETRY_COLUMNS[:5],
 )
+#: How many of :data:`_ROW_FIELDS` are columns of :class:`ScheduleRow` itself.
+_ROW_OWN = len(_ROW_FIELDS) - 5
 #: What a started task carries, in :class:`StartedTask`'s order.
 _STARTED_FIELDS = (
     "id",
@@ -63,6 +66,7 @@ _STARTED_FIELDS = (
     "max_attempts",
     "priority",
     "timeout",
+    *base.RETRY_COLUMNS,
 )
 #: SQLite allows 999 host parameters in old builds: chunk ``IN (...)`` lists.
 _CHUNK = 500
@@ -444,6 +448,7 @@ class DatabaseStore(Store):
                 "started_at",
                 "locked_by",
                 "abort_requested_at",
+                *base.RETRY_COLUMNS,
             )
         )
         runs = []
@@ -461,7 +466,8 @@ class DatabaseStore(Store):
                 "traceback": "",
             }
             if task.attempts < task.max_attempts and task.abort_requested_at is None:
-                delay = timedelta(seconds=retry.delay(max(task.attempts, 1)))
+                columns = base.RetryColumns(*(getattr(task, name) for name in base.RETRY_COLUMNS))
+                delay = timedelta(seconds=columns.lost_delay(retry, task.attempts))
                 changes.update(status=TaskStatus.PENDING, run_at=now + delay)
             else:
                 changes.update(status=TaskStatus.FAILED, finished_at=now)
@@ -520,11 +526,7 @@ class DatabaseStore(Store):
             .values_list(*_ROW_FIELDS)
             .first()
         )
-        if values is None:
-            return None
-        data = dict(zip(_ROW_FIELDS, values, strict=True))
-        data["payload"] = bytes(data["payload"] or b"")
-        return ScheduleRow(**data)
+        return schedule_row(values)
 
     def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> int:
         live = Node.objects.using(self.using).filter(
@@ -660,10 +662,7 @@ class DatabaseStore(Store):
                 ],
             )
             rows = cursor.fetchall()
-        return [
-            StartedTask(i, t, f, bytes(p), _as_datetime(r), a, m, pr, to)
-            for i, t, f, p, r, a, m, pr, to in rows
-        ]
+        return [started_task(row, _as_datetime) for row in rows]
 
     def _start_in(self, c: base.Claim) -> list[StartedTask]:
         """Claim and start due tasks, in the caller's transaction."""
@@ -687,9 +686,7 @@ class DatabaseStore(Store):
         rows = tasks.filter(id__in=ids, locked_by=node_id, status=TaskStatus.RUNNING).values_list(
             *_STARTED_FIELDS
         )
-        return [
-            StartedTask(i, t, f, bytes(p), r, a, m, pr, to) for i, t, f, p, r, a, m, pr, to in rows
-        ]
+        return [started_task(row) for row in rows]
 
     def aborts(self, node_id: str) -> list[tuple[str, int]]:
         # Both read through their small partial index (abort_requested_at IS NOT NULL).
@@ -797,6 +794,26 @@ class DatabaseStore(Store):
 
 #: The fields of a task :func:`insert_tasks` sets row by row, in the order of its rows.
 _VARYING = ("token", "function", "payload", "timeout")
+
+
+def schedule_row(values: Sequence[Any] | None) -> ScheduleRow | None:
+    """The :class:`ScheduleRow` of the values of :data:`_ROW_FIELDS` (None: no row)."""
+    if values is None:
+        return None
+    own = dict(zip(_ROW_FIELDS[:_ROW_OWN], values[:_ROW_OWN], strict=True))
+    own["payload"] = bytes(own["payload"] or b"")
+    return ScheduleRow(**own, retry=base.RetryColumns(*values[_ROW_OWN:]))
+
+
+def started_task(
+    row: Sequence[Any], as_datetime: Callable[[Any], datetime] = lambda v: v
+) -> StartedTask:
+    """The :class:`StartedTask` of the values of :data:`_STARTED_FIELDS`."""
+    i, t, f, p, r, a, m, pr, to, *retry = row
+    columns = base.RetryColumns(*retry)
+    if columns == base.DEFAULT_RETRY:
+        columns = base.DEFAULT_RETRY  # one object for the many tasks without a policy
+    return StartedTask(i, t, f, bytes(p), as_datetime(r), a, m, pr, to, columns)
 
 
 def insert_tasks(

@@ -29,7 +29,15 @@ from django_htask.queues import DEFAULT_QUEUE, QueueFilter
 from django_htask.retry import RetryPolicy
 
 from . import base
-from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store
+from .base import (
+    DEFAULT_RETRY,
+    RetryColumns,
+    RunOutcome,
+    ScheduleRef,
+    ScheduleRow,
+    StartedTask,
+    Store,
+)
 
 __all__ = ["InMemoryStore", "NodeRecord", "ScheduleRecord", "TaskRecord"]
 
@@ -66,6 +74,7 @@ class ScheduleRecord:
     version: int = 0
     queue_name: str = DEFAULT_QUEUE
     timeout: float | None = None
+    retry: RetryColumns = DEFAULT_RETRY
     last_run_at: datetime | None = None
     last_status: str = ""
     broken: str = ""
@@ -85,6 +94,7 @@ class TaskRecord:
     queue_name: str = DEFAULT_QUEUE
     backend: str = ""
     timeout: float | None = None
+    retry: RetryColumns = DEFAULT_RETRY
     locked_by: str | None = None
     lease_expires_at: datetime | None = None
     abort_requested_at: datetime | None = None
@@ -180,6 +190,7 @@ class InMemoryStore(Store):
         priority: int = 0,
         queue_name: str = DEFAULT_QUEUE,
         timeout: float | None = None,
+        retry: RetryColumns = DEFAULT_RETRY,
         **kwargs: Any,
     ) -> int:
         """A pending one-off task ``function(*args, **kwargs)``, as ``schedule()`` makes
@@ -194,6 +205,7 @@ class InMemoryStore(Store):
                 priority=priority,
                 queue_name=queue_name,
                 timeout=timeout,
+                retry=retry,
             )
             self.tasks[task.id] = task
         self._notify("task")
@@ -454,7 +466,7 @@ class InMemoryStore(Store):
                 task.locked_by = task.lease_expires_at = None
                 task.last_error, task.traceback = error, ""
                 if task.attempts < task.max_attempts and task.abort_requested_at is None:
-                    delay = timedelta(seconds=retry.delay(max(task.attempts, 1)))
+                    delay = timedelta(seconds=task.retry.lost_delay(retry, task.attempts))
                     task.status, task.run_at = TaskStatus.PENDING, now + delay
                 else:
                     task.status, task.finished_at = TaskStatus.FAILED, now
@@ -515,6 +527,7 @@ class InMemoryStore(Store):
                 s.version,
                 s.queue_name,
                 s.timeout,
+                s.retry,
             )
 
     def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> int:
@@ -623,6 +636,7 @@ class InMemoryStore(Store):
                         task.max_attempts,
                         task.priority,
                         task.timeout,
+                        task.retry,
                     )
                 )
             return started

@@ -61,7 +61,7 @@ from django_htask.retry import RetryPolicy
 
 from . import base
 from .base import _RUN_COLUMNS, RunOutcome, ScheduleRef, ScheduleRow, StartedTask
-from .database import _ROW_FIELDS, DatabaseStore, RefReader, check_fence
+from .database import _ROW_FIELDS, DatabaseStore, RefReader, check_fence, schedule_row
 from .listen import CHANNEL, Listener, connection_params
 
 __all__ = ["CHANNEL", "PostgresStore", "install"]
@@ -485,10 +485,7 @@ class PostgresStore(DatabaseStore):
         with self._cursor() as cursor:
             cursor.execute(f"SELECT {_ROW_SQL} FROM {SCHEDULE} WHERE id = %s", [schedule_id])
             values = cursor.fetchone()
-        if values is None:
-            return None
-        fields = dict(zip(_ROW_FIELDS, values, strict=True))
-        return ScheduleRow(**{**fields, "payload": bytes(fields["payload"] or b"")})
+        return schedule_row(values)
 
     def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> int:
         with self._cursor() as cursor:

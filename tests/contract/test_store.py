@@ -6,6 +6,7 @@ is what makes that mean something for the database stores."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from django_htask.exceptions import NodeFenced
 from django_htask.queues import QueueFilter
 from django_htask.retry import RetryPolicy
 from django_htask.store import Abandoned, RunOutcome, ScheduleRow, Serving, Store, get_store
+from django_htask.store.base import DEFAULT_RETRY, RETRY_COLUMNS, RetryColumns
 from django_htask.testing import InMemoryStore
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -36,6 +38,7 @@ class Kit:
 
     def add_schedule(self, name: str = "s", text: str = "@every 1m", **fields: Any) -> int:
         if self.memory is not None:
+            fields = retry_record(fields, RETRY_COLUMNS[:5])  # retry_backoff: the row's
             return self.memory.add_schedule(name, ADD, text, args=(1,), **fields)
         from django_htask.models import Schedule
 
@@ -46,6 +49,7 @@ class Kit:
 
     def add_tasks(self, n: int, run_at: datetime = NOW, **fields: Any) -> list[int]:
         if self.memory is not None:
+            fields = retry_record(fields, RETRY_COLUMNS)
             return [self.memory.add_task(ADD, 1, run_at=run_at, **fields) for _ in range(n)]
         from django_htask.engine import encode_call
         from django_htask.models import Task
@@ -96,6 +100,14 @@ class Kit:
     def register(self, *node_ids: str, at: datetime = NOW) -> None:
         for n, node_id in enumerate(node_ids):
             self.store.register_node(node_id, "host", n + 1, "0", at)
+
+
+def retry_record(fields: dict[str, Any], columns: tuple[str, ...]) -> dict[str, Any]:
+    """The retry ``columns`` among ``fields`` as the in-memory store's rows hold them."""
+    names = [f.name for f in dataclasses.fields(RetryColumns)]
+    given = {n: fields[c] for n, c in zip(names, columns, strict=False) if c in fields}
+    others = {k: v for k, v in fields.items() if k not in columns}
+    return {**others, "retry": RetryColumns(**given)} if given else others
 
 
 @pytest.fixture(
@@ -304,6 +316,50 @@ def test_timeouts_travel_with_the_started_task_and_the_schedule_row(kit: Kit) ->
     sid = kit.add_schedule(timeout=30.0)
     row = kit.store.get_schedule(sid)
     assert row is not None and row.timeout == 30.0
+
+
+def test_retry_policies_travel_with_the_started_task_and_the_schedule_row(kit: Kit) -> None:
+    kit.register("n1")
+    policy = {
+        "retry_kind": "linear",
+        "retry_backoff": 2.0,
+        "retry_backoff_max": 30.0,
+        "retry_jitter": "equal",
+        "retry_on": "builtins.OSError",
+        "give_up_on": "builtins.ConnectionRefusedError",
+    }
+    own, plain = kit.add_tasks(1, **policy) + kit.add_tasks(1)
+    started = {t.id: t.retry for t in kit.store.start_tasks("n1", NOW, 5, LEASE)}
+    assert started == {
+        own: RetryColumns(
+            "linear", 30.0, "equal", "builtins.OSError", "builtins.ConnectionRefusedError", 2.0
+        ),
+        plain: DEFAULT_RETRY,
+    }
+    del policy["retry_backoff"]  # a schedule's is a field of its row
+    row = kit.store.get_schedule(kit.add_schedule(retry_backoff=4.0, **policy))
+    assert row is not None and row.retry_backoff == 4.0
+    assert row.retry.policy(row.retry_backoff, 3600) == RetryPolicy(
+        4.0,
+        30.0,
+        kind="linear",
+        jitter="equal",
+        retry_on=(OSError,),
+        give_up_on=(ConnectionRefusedError,),
+    )
+
+
+def test_a_lost_task_is_retried_after_its_own_policys_backoff(kit: Kit) -> None:
+    later = NOW + timedelta(seconds=61)
+    kit.register("dead")
+    kit.register("alive", at=later - timedelta(seconds=1))
+    fixed = kit.add_tasks(1, max_attempts=3, retry_kind="fixed", retry_backoff=3.0)
+    plain = kit.add_tasks(1, max_attempts=3)
+    kit.store.start_tasks("dead", NOW, 10, NOW + timedelta(seconds=30))
+    kit.store.heartbeat("alive", later, later + timedelta(seconds=30))
+    kit.store.reap("alive", later, later - timedelta(seconds=60), RETRY)
+    assert kit.task(fixed[0]).run_at == later + timedelta(seconds=3)
+    assert kit.task(plain[0]).run_at == later + timedelta(seconds=10)  # RETRY's backoff
 
 
 def test_aborts_list_the_running_jobs_of_a_node_asked_to_stop(kit: Kit) -> None:

@@ -122,6 +122,37 @@ def test_a_valid_form_saves_the_call_and_the_next_run(
     assert row.next_run_at == fake_clock.now().replace(hour=19, minute=30)
 
 
+def test_the_change_page_shows_and_edits_the_retry_policy(
+    admin_client_: Client, fake_clock: FakeClock
+) -> None:
+    row = make("retried", max_attempts=3)
+    page = admin_client_.get(f"{URL}schedule/{row.pk}/change/").content.decode()
+    for name in ("retry_kind", "retry_backoff_max", "retry_jitter", "retry_on", "give_up_on"):
+        assert f'name="{name}"' in page
+    assert ">Retries</h2>" in page
+    policy = {
+        "retry_kind": "linear",
+        "retry_backoff_max": "120",
+        "retry_jitter": "full",
+        "retry_on": "ConnectionError, builtins.TimeoutError",
+        "give_up_on": "nowhere.Gone",
+    }
+    url = f"{URL}schedule/{row.pk}/change/"
+    response = admin_client_.post(url, form_data(name="retried", **policy))
+    assert errors_of(response, "give_up_on") == (
+        "give_up_on: exception class 'nowhere.Gone' cannot be imported: No module named 'nowhere'"
+    )
+    response = admin_client_.post(url, form_data(name="retried", **{**policy, "give_up_on": ""}))
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    row.refresh_from_db()
+    assert (row.retry_kind, row.retry_backoff_max, row.retry_jitter) == ("linear", 120.0, "full")
+    assert row.retry_on == "builtins.ConnectionError, builtins.TimeoutError"  # as stored
+    response = admin_client_.post(url, form_data(name="retried", retry_backoff_max="-1"))
+    assert errors_of(response, "retry_backoff_max") == (
+        "retry_backoff_max must be from 0 to 31536000 seconds, got -1.0"
+    )
+
+
 def test_the_change_page_previews_five_runs_in_the_zone_and_in_utc(
     admin_client_: Client, fake_clock: FakeClock
 ) -> None:

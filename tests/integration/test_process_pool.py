@@ -255,3 +255,19 @@ def test_a_worker_process_that_died_while_idle_is_replaced_without_failing_a_run
     outcome = pool.execute(("task", 1), call_of(NAP, 0), RunGuard())
     assert outcome.status == "succeeded"
     assert (pool.started, pool.died) == (2, 1)
+
+
+def test_the_class_names_of_what_a_call_raised_come_back_from_the_worker_process(
+    pool: ProcessPool,
+) -> None:
+    # A retry policy's retry_on / give_up_on match them in the node (docs/retries.md).
+    call = call_of("tests.integration.testapp.tasks:flaky", "p", 1, "ConnectionResetError")
+    outcome = pool.execute(("task", 1), call, RunGuard())
+    assert outcome.status == "failed"
+    assert outcome.extra["errors"] == (
+        "builtins.ConnectionResetError",
+        "builtins.ConnectionError",
+        "builtins.OSError",
+        "builtins.Exception",
+        "builtins.BaseException",
+    )

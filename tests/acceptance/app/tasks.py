@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 import socket
 import time
@@ -90,3 +91,15 @@ def grow(mib: int, log: str) -> None:
     block = bytearray(mib * 1024 * 1024)
     block[::4096] = b"x" * len(block[::4096])  # touch every page: resident
     _KEPT.append(block)
+
+
+@task
+def flaky(label: str, failures: int, error: str, log: str) -> None:
+    """Log ``call LABEL``; raise the builtin exception ``error`` at the first
+    ``failures`` calls with ``label`` (counted in the log, whatever the process)."""
+    _log(log, f"call {label}")
+    made = sum(
+        1 for line in Path(log).read_text().splitlines() if line.startswith(f"call {label} ")
+    )
+    if made <= failures:
+        raise getattr(builtins, error)(f"{label}: call {made}")

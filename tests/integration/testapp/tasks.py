@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 import threading
 import time
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from django_htask import periodic, task
+from django_htask import RetryPolicy, periodic, task
 
 #: What ran: function name -> list of arguments.
 calls: dict[str, list[object]] = defaultdict(list)
@@ -140,3 +141,25 @@ def opaque() -> object:
 @task
 async def adouble(n: int) -> int:
     return n * 2
+
+
+@task
+def flaky(label: str, failures: int, error: str = "ConnectionError") -> str:
+    """Raise the builtin exception ``error`` at the first ``failures`` calls with
+    ``label``, then return (the retry policy tests)."""
+    with lock:
+        calls["flaky"].append(label)
+        made = calls["flaky"].count(label)
+    if made <= failures:
+        raise getattr(builtins, error)(f"{label}: call {made}")
+    return label
+
+
+#: The policy ``@task`` gives ``flaky_by_default``.
+FLAKY_POLICY = RetryPolicy(3, kind="fixed", attempts=3, retry_on=(ConnectionError,))
+
+
+@task(retry=FLAKY_POLICY)
+def flaky_by_default(label: str, failures: int, error: str = "ConnectionError") -> str:
+    """``flaky`` with a retry policy of its own."""
+    return flaky(label, failures, error)

@@ -90,7 +90,7 @@ def shut_down(
             dead_at = now + timedelta(seconds=EXIT_GRACE)
             heartbeat_at = ctx.settings.dead_before(dead_at)
             store.abandon(node_id, now, left, dead_at, heartbeat_at)
-        else:
+        if not unfinished:  # nothing still in a call: a clean stop, handed back or not
             store.stop_node(node_id, now)
     except NodeFenced as exc:
         on_fenced(exc)

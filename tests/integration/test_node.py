@@ -209,7 +209,9 @@ def test_an_unregistered_function_fails_the_task_and_breaks_the_schedule(
     Schedule.objects.filter(pk=row.pk).update(function="gone.module:renamed")
     task = schedule(tasks.add, 1, max_attempts=5)
     Task.objects.filter(pk=task.pk).update(function="gone.module:renamed")
-    node = make_node()
+    # Polls every 30 s: the ten minutes below are 20 polls, not 600 (each real work,
+    # which under load took longer than FakeClock.advance's 10 real seconds).
+    node = make_node(poll_interval=30.0)
     fake_clock.advance(60)
     task.refresh_from_db()
     assert (task.status, task.attempts) == (TaskStatus.FAILED, 1)  # never retried
@@ -426,6 +428,11 @@ def test_stop_hands_back_a_task_no_worker_took_yet(
     wait_for(lambda: Task.objects.get(pk=running.pk).status == TaskStatus.SUCCEEDED)
     node.stop(timeout=5)
     assert node.unfinished == 0
+    # The worker may have taken the queued task before the stop, or the node claimed it
+    # and stopped before a worker called it (handed back): either way a clean stop.
+    queued.refresh_from_db()
+    assert (queued.status, queued.attempts) in ((TaskStatus.PENDING, 0), (TaskStatus.SUCCEEDED, 1))
+    assert queued.locked_by is None
     assert Node.objects.get(id=node.node_id).stopped_at is not None
 
 

@@ -32,6 +32,7 @@ from django_htask.engine.errors import ArgumentError, FunctionNotRegistered, Pay
 
 from . import clock, notices
 from .decorators import check_timeout, function_name, task_timeout
+from .keys import OnConflict, check_key
 from .models import MAX_ATTEMPTS_RANGE, Task, TaskStatus
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
@@ -109,6 +110,8 @@ def schedule(
     max_attempts: int = 1,
     queue_name: str = DEFAULT_QUEUE,
     timeout: float | timedelta | None = None,
+    key: str | None = None,
+    on_conflict: str = OnConflict.IGNORE,
     **kwargs: Any,
 ) -> Task:
     """Run ``fn(*args, **kwargs)`` once, at ``at``, after ``delay`` seconds, or now, on a
@@ -120,10 +123,20 @@ def schedule(
     keep ``task.token`` to cancel, abort or move it. Raises
     :class:`~django_htask.exceptions.NotMigrated` when the database lacks the table
     (``manage.py migrate`` has not run).
+
+    ``key``: at most one pending task has a given key, whatever its queue (see
+    docs/howto-exactly-one.md); when one does, ``on_conflict`` says what happens:
+    ``"ignore"`` returns it unchanged, ``"replace"`` moves it to this call (same
+    token) and returns it, ``"raise"`` raises
+    :class:`~django_htask.exceptions.DuplicateKey`. The database decides, so
+    concurrent callers cannot both insert.
     """
     name = function_name(fn_or_name)
     options = _Options.of(at, delay, max_attempts, queue_name, timeout)
-    [task] = _store([(name, registry.check_call(name, args, kwargs))], options, BATCH_SIZE)
+    conflict = OnConflict.of(on_conflict)
+    keys: list[str | None] | None = None if key is None else [check_key(key)]
+    call = (name, registry.check_call(name, args, kwargs))
+    [task] = _store([call], options, BATCH_SIZE, keys, conflict)
     return task
 
 
@@ -131,8 +144,15 @@ def schedule(
 BATCH_SIZE = 1000
 
 
+#: A call of :func:`schedule_many`: ``(fn, args, kwargs)``, or ``(fn, args, kwargs, key)``.
+ManyCall = (
+    tuple[Callable[..., Any] | str, Sequence[Any], Mapping[str, Any]]
+    | tuple[Callable[..., Any] | str, Sequence[Any], Mapping[str, Any], str | None]
+)
+
+
 def schedule_many(
-    calls: Iterable[tuple[Callable[..., Any] | str, Sequence[Any], Mapping[str, Any]]],
+    calls: Iterable[ManyCall],
     *,
     at: datetime | None = None,
     delay: float | timedelta | None = None,
@@ -140,19 +160,31 @@ def schedule_many(
     queue_name: str = DEFAULT_QUEUE,
     timeout: float | timedelta | None = None,
     batch_size: int = BATCH_SIZE,
+    on_conflict: str = OnConflict.IGNORE,
 ) -> list[Task]:
     """Schedule many calls at once: ``calls`` is an iterable of ``(fn, args, kwargs)``
-    (``fn`` a registered function or its name), each stored as :func:`schedule` would
-    store it, with the same ``at``/``delay``, ``max_attempts``, ``queue_name`` and
-    ``timeout`` for all. Every call is checked before anything is stored: a bad one
+    or ``(fn, args, kwargs, key)`` (``fn`` a registered function or its name, ``key``
+    a key or None), each stored as :func:`schedule` would store it, with the same
+    ``at``/``delay``, ``max_attempts``, ``queue_name``, ``timeout`` and
+    ``on_conflict`` for all. Every call is checked before anything is stored: a bad one
     raises its error (``ArgumentError``, ``FunctionNotRegistered``, ``PayloadError``)
     naming its place, ``calls[i]``, and nothing is stored. Then the rows are inserted
     ``batch_size`` per statement, all or none, inside the caller's transaction if there
-    is one. Returns the stored tasks, in the order of ``calls``."""
+    is one. Returns the stored tasks, in the order of ``calls``.
+
+    Calls of one batch with the same key are resolved as if they were made one after
+    another: with ``"ignore"`` the first stands and the later ones return its task,
+    with ``"replace"`` the last one's values are stored and every one returns that task,
+    with ``"raise"`` :class:`~django_htask.exceptions.DuplicateKey` names both places
+    and nothing is stored."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     options = _Options.of(at, delay, max_attempts, queue_name, timeout)
-    return _store([_checked(i, call) for i, call in enumerate(calls)], options, batch_size)
+    conflict = OnConflict.of(on_conflict)
+    checked = [_checked(i, call) for i, call in enumerate(calls)]
+    keys = [key for _name, _payload, key in checked]
+    with_keys = keys if any(key is not None for key in keys) else None
+    return _store([call[:2] for call in checked], options, batch_size, with_keys, conflict)
 
 
 @dataclass(frozen=True)
@@ -181,8 +213,15 @@ class _Options:
         return cls(run_at, max_attempts, check_queue(queue_name), seconds)
 
 
-def _store(calls: list[tuple[str, bytes]], options: _Options, batch_size: int) -> list[Task]:
-    """Insert the checked calls as tasks, all or none; signal them once committed."""
+def _store(
+    calls: list[tuple[str, bytes]],
+    options: _Options,
+    batch_size: int,
+    keys: list[str | None] | None = None,
+    on_conflict: OnConflict = OnConflict.IGNORE,
+) -> list[Task]:
+    """Insert the checked calls as tasks, all or none; signal those written (not a
+    pending task returned as it was) once committed."""
     if not calls:
         return []
     timeouts: dict[str, float | None] = {}
@@ -202,15 +241,19 @@ def _store(calls: list[tuple[str, bytes]], options: _Options, batch_size: int) -
     using = router.db_for_write(Task)
     try:
         with transaction.atomic(using=using):
-            tasks = insert_tasks(using, rows, common, batch_size)
+            tasks, kept = insert_tasks(using, rows, common, batch_size, keys, on_conflict)
     except DatabaseError as exc:
         missing = not_migrated(exc, using)
         if missing is None:
             raise
         raise missing from exc
 
+    written = list({id(task): task for task in tasks if task.pk not in kept}.values())
+    if not written:
+        return tasks
+
     def committed() -> None:
-        for task in tasks:
+        for task in written:
             task_scheduled.send_robust(sender=Task, task=task)
         notices.notify_local_change()
 
@@ -218,18 +261,24 @@ def _store(calls: list[tuple[str, bytes]], options: _Options, batch_size: int) -
     return tasks
 
 
-def _checked(i: int, call: object) -> tuple[str, bytes]:
-    """The function name and the payload of ``calls[i]`` (its error names its place)."""
-    if not isinstance(call, tuple | list) or len(call) != 3:
-        raise TypeError(f"calls[{i}] must be a tuple (fn, args, kwargs), got {call!r}")
-    fn, args, kwargs = call
+def _checked(i: int, call: object) -> tuple[str, bytes, str | None]:
+    """The function name, the payload and the key of ``calls[i]`` (its error names its
+    place)."""
+    if not isinstance(call, tuple | list) or len(call) not in (3, 4):
+        raise TypeError(
+            f"calls[{i}] must be a tuple (fn, args, kwargs) or (fn, args, kwargs, key), "
+            f"got {call!r}"
+        )
+    fn, args, kwargs, key = (*call, None) if len(call) == 3 else call
     try:
+        if key is not None:
+            check_key(key)
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise TypeError(f"args must be a sequence (a tuple or a list), got {args!r}")
         if not isinstance(kwargs, Mapping):
             raise TypeError(f"kwargs must be a mapping (a dict), got {kwargs!r}")
         name = function_name(fn)
-        return name, registry.check_call(name, tuple(args), dict(kwargs))
+        return name, registry.check_call(name, tuple(args), dict(kwargs)), key
     except (FunctionNotRegistered, PayloadError, ArgumentError, TypeError, ValueError) as exc:
         raise type(exc)(f"calls[{i}]: {exc}") from exc
 
@@ -315,12 +364,13 @@ def get_task(token: str) -> Task | None:
 
 async def aschedule(fn_or_name: Callable[..., Any] | str, /, *args: Any, **options: Any) -> Task:
     """:func:`schedule` for async views: the same arguments (``at``, ``delay``,
-    ``max_attempts``, ``queue_name`` and the function's own)."""
+    ``max_attempts``, ``queue_name``, ``timeout``, ``key``, ``on_conflict`` and the
+    function's own)."""
     return await sync_to_async(schedule)(fn_or_name, *args, **options)
 
 
 async def aschedule_many(
-    calls: Iterable[tuple[Callable[..., Any] | str, Sequence[Any], Mapping[str, Any]]],
+    calls: Iterable[ManyCall],
     **options: Any,
 ) -> list[Task]:
     """:func:`schedule_many` for async views: the same arguments."""

@@ -820,6 +820,13 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         result = send_again(queryset.values_list("pk", flat=True))
         sent, refused = f"{len(result.sent)} failed task(s) sent again", "task(s) not sent again"
         self._report(request, sent, len(result.not_failed), f"{refused}: they had not failed")
+        if result.superseded:
+            self.message_user(
+                request,
+                f"{len(result.superseded)} {refused}: a newer pending task has their key "
+                "(they are cancelled, superseded by it)",
+                messages.WARNING,
+            )
         if result.sent:
             logger.info(
                 "send again: %d task(s) by %s",

@@ -8,16 +8,31 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, NamedTuple
 
-from django.db import NotSupportedError, connections, transaction
+from django.db import IntegrityError, NotSupportedError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Case, F, Max, Min, Q, TextField, Value, When
+from django.db.models import (
+    Case,
+    Exists,
+    F,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    Subquery,
+    TextField,
+    Value,
+    When,
+)
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from django_htask.exceptions import DuplicateKey, NodeFenced, NotMigrated
-from django_htask.keys import OnConflict, resolve_keys
+from django_htask.keys import OnConflict, resolve_keys, superseded_reason
 from django_htask.models import (
+    KEY_INDEX,
     KEY_PREDICATE,
     Node,
     Run,
@@ -34,7 +49,15 @@ from django_htask.retry import RetryPolicy
 from . import base
 from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store
 
-__all__ = ["DatabaseStore", "Inserted", "RefReader", "insert_tasks", "not_migrated"]
+__all__ = [
+    "DatabaseStore",
+    "Inserted",
+    "RefReader",
+    "insert_tasks",
+    "not_migrated",
+    "put_back",
+    "supersede",
+]
 
 _ROW_FIELDS = (
     "id",
@@ -197,6 +220,74 @@ def not_migrated(exc: Exception, using: str = "default") -> NotMigrated | None:
     return DatabaseStore(using)._not_migrated(f"table {table}")
 
 
+#: How often :func:`put_back` tries again when a task scheduled meanwhile took a key.
+_PUT_BACK_TRIES = 5
+
+
+def supersede(using: str, task_ids: list[int], status: str, now: datetime) -> int:
+    """Finish as cancelled the tasks among ``task_ids`` (still in ``status``) whose key
+    another task holds as pending: about to be put back to pending, they are superseded
+    by it (see :mod:`django_htask.keys`). Return how many. Tasks without a key are not
+    looked at."""
+    prefix, suffix = superseded_reason("\0").split("\0")
+    tasks = Task.objects.using(using)
+    holder = tasks.filter(key=OuterRef("key"), status=TaskStatus.PENDING)
+    count = 0
+    for i in range(0, len(task_ids), _CHUNK):
+        count += (
+            tasks.filter(id__in=task_ids[i : i + _CHUNK], status=status, key__isnull=False)
+            .filter(Exists(holder))
+            .update(
+                status=TaskStatus.CANCELLED,
+                finished_at=now,
+                locked_by=None,
+                lease_expires_at=None,
+                traceback="",
+                last_error=Concat(
+                    Value(prefix),
+                    Subquery(holder.values("token")[:1]),
+                    Value(suffix),
+                    output_field=TextField(),
+                ),
+            )
+        )
+    return count
+
+
+def put_back(
+    using: str,
+    task_ids: list[int],
+    status: str,
+    now: datetime,
+    write: Callable[[], int],
+) -> tuple[int, int]:
+    """Put the tasks ``task_ids`` (in ``status``) back to pending by ``write()``, which
+    must leave tasks no longer in ``status`` alone;
+    those whose key a pending task holds are superseded instead (:func:`supersede`).
+    Return how many ``write`` changed and how many were superseded.
+
+    Race-free: a task scheduled with the same key by another transaction between the
+    two statements makes ``write`` fail on the key's unique index; it is undone (a
+    savepoint), and both run again, where the new pending task is seen."""
+    for attempt in range(1, _PUT_BACK_TRIES + 1):
+        superseded = supersede(using, task_ids, status, now)
+        try:
+            with transaction.atomic(using=using):  # a savepoint
+                written = write()
+            return written, superseded
+        except IntegrityError as exc:
+            if attempt == _PUT_BACK_TRIES or not _key_clash(exc):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _key_clash(exc: IntegrityError) -> bool:
+    """Whether ``exc`` is a violation of the pending-key index (as PostgreSQL or
+    SQLite names it)."""
+    text = str(exc)
+    return KEY_INDEX in text or f"{Task._meta.db_table}.key" in text
+
+
 class DatabaseStore(Store):
     """The ORM store over the database alias ``using``."""
 
@@ -353,12 +444,26 @@ class DatabaseStore(Store):
                 mine = tasks.filter(id=task.pk, locked_by=node_id, status=TaskStatus.RUNNING)
                 unlocked = {"locked_by": None, "lease_expires_at": None}
                 if not a.started:  # never called: pending again as it was
-                    mine.update(status=TaskStatus.PENDING, attempts=F("attempts") - 1, **unlocked)
+                    again = {"status": TaskStatus.PENDING, "attempts": F("attempts") - 1}
+                    put_back(
+                        self.using,
+                        [task.pk],
+                        TaskStatus.RUNNING,
+                        now,
+                        partial(mine.update, **again, **unlocked),
+                    )
                     continue
                 new_runs.append(self._crashed_run(task, node_id, now, a.error))
                 ended = {**unlocked, "last_error": a.error, "traceback": ""}
                 if a.retry_at is not None:
-                    mine.update(status=TaskStatus.PENDING, run_at=max(a.retry_at, dead_at), **ended)
+                    retried = {"status": TaskStatus.PENDING, "run_at": max(a.retry_at, dead_at)}
+                    put_back(
+                        self.using,
+                        [task.pk],
+                        TaskStatus.RUNNING,
+                        now,
+                        partial(mine.update, **retried, **ended),
+                    )
                 else:
                     mine.update(status=TaskStatus.FAILED, finished_at=now, **ended)
             runs.bulk_create(new_runs)
@@ -462,12 +567,22 @@ class DatabaseStore(Store):
                 "last_error": error,
                 "traceback": "",
             }
+            mine = tasks.filter(id=task.pk, status=TaskStatus.RUNNING)
             if task.attempts < task.max_attempts and task.abort_requested_at is None:
                 delay = timedelta(seconds=retry.delay(max(task.attempts, 1)))
                 changes.update(status=TaskStatus.PENDING, run_at=now + delay)
+                count += sum(
+                    put_back(
+                        self.using,
+                        [task.pk],
+                        TaskStatus.RUNNING,
+                        now,
+                        partial(mine.update, **changes),
+                    )
+                )
             else:
                 changes.update(status=TaskStatus.FAILED, finished_at=now)
-            count += tasks.filter(id=task.pk, status=TaskStatus.RUNNING).update(**changes)
+                count += mine.update(**changes)
         Run.objects.using(self.using).bulk_create(runs)
         count += tasks.filter(lost, status=TaskStatus.PENDING, locked_by__isnull=False).update(
             locked_by=None, lease_expires_at=None
@@ -786,8 +901,18 @@ class DatabaseStore(Store):
             )
             for o in outcomes
         ]
-        with self.connection.cursor() as cursor:
-            cursor.executemany(sql, params)
+        retried = [o.task_id for o in outcomes if o.task_id is not None and o.retry_at is not None]
+
+        def write() -> int:
+            with self.connection.cursor() as cursor:
+                cursor.executemany(sql, params)
+            return len(params)
+
+        if not retried:
+            write()
+            return
+        now = max(o.finished_at for o in outcomes)
+        put_back(self.using, retried, TaskStatus.RUNNING, now, write)
 
     def count_pending_tasks(self) -> int:
         return Task.objects.using(self.using).filter(status=TaskStatus.PENDING).count()

@@ -4,6 +4,8 @@ decided by the database; each ``on_conflict``; ``schedule_many`` with keys."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -11,12 +13,14 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_htask import aschedule, schedule, schedule_many
+from django_htask import aschedule, reschedule, schedule, schedule_many
 from django_htask.engine import FakeClock
 from django_htask.exceptions import DuplicateKey
 from django_htask.keys import KEY_MAX_LENGTH
-from django_htask.models import Task, TaskStatus
+from django_htask.models import Run, RunStatus, Task, TaskStatus
+from django_htask.operations import send_again
 from django_htask.signals import task_scheduled
+from django_htask.store import RunOutcome, get_store
 from tests.integration.testapp import tasks
 
 pytestmark = pytest.mark.django_db
@@ -229,3 +233,111 @@ def test_schedule_many_a_bad_key_names_its_place() -> None:
     with pytest.raises(TypeError, match=r"calls\[0\]: key must be a str, got 3"):
         schedule_many([(tasks.add, (1,), {}, 3)])
     assert not Task.objects.exists()
+
+
+# -- putting tasks back to pending ----------------------------------------------------------
+def test_send_again_supersedes_a_failed_task_whose_key_a_newer_pending_task_holds(
+    fake_clock: FakeClock,
+) -> None:
+    old = schedule(tasks.add, 1, key="k")
+    Task.objects.filter(pk=old.pk).update(status=TaskStatus.FAILED, last_error="boom")
+    plain = schedule(tasks.add, 1)
+    Task.objects.filter(pk=plain.pk).update(status=TaskStatus.FAILED)
+    new = schedule(tasks.add, 2, key="k")
+    result = send_again([old.pk, plain.pk])
+    assert (result.sent, result.superseded, result.not_failed) == ((plain.pk,), (old.pk,), {})
+    old.refresh_from_db()
+    assert (old.status, old.finished_at) == (TaskStatus.CANCELLED, fake_clock.now())
+    assert old.last_error == f"superseded by pending task {new.token} with the same key"
+    assert [t.token for t in pending("k")] == [new.token]
+
+
+def test_send_again_puts_back_a_failed_task_whose_key_is_free() -> None:
+    old = schedule(tasks.add, 1, key="k")
+    Task.objects.filter(pk=old.pk).update(status=TaskStatus.FAILED)
+    assert send_again([old.pk]).sent == (old.pk,)
+    assert schedule(tasks.add, 2, key="k").token == old.token  # pending again, with its key
+
+
+def test_reschedule_moves_a_keyed_task_and_keeps_its_key(fake_clock: FakeClock) -> None:
+    task = schedule(tasks.add, 1, key="k")
+    assert reschedule(task.token, delay=30)
+    [row] = pending("k")
+    assert (row.token, row.run_at) == (task.token, fake_clock.now() + timedelta(seconds=30))
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_racing_a_schedule_of_its_key_is_superseded_not_an_error(
+    fake_clock: FakeClock,
+) -> None:
+    """The retry's write waits on the key's index for a transaction that scheduled the
+    same key and has not committed; once it commits, the retry is superseded by it (the
+    write undone to its savepoint and tried again), not a unique-violation error."""
+    store = get_store()
+    now = fake_clock.now()
+    store.register_node("n1", "host", 1, "0", now)
+    old = schedule(tasks.add, 1, key="k", max_attempts=3)
+    assert [t.id for t in store.start_tasks("n1", now, 1, now + timedelta(seconds=60))] == [old.pk]
+    inserted, release = threading.Event(), threading.Event()
+    new: list[Task] = []
+    errors: list[BaseException] = []
+
+    def racing() -> None:
+        try:
+            with transaction.atomic():
+                new.append(schedule(tasks.add, 2, key="k"))
+                inserted.set()
+                release.wait(30)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    retry = RunOutcome(
+        status=RunStatus.FAILED,
+        function=ADD,
+        name=ADD,
+        node="n1",
+        attempt=1,
+        scheduled_for=now,
+        started_at=now,
+        finished_at=now,
+        task_id=old.pk,
+        retry_at=now + timedelta(seconds=10),
+        error="boom",
+    )
+
+    def recording() -> None:
+        try:
+            get_store().record("n1", [retry])
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    scheduler = threading.Thread(target=racing)
+    scheduler.start()
+    assert inserted.wait(30)
+    recorder = threading.Thread(target=recording)
+    recorder.start()
+    deadline = time.monotonic() + 30
+    with connection.cursor() as cursor:  # the retry's write waits for the schedule
+        while True:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            )
+            if cursor.fetchone()[0] or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+    release.set()
+    scheduler.join(30)
+    recorder.join(30)
+    assert not scheduler.is_alive() and not recorder.is_alive()
+    assert errors == []
+    old.refresh_from_db()
+    assert old.status == TaskStatus.CANCELLED
+    assert old.last_error == f"superseded by pending task {new[0].token} with the same key"
+    assert [t.token for t in pending("k")] == [new[0].token]
+    assert [r.error for r in Run.objects.filter(task=old)] == ["boom"]

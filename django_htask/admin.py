@@ -700,6 +700,7 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
     form = TaskForm
     list_display = (
         "function",
+        "short_key",
         "status",
         "due",
         "queue_name",
@@ -707,7 +708,7 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         "short_error",
     )
     list_filter = ("status", "queue_name", "run_at")
-    search_fields = ("function", "token", "last_error")
+    search_fields = ("function", "token", "key", "last_error")
     date_hierarchy = "run_at"
     actions = ("cancel_tasks", "abort_tasks", "send_tasks_again")
     _info = (
@@ -715,6 +716,7 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         "status",
         "call",
         "token",
+        "key",
         "attempts",
         "max_attempts",
         "timeout",
@@ -754,6 +756,11 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         if obj is not None and obj.status == TaskStatus.PENDING:
             return self._info
         return ("run_at", *self._info)
+
+    @admin.display(description="key", ordering="key", empty_value="")
+    def short_key(self, obj: Task) -> str | None:
+        """The key, cut to fit a column (the change page shows all of it)."""
+        return None if obj.key is None else _first_line(obj.key, 40)
 
     @admin.display(description="last error")
     def short_error(self, obj: Task) -> str:

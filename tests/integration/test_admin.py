@@ -550,3 +550,16 @@ def test_aborting_a_run_takes_the_right_to_change_schedules() -> None:
     assert b"abort_runs" not in page.content
     allowed = staff_named("allowed", "view_run", "change_schedule")
     assert b"abort_runs" in allowed.get(f"{URL}run/").content
+
+
+def test_the_task_list_shows_keys_and_finds_a_task_by_its_key(admin_client_: Client) -> None:
+    keyed = schedule(tasks.add, 1, key="reminder:42")
+    schedule(tasks.add, 2, key="invoice:7")
+    schedule(tasks.add, 3)
+    page = admin_client_.get(f"{URL}task/").content.decode()
+    assert "reminder:42" in page and "invoice:7" in page and "column-short_key" in page
+    found = admin_client_.get(f"{URL}task/", {"q": "reminder:42"}).content.decode()
+    assert "reminder:42" in found and "invoice:7" not in found
+    assert "1 result" in found
+    change = admin_client_.get(f"{URL}task/{keyed.pk}/change/").content.decode()
+    assert "reminder:42" in change and "field-key" in change

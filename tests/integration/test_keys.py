@@ -341,3 +341,25 @@ def test_a_retry_racing_a_schedule_of_its_key_is_superseded_not_an_error(
     assert old.last_error == f"superseded by pending task {new[0].token} with the same key"
     assert [t.token for t in pending("k")] == [new[0].token]
     assert [r.error for r in Run.objects.filter(task=old)] == ["boom"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_replace_is_notified_as_a_new_task_is_and_moves_the_next_due_time(
+    fake_clock: FakeClock,
+) -> None:
+    """A node LISTENing hears of a replaced task, and reads its new time."""
+    import psycopg
+
+    from django_htask.store.listen import connection_params
+    from django_htask.store.postgres import CHANNEL
+
+    now = fake_clock.now()
+    schedule(tasks.add, 1, key="k", delay=600)
+    assert get_store().task_outlook(now) == (False, now + timedelta(seconds=600))
+    with psycopg.connect(**connection_params(), autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+        schedule(tasks.add, 2, key="k", on_conflict="replace", delay=5)
+        heard = [n.payload for n in listener.notifies(timeout=10, stop_after=1)]
+    assert heard == ["task"]
+    assert get_store().task_outlook(now) == (False, now + timedelta(seconds=5))

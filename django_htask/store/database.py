@@ -988,13 +988,18 @@ def insert_tasks(
     rows = [(new_token(), function, payload, timeout) for function, payload, timeout in calls]
     returned = _insert_rows(connection, fields, values, rows, _VARYING, batch_size)
     ids = {token: pk for pk, token, *_key in returned}
-    return Inserted([_task_of(using, values, row, ids[row[0]]) for row in rows], frozenset())
-
-
-def _task_of(using: str, values: dict[str, Any], row: tuple[Any, ...], pk: int) -> Task:
-    """The Task just inserted from ``values`` and ``row`` (its varying fields)."""
     order = [f.attname for f in Task._meta.concrete_fields]
-    row_values = {**values, "id": pk, **dict(zip(_KEYED, row, strict=False))}
+    tasks = [_task_of(using, values, order, row, ids[row[0]]) for row in rows]
+    return Inserted(tasks, frozenset())
+
+
+def _task_of(
+    using: str, values: dict[str, Any], order: list[str], row: tuple[Any, ...], pk: int
+) -> Task:
+    """The Task just inserted from ``values`` and ``row`` (its varying fields, in the
+    order of ``_KEYED``); ``order``: the attribute names of Task's fields."""
+    row_values = {**values, "id": pk}
+    row_values.update(zip(_KEYED, row, strict=False))  # without a key: the first four
     return Task.from_db(using, order, [row_values[name] for name in order])
 
 
@@ -1100,10 +1105,11 @@ def _insert_keyed(
     using = connection.alias
     found = Task.objects.using(using).in_bulk([pk for pk, _token in pending.values()])
     inserted = {token: pk for pk, token, _key in returned if token in mine}
+    order = [f.attname for f in Task._meta.concrete_fields]
     task_at = {
         j: found[pending[row[4]][0]]
         if row[4] in pending
-        else _task_of(using, values, row, inserted[row[0]])
+        else _task_of(using, values, order, row, inserted[row[0]])
         for j, row in rows.items()
     }
     kept = frozenset(found) if on_conflict is OnConflict.IGNORE else frozenset()

@@ -755,6 +755,7 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
     form = TaskForm
     list_display = (
         "function",
+        "short_key",
         "status",
         "due",
         "queue_name",
@@ -762,7 +763,7 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         "short_error",
     )
     list_filter = ("status", "queue_name", "run_at")
-    search_fields = ("function", "token", "last_error")
+    search_fields = ("function", "token", "key", "last_error")
     date_hierarchy = "run_at"
     actions = ("cancel_tasks", "abort_tasks", "send_tasks_again")
     _info = (
@@ -770,6 +771,7 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         "status",
         "call",
         "token",
+        "key",
         "attempts",
         *RETRY_FIELDS,
         "timeout",
@@ -812,6 +814,11 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         if obj is not None and obj.status == TaskStatus.PENDING:
             return self._info
         return ("run_at", *self._info)
+
+    @admin.display(description="key", ordering="key", empty_value="")
+    def short_key(self, obj: Task) -> str | None:
+        """The key, cut to fit a column (the change page shows all of it)."""
+        return None if obj.key is None else _first_line(obj.key, 40)
 
     @admin.display(description="last error")
     def short_error(self, obj: Task) -> str:
@@ -895,6 +902,13 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         result = send_again(queryset.values_list("pk", flat=True))
         sent, refused = f"{len(result.sent)} failed task(s) sent again", "task(s) not sent again"
         self._report(request, sent, len(result.not_failed), f"{refused}: they had not failed")
+        if result.superseded:
+            self.message_user(
+                request,
+                f"{len(result.superseded)} {refused}: a newer pending task has their key "
+                "(they are cancelled, superseded by it)",
+                messages.WARNING,
+            )
         if result.sent:
             logger.info(
                 "send again: %d task(s) by %s",

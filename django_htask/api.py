@@ -33,6 +33,7 @@ from django_htask.engine.errors import ArgumentError, FunctionNotRegistered, Pay
 
 from . import clock, notices
 from .decorators import check_policy, check_timeout, function_name, task_policy, task_timeout
+from .keys import OnConflict, check_key
 from .models import MAX_ATTEMPTS_RANGE, Task, TaskStatus
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
@@ -115,6 +116,8 @@ def schedule(
     queue_name: str = DEFAULT_QUEUE,
     timeout: float | timedelta | None = None,
     retry: RetryPolicy | None = None,
+    key: str | None = None,
+    on_conflict: str = OnConflict.IGNORE,
     **kwargs: Any,
 ) -> Task:
     """Run ``fn(*args, **kwargs)`` once, at ``at``, after ``delay`` seconds, or now, on a
@@ -130,10 +133,20 @@ def schedule(
     keep ``task.token`` to cancel, abort or move it. Raises
     :class:`~django_htask.exceptions.NotMigrated` when the database lacks the table
     (``manage.py migrate`` has not run).
+
+    ``key``: at most one pending task has a given key, whatever its queue (see
+    docs/howto-exactly-one.md); when one does, ``on_conflict`` says what happens:
+    ``"ignore"`` returns it unchanged, ``"replace"`` moves it to this call (same
+    token) and returns it, ``"raise"`` raises
+    :class:`~django_htask.exceptions.DuplicateKey`. The database decides, so
+    concurrent callers cannot both insert.
     """
     name = function_name(fn_or_name)
     options = _Options.of(at, delay, max_attempts, queue_name, timeout, retry)
-    [task] = _store([(name, registry.check_call(name, args, kwargs))], options, BATCH_SIZE)
+    conflict = OnConflict.of(on_conflict)
+    keys: list[str | None] | None = None if key is None else [check_key(key)]
+    call = (name, registry.check_call(name, args, kwargs))
+    [task] = _store([call], options, BATCH_SIZE, keys, conflict)
     return task
 
 
@@ -141,8 +154,15 @@ def schedule(
 BATCH_SIZE = 1000
 
 
+#: A call of :func:`schedule_many`: ``(fn, args, kwargs)``, or ``(fn, args, kwargs, key)``.
+ManyCall = (
+    tuple[Callable[..., Any] | str, Sequence[Any], Mapping[str, Any]]
+    | tuple[Callable[..., Any] | str, Sequence[Any], Mapping[str, Any], str | None]
+)
+
+
 def schedule_many(
-    calls: Iterable[tuple[Callable[..., Any] | str, Sequence[Any], Mapping[str, Any]]],
+    calls: Iterable[ManyCall],
     *,
     at: datetime | None = None,
     delay: float | timedelta | None = None,
@@ -151,19 +171,31 @@ def schedule_many(
     timeout: float | timedelta | None = None,
     retry: RetryPolicy | None = None,
     batch_size: int = BATCH_SIZE,
+    on_conflict: str = OnConflict.IGNORE,
 ) -> list[Task]:
     """Schedule many calls at once: ``calls`` is an iterable of ``(fn, args, kwargs)``
-    (``fn`` a registered function or its name), each stored as :func:`schedule` would
-    store it, with the same ``at``/``delay``, ``max_attempts``, ``queue_name``,
-    ``timeout`` and ``retry`` for all. Every call is checked before anything is stored: a bad one
+    or ``(fn, args, kwargs, key)`` (``fn`` a registered function or its name, ``key``
+    a key or None), each stored as :func:`schedule` would store it, with the same
+    ``at``/``delay``, ``max_attempts``, ``queue_name``, ``timeout``, ``retry`` and
+    ``on_conflict`` for all. Every call is checked before anything is stored: a bad one
     raises its error (``ArgumentError``, ``FunctionNotRegistered``, ``PayloadError``)
     naming its place, ``calls[i]``, and nothing is stored. Then the rows are inserted
     ``batch_size`` per statement, all or none, inside the caller's transaction if there
-    is one. Returns the stored tasks, in the order of ``calls``."""
+    is one. Returns the stored tasks, in the order of ``calls``.
+
+    Calls of one batch with the same key are resolved as if they were made one after
+    another: with ``"ignore"`` the first stands and the later ones return its task,
+    with ``"replace"`` the last one's values are stored and every one returns that task,
+    with ``"raise"`` :class:`~django_htask.exceptions.DuplicateKey` names both places
+    and nothing is stored."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     options = _Options.of(at, delay, max_attempts, queue_name, timeout, retry)
-    return _store([_checked(i, call) for i, call in enumerate(calls)], options, batch_size)
+    conflict = OnConflict.of(on_conflict)
+    checked = [_checked(i, call) for i, call in enumerate(calls)]
+    keys = [key for _name, _payload, key in checked]
+    with_keys = keys if any(key is not None for key in keys) else None
+    return _store([call[:2] for call in checked], options, batch_size, with_keys, conflict)
 
 
 @dataclass(frozen=True)
@@ -211,8 +243,15 @@ class _Options:
         return (("max_attempts", attempts), *policy_columns(policy).items())
 
 
-def _store(calls: list[tuple[str, bytes]], options: _Options, batch_size: int) -> list[Task]:
-    """Insert the checked calls as tasks, all or none; signal them once committed."""
+def _store(
+    calls: list[tuple[str, bytes]],
+    options: _Options,
+    batch_size: int,
+    keys: list[str | None] | None = None,
+    on_conflict: OnConflict = OnConflict.IGNORE,
+) -> list[Task]:
+    """Insert the checked calls as tasks, all or none; signal those written (not a
+    pending task returned as it was) once committed."""
     if not calls:
         return []
     timeouts: dict[str, float | None] = {}
@@ -233,18 +272,29 @@ def _store(calls: list[tuple[str, bytes]], options: _Options, batch_size: int) -
         with transaction.atomic(using=using):
             # Consecutive calls with the same retry columns in one insert: all of them
             # unless the functions' @task policies differ; the order stays the calls'.
-            tasks = []
+            tasks: list[Task] = []
+            kept: set[int] = set()
+            done = 0
             for columns, group in itertools.groupby(rows, key=lambda row: row[0]):
                 values = [call for _columns, call in group]
-                tasks += insert_tasks(using, values, {**common, **dict(columns)}, batch_size)
+                part = None if keys is None else keys[done : done + len(values)]
+                done += len(values)
+                fields = {**common, **dict(columns)}
+                inserted = insert_tasks(using, values, fields, batch_size, part, on_conflict)
+                tasks += inserted.tasks
+                kept |= inserted.kept
     except DatabaseError as exc:
         missing = not_migrated(exc, using)
         if missing is None:
             raise
         raise missing from exc
 
+    written = list({id(task): task for task in tasks if task.pk not in kept}.values())
+    if not written:
+        return tasks
+
     def committed() -> None:
-        for task in tasks:
+        for task in written:
             task_scheduled.send_robust(sender=Task, task=task)
         notices.notify_local_change()
 
@@ -252,18 +302,24 @@ def _store(calls: list[tuple[str, bytes]], options: _Options, batch_size: int) -
     return tasks
 
 
-def _checked(i: int, call: object) -> tuple[str, bytes]:
-    """The function name and the payload of ``calls[i]`` (its error names its place)."""
-    if not isinstance(call, tuple | list) or len(call) != 3:
-        raise TypeError(f"calls[{i}] must be a tuple (fn, args, kwargs), got {call!r}")
-    fn, args, kwargs = call
+def _checked(i: int, call: object) -> tuple[str, bytes, str | None]:
+    """The function name, the payload and the key of ``calls[i]`` (its error names its
+    place)."""
+    if not isinstance(call, tuple | list) or len(call) not in (3, 4):
+        raise TypeError(
+            f"calls[{i}] must be a tuple (fn, args, kwargs) or (fn, args, kwargs, key), "
+            f"got {call!r}"
+        )
+    fn, args, kwargs, key = (*call, None) if len(call) == 3 else call
     try:
+        if key is not None:
+            check_key(key)
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise TypeError(f"args must be a sequence (a tuple or a list), got {args!r}")
         if not isinstance(kwargs, Mapping):
             raise TypeError(f"kwargs must be a mapping (a dict), got {kwargs!r}")
         name = function_name(fn)
-        return name, registry.check_call(name, tuple(args), dict(kwargs))
+        return name, registry.check_call(name, tuple(args), dict(kwargs)), key
     except (FunctionNotRegistered, PayloadError, ArgumentError, TypeError, ValueError) as exc:
         raise type(exc)(f"calls[{i}]: {exc}") from exc
 
@@ -386,12 +442,13 @@ def get_result(token: str) -> Result | None:
 
 async def aschedule(fn_or_name: Callable[..., Any] | str, /, *args: Any, **options: Any) -> Task:
     """:func:`schedule` for async views: the same arguments (``at``, ``delay``,
-    ``max_attempts``, ``queue_name`` and the function's own)."""
+    ``max_attempts``, ``queue_name``, ``timeout``, ``key``, ``on_conflict`` and the
+    function's own)."""
     return await sync_to_async(schedule)(fn_or_name, *args, **options)
 
 
 async def aschedule_many(
-    calls: Iterable[tuple[Callable[..., Any] | str, Sequence[Any], Mapping[str, Any]]],
+    calls: Iterable[ManyCall],
     **options: Any,
 ) -> list[Task]:
     """:func:`schedule_many` for async views: the same arguments."""

@@ -22,6 +22,8 @@ error                       also a                 raised when
 ``NotMigrated``             ``RuntimeError``       the database lacks django_htask's
                                                    migrations
 ``NodeFenced``              ``RuntimeError``       the node was declared dead by the others
+``DuplicateKey``            ``ValueError``         ``schedule(key=..., on_conflict="raise")``
+                                                   finds a pending task with that key
 ``UnknownDjangoTask``       ``LookupError``        a stored call names a Django task this
                                                    process does not define
 ``TaskCancelled``           ``RuntimeError``       a django.tasks result of a cancelled task
@@ -43,6 +45,7 @@ from django_htask.engine.wrappers import JobSkipped
 
 __all__ = [  # noqa: PLE0604
     *engine_errors.__all__,
+    "DuplicateKey",
     "JobSkipped",
     "NodeFenced",
     "NotMigrated",
@@ -76,6 +79,21 @@ class NodeFenced(HtaskError, RuntimeError):
             f"node {node_id} was declared dead by the other nodes ({when}): "
             "its work has been handed to them"
         )
+
+
+class DuplicateKey(HtaskError, ValueError):
+    """``schedule(..., key=k, on_conflict="raise")`` (or ``schedule_many``) found a
+    pending task with the key ``k``, or was given ``k`` twice in one batch; nothing was
+    stored.
+
+    ``key`` is the key; ``token`` the token of the pending task that holds it (None
+    when the clash is between two calls of one batch, which ``detail`` names)."""
+
+    def __init__(self, key: str, token: str | None, detail: str = "") -> None:
+        self.key = key
+        self.token = token
+        held = f"pending task {token} has it" if token is not None else detail
+        super().__init__(f"key {key!r} is taken: {held} (on_conflict='raise'; nothing stored)")
 
 
 class UnknownDjangoTask(HtaskError, LookupError):

@@ -24,6 +24,7 @@ from django.utils.deconstruct import deconstructible
 
 from . import clock, notices
 from .enums import CatchUp, Origin, Overlap, RetryJitter, RetryKind, RunStatus, TaskStatus
+from .keys import KEY_MAX_LENGTH
 from .queues import DEFAULT_QUEUE
 
 logger = logging.getLogger(__name__)
@@ -466,12 +467,24 @@ class Schedule(models.Model):
 
 #: The index a claim of due tasks reads, in the claim's order.
 CLAIM_INDEX = "htask_task_claim"
+#: The partial unique index behind keys: one pending task per key, across queues; rows
+#: without a key are not in it. Its predicate, as SQL, is the conflict target's of
+#: ``INSERT … ON CONFLICT`` (store/database.py), which must match it word for word.
+KEY_INDEX = "htask_task_pending_key"
+KEY_PREDICATE = '"key" IS NOT NULL AND "status" = \'pending\''
 
 
 class Task(models.Model):
     """A one-off call, scheduled for a time, cancellable by its public token."""
 
     token = models.CharField(max_length=64, unique=True, default=new_token, editable=False)
+    key = models.CharField(
+        max_length=KEY_MAX_LENGTH,
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="at most one pending task has this key (schedule(key=...)); empty: none",
+    )
     function = models.CharField(max_length=300)
     payload = models.BinaryField(default=b"", editable=False)
     run_at = models.DateTimeField(db_index=True)
@@ -548,6 +561,11 @@ class Task(models.Model):
             *_retry_constraints("task"),
             _constraint("task", "priority", PRIORITY_MIN, PRIORITY_MAX),
             _constraint("task", "timeout", TIMEOUT_MIN, TIMEOUT_MAX, null=True),
+            models.UniqueConstraint(
+                fields=("key",),
+                condition=Q(key__isnull=False, status="pending"),
+                name=KEY_INDEX,
+            ),
         )
 
     def __str__(self) -> str:

@@ -28,6 +28,7 @@ import zoneinfo
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
+from functools import partial
 from typing import Any
 
 from django.db import router, transaction
@@ -39,6 +40,7 @@ from . import clock, notices
 from .conf import get_settings
 from .models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from .store import notify_nodes
+from .store.database import put_back
 
 __all__ = [
     "SentAgain",
@@ -254,11 +256,14 @@ def node_state(node: Node, now: datetime | None = None) -> str:
 @dataclass(frozen=True)
 class SentAgain:
     """What :func:`send_again` did: the tasks ``sent`` (ids), the ones left alone
-    because they had not failed (id: status) and the ids that name no task."""
+    because they had not failed (id: status), the ids that name no task, and the
+    failed tasks ``superseded`` instead (a newer pending task holds their key: they are
+    cancelled, see :mod:`django_htask.keys`)."""
 
     sent: tuple[int, ...]
     not_failed: dict[int, str]
     unknown: tuple[int, ...]
+    superseded: tuple[int, ...] = ()
 
 
 _CHUNK = 500  # ids in one ``IN (…)``, well under SQLite's limit of bound variables
@@ -276,43 +281,50 @@ def send_again(
     result follow it). Its error, traceback and finish time are cleared; its run
     history is kept: the ``Run`` rows of the earlier attempts stay linked to the task,
     and the new attempts add theirs (numbered from 1 again). Tasks that are not
-    ``failed`` (pending, running, succeeded, cancelled) are left alone. One
-    transaction; a node in this process is told after the commit (another one sees
-    the task at its next poll, or through PostgreSQL's ``NOTIFY``)."""
+    ``failed`` (pending, running, succeeded, cancelled) are left alone. A failed task
+    whose key a newer pending task holds is not sent: it is cancelled, superseded by
+    that one. One transaction; a node in this process is told after the commit
+    (another one sees the task at its next poll, or through PostgreSQL's ``NOTIFY``)."""
     ids = sorted({int(pk) for pk in task_ids})
     now = now or clock.now()
     using = using or router.db_for_write(Task)
     sent: list[int] = []
+    superseded: list[int] = []
     statuses: dict[int, str] = {}
+    tasks = Task.objects.using(using)
     with transaction.atomic(using=using):
         for i in range(0, len(ids), _CHUNK):
             chunk = ids[i : i + _CHUNK]
-            rows = Task.objects.using(using).filter(pk__in=chunk).values_list("pk", "status")
+            rows = tasks.filter(pk__in=chunk).values_list("pk", "status")
             statuses.update((pk, str(status)) for pk, status in rows)
             failed = [pk for pk in chunk if statuses.get(pk) == TaskStatus.FAILED]
             if not failed:
                 continue
-            Task.objects.using(using).filter(pk__in=failed, status=TaskStatus.FAILED).update(
-                status=TaskStatus.PENDING,
-                attempts=0,
-                run_at=now,
-                locked_by=None,
-                lease_expires_at=None,
-                started_at=None,
-                finished_at=None,
-                last_error="",
-                traceback="",
-                return_value=None,
-                result=None,
-                abort_requested_at=None,  # an aborted task sent again runs afresh
+            again = tasks.filter(pk__in=failed, status=TaskStatus.FAILED)
+            _written, dropped = put_back(
+                using,
+                failed,
+                TaskStatus.FAILED,
+                now,
+                partial(again.update, **_SENT_AGAIN, run_at=now),
             )
-            sent.extend(failed)
+            gone = set()
+            if dropped:
+                gone = set(
+                    tasks.filter(pk__in=failed, status=TaskStatus.CANCELLED).values_list(
+                        "pk", flat=True
+                    )
+                )
+            sent.extend(pk for pk in failed if pk not in gone)
+            superseded.extend(pk for pk in failed if pk in gone)
         if sent:
             transaction.on_commit(notices.notify_local_change, using=using)
+    handled = set(sent) | set(superseded)
     result = SentAgain(
         sent=tuple(sent),
-        not_failed={pk: status for pk, status in statuses.items() if pk not in set(sent)},
+        not_failed={pk: status for pk, status in statuses.items() if pk not in handled},
         unknown=tuple(pk for pk in ids if pk not in statuses),
+        superseded=tuple(superseded),
     )
     if sent:
         logger.info(
@@ -322,6 +334,22 @@ def send_again(
             extra={"action": "send_again"},
         )
     return result
+
+
+#: What :func:`send_again` writes to a failed task (and ``run_at``).
+_SENT_AGAIN: dict[str, Any] = {
+    "status": TaskStatus.PENDING,
+    "attempts": 0,
+    "locked_by": None,
+    "lease_expires_at": None,
+    "started_at": None,
+    "finished_at": None,
+    "last_error": "",
+    "traceback": "",
+    "return_value": None,
+    "result": None,
+    "abort_requested_at": None,  # an aborted task sent again runs afresh
+}
 
 
 def abort_runs(

@@ -11,6 +11,7 @@ from django_htask.engine.backoff import Backoff, RetryPolicy, error_names, excep
 
 __all__ = [
     "NAMES_MAX",
+    "RETRY_COLUMNS",
     "Backoff",
     "RetryPolicy",
     "attempts_of",
@@ -44,6 +45,10 @@ def policy_columns(policy: RetryPolicy) -> dict[str, Any]:
         "retry_on": ", ".join(policy.retry_on),
         "give_up_on": ", ".join(policy.give_up_on),
     }
+
+
+#: The columns a retry policy is stored in (beside ``max_attempts``).
+RETRY_COLUMNS = tuple(policy_columns(RetryPolicy()))
 
 
 def attempts_of(max_attempts: int | None, policy: RetryPolicy | None) -> int:

@@ -7,7 +7,7 @@ import django_htask.models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_htask", "0008_timeouts_and_aborts"),
+        ("django_htask", "0009_task_key"),
     ]
 
     operations = [

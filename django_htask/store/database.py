@@ -8,15 +8,32 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
-from django.db import connections, transaction
+from django.db import IntegrityError, NotSupportedError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Case, F, Max, Min, Q, TextField, Value, When
+from django.db.models import (
+    Case,
+    Exists,
+    F,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    Subquery,
+    TextField,
+    Value,
+    When,
+)
+from django.db.models.functions import Concat
 from django.utils import timezone
 
-from django_htask.exceptions import NodeFenced, NotMigrated
+from django_htask.exceptions import DuplicateKey, NodeFenced, NotMigrated
+from django_htask.keys import OnConflict, resolve_keys, superseded_reason
 from django_htask.models import (
+    KEY_INDEX,
+    KEY_PREDICATE,
     Node,
     Run,
     RunStatus,
@@ -27,12 +44,20 @@ from django_htask.models import (
     prune_runs,
 )
 from django_htask.queues import QueueFilter
-from django_htask.retry import RetryPolicy
+from django_htask.retry import RETRY_COLUMNS, RetryPolicy
 
 from . import base
 from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store
 
-__all__ = ["DatabaseStore", "RefReader", "insert_tasks", "not_migrated"]
+__all__ = [
+    "DatabaseStore",
+    "Inserted",
+    "RefReader",
+    "insert_tasks",
+    "not_migrated",
+    "put_back",
+    "supersede",
+]
 
 _ROW_FIELDS = (
     "id",
@@ -199,6 +224,74 @@ def not_migrated(exc: Exception, using: str = "default") -> NotMigrated | None:
     return DatabaseStore(using)._not_migrated(f"table {table}")
 
 
+#: How often :func:`put_back` tries again when a task scheduled meanwhile took a key.
+_PUT_BACK_TRIES = 5
+
+
+def supersede(using: str, task_ids: list[int], status: str, now: datetime) -> int:
+    """Finish as cancelled the tasks among ``task_ids`` (still in ``status``) whose key
+    another task holds as pending: about to be put back to pending, they are superseded
+    by it (see :mod:`django_htask.keys`). Return how many. Tasks without a key are not
+    looked at."""
+    prefix, suffix = superseded_reason("\0").split("\0")
+    tasks = Task.objects.using(using)
+    holder = tasks.filter(key=OuterRef("key"), status=TaskStatus.PENDING)
+    count = 0
+    for i in range(0, len(task_ids), _CHUNK):
+        count += (
+            tasks.filter(id__in=task_ids[i : i + _CHUNK], status=status, key__isnull=False)
+            .filter(Exists(holder))
+            .update(
+                status=TaskStatus.CANCELLED,
+                finished_at=now,
+                locked_by=None,
+                lease_expires_at=None,
+                traceback="",
+                last_error=Concat(
+                    Value(prefix),
+                    Subquery(holder.values("token")[:1]),
+                    Value(suffix),
+                    output_field=TextField(),
+                ),
+            )
+        )
+    return count
+
+
+def put_back(
+    using: str,
+    task_ids: list[int],
+    status: str,
+    now: datetime,
+    write: Callable[[], int],
+) -> tuple[int, int]:
+    """Put the tasks ``task_ids`` (in ``status``) back to pending by ``write()``, which
+    must leave tasks no longer in ``status`` alone;
+    those whose key a pending task holds are superseded instead (:func:`supersede`).
+    Return how many ``write`` changed and how many were superseded.
+
+    Race-free: a task scheduled with the same key by another transaction between the
+    two statements makes ``write`` fail on the key's unique index; it is undone (a
+    savepoint), and both run again, where the new pending task is seen."""
+    for attempt in range(1, _PUT_BACK_TRIES + 1):
+        superseded = supersede(using, task_ids, status, now)
+        try:
+            with transaction.atomic(using=using):  # a savepoint
+                written = write()
+            return written, superseded
+        except IntegrityError as exc:
+            if attempt == _PUT_BACK_TRIES or not _key_clash(exc):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _key_clash(exc: IntegrityError) -> bool:
+    """Whether ``exc`` is a violation of the pending-key index (as PostgreSQL or
+    SQLite names it)."""
+    text = str(exc)
+    return KEY_INDEX in text or f"{Task._meta.db_table}.key" in text
+
+
 class DatabaseStore(Store):
     """The ORM store over the database alias ``using``."""
 
@@ -355,12 +448,26 @@ class DatabaseStore(Store):
                 mine = tasks.filter(id=task.pk, locked_by=node_id, status=TaskStatus.RUNNING)
                 unlocked = {"locked_by": None, "lease_expires_at": None}
                 if not a.started:  # never called: pending again as it was
-                    mine.update(status=TaskStatus.PENDING, attempts=F("attempts") - 1, **unlocked)
+                    again = {"status": TaskStatus.PENDING, "attempts": F("attempts") - 1}
+                    put_back(
+                        self.using,
+                        [task.pk],
+                        TaskStatus.RUNNING,
+                        now,
+                        partial(mine.update, **again, **unlocked),
+                    )
                     continue
                 new_runs.append(self._crashed_run(task, node_id, now, a.error))
                 ended = {**unlocked, "last_error": a.error, "traceback": ""}
                 if a.retry_at is not None:
-                    mine.update(status=TaskStatus.PENDING, run_at=max(a.retry_at, dead_at), **ended)
+                    retried = {"status": TaskStatus.PENDING, "run_at": max(a.retry_at, dead_at)}
+                    put_back(
+                        self.using,
+                        [task.pk],
+                        TaskStatus.RUNNING,
+                        now,
+                        partial(mine.update, **retried, **ended),
+                    )
                 else:
                     mine.update(status=TaskStatus.FAILED, finished_at=now, **ended)
             runs.bulk_create(new_runs)
@@ -465,13 +572,23 @@ class DatabaseStore(Store):
                 "last_error": error,
                 "traceback": "",
             }
+            mine = tasks.filter(id=task.pk, status=TaskStatus.RUNNING)
             if task.attempts < task.max_attempts and task.abort_requested_at is None:
                 columns = base.RetryColumns(*(getattr(task, name) for name in base.RETRY_COLUMNS))
                 delay = timedelta(seconds=columns.lost_delay(retry, task.attempts))
                 changes.update(status=TaskStatus.PENDING, run_at=now + delay)
+                count += sum(
+                    put_back(
+                        self.using,
+                        [task.pk],
+                        TaskStatus.RUNNING,
+                        now,
+                        partial(mine.update, **changes),
+                    )
+                )
             else:
                 changes.update(status=TaskStatus.FAILED, finished_at=now)
-            count += tasks.filter(id=task.pk, status=TaskStatus.RUNNING).update(**changes)
+                count += mine.update(**changes)
         Run.objects.using(self.using).bulk_create(runs)
         count += tasks.filter(lost, status=TaskStatus.PENDING, locked_by__isnull=False).update(
             locked_by=None, lease_expires_at=None
@@ -782,8 +899,18 @@ class DatabaseStore(Store):
             )
             for o in outcomes
         ]
-        with self.connection.cursor() as cursor:
-            cursor.executemany(sql, params)
+        retried = [o.task_id for o in outcomes if o.task_id is not None and o.retry_at is not None]
+
+        def write() -> int:
+            with self.connection.cursor() as cursor:
+                cursor.executemany(sql, params)
+            return len(params)
+
+        if not retried:
+            write()
+            return
+        now = max(o.finished_at for o in outcomes)
+        put_back(self.using, retried, TaskStatus.RUNNING, now, write)
 
     def count_pending_tasks(self) -> int:
         return Task.objects.using(self.using).filter(status=TaskStatus.PENDING).count()
@@ -792,8 +919,38 @@ class DatabaseStore(Store):
         return prune_runs(days, using=self.using)
 
 
-#: The fields of a task :func:`insert_tasks` sets row by row, in the order of its rows.
+#: The fields of a task :func:`insert_tasks` sets row by row, in the order of its rows
+#: (with ``key`` last when any call has one).
 _VARYING = ("token", "function", "payload", "timeout")
+_KEYED = (*_VARYING, "key")
+#: Their types in :func:`_insert_unnest`'s arrays.
+_ARRAY_TYPES = {
+    "token": "varchar[]",
+    "function": "varchar[]",
+    "payload": "bytea[]",
+    "timeout": "float8[]",
+    "key": "varchar[]",
+}
+#: What ``on_conflict="replace"`` moves to the new call (attempts start again from 0).
+_REPLACED = (
+    "function",
+    "payload",
+    "run_at",
+    "max_attempts",
+    "timeout",
+    "queue_name",
+    "priority",
+    *RETRY_COLUMNS,
+)
+
+
+class Inserted(NamedTuple):
+    """What :func:`insert_tasks` returns: a task for each call, in the order of the
+    calls (calls sharing a key share one), and the ids of the pending tasks that were
+    returned as they were (``on_conflict="ignore"``): nothing was written to them."""
+
+    tasks: list[Task]
+    kept: frozenset[int]
 
 
 def schedule_row(values: Sequence[Any] | None) -> ScheduleRow | None:
@@ -821,11 +978,19 @@ def insert_tasks(
     calls: list[tuple[str, bytes, float | None]],
     common: dict[str, Any],
     batch_size: int,
-) -> list[Task]:
+    keys: list[str | None] | None = None,
+    on_conflict: OnConflict = OnConflict.IGNORE,
+) -> Inserted:
     """Insert a new pending task for each ``(function, payload, timeout)`` of ``calls``,
     with the field values of ``common`` (``run_at``, ``max_attempts``, ``queue_name``)
     and every other field's default, ``batch_size`` rows a statement at most (fewer
     where the database takes fewer parameters); return them, saved, in order.
+
+    ``keys``: a key or None for each call. A call whose key a pending task holds does
+    what ``on_conflict`` says (see :mod:`django_htask.keys`), decided by the database
+    (``INSERT … ON CONFLICT … DO UPDATE … RETURNING``), so concurrent callers cannot
+    both insert; calls of this batch with the same key are resolved first, as if made
+    one after another (ignore: the first stands; replace: the last; raise: raises).
 
     One ``INSERT … VALUES … RETURNING`` per batch of values prepared here: the ORM's
     ``bulk_create`` prepares each field of each row through the query compiler, which
@@ -838,14 +1003,45 @@ def insert_tasks(
         f.attname: f.get_default() if f.has_default() else None for f in fields
     }
     values.update(common, created_at=now, status=TaskStatus.PENDING)
+    if keys is not None and any(key is not None for key in keys):
+        return _insert_keyed(connection, fields, values, calls, keys, on_conflict, batch_size)
     if not connection.features.can_return_rows_from_bulk_insert:
         tasks = [
             Task(**{**values, "token": new_token(), "function": f, "payload": p, "timeout": t})
             for f, p, t in calls
         ]
         Task.objects.using(using).bulk_create(tasks, batch_size=batch_size)
-        return tasks
-    varying = {name: i for i, name in enumerate(_VARYING)}
+        return Inserted(tasks, frozenset())
+    rows = [(new_token(), function, payload, timeout) for function, payload, timeout in calls]
+    returned = _insert_rows(connection, fields, values, rows, _VARYING, batch_size)
+    ids = {token: pk for pk, token, *_key in returned}
+    order = [f.attname for f in Task._meta.concrete_fields]
+    tasks = [_task_of(using, values, order, row, ids[row[0]]) for row in rows]
+    return Inserted(tasks, frozenset())
+
+
+def _task_of(
+    using: str, values: dict[str, Any], order: list[str], row: tuple[Any, ...], pk: int
+) -> Task:
+    """The Task just inserted from ``values`` and ``row`` (its varying fields, in the
+    order of ``_KEYED``); ``order``: the attribute names of Task's fields."""
+    row_values = {**values, "id": pk}
+    row_values.update(zip(_KEYED, row, strict=False))  # without a key: the first four
+    return Task.from_db(using, order, [row_values[name] for name in order])
+
+
+def _insert_rows(
+    connection: BaseDatabaseWrapper,
+    fields: list[Any],
+    values: dict[str, Any],
+    rows: list[tuple[Any, ...]],
+    varying: tuple[str, ...],
+    batch_size: int,
+    tail: str = "",
+) -> list[tuple[Any, ...]]:
+    """Insert ``rows`` (the ``varying`` fields of each, the others from ``values``),
+    ``tail`` after each statement's rows (a conflict clause); return the rows the
+    statements return: ``(id, token)``, and ``key`` with keys."""
     by_name = {f.attname: f for f in fields}
     # Each field's value as the database takes it: once for the common ones.
     fixed = {
@@ -853,66 +1049,126 @@ def insert_tasks(
         for f in fields
         if f.attname not in varying
     }
-    prep = {name: by_name[name].get_db_prep_save for name in varying}
-    rows = [(new_token(), function, payload, timeout) for function, payload, timeout in calls]
-    per_statement = max(1, min(batch_size, connection.ops.bulk_batch_size(fields, rows)))
     qn = connection.ops.quote_name
+    returned_columns = ("id", "token", "key") if "key" in varying else ("id", "token")
+    returning = f" RETURNING {', '.join(qn(name) for name in returned_columns)}"
+    if connection.vendor == "postgresql":
+        return _insert_unnest(
+            connection, fields, fixed, rows, min(batch_size, len(rows)), varying, tail + returning
+        )
+    index = {name: i for i, name in enumerate(varying)}
+    prep = {name: by_name[name].get_db_prep_save for name in varying}
+    per_statement = max(1, min(batch_size, connection.ops.bulk_batch_size(fields, rows)))
     columns = ", ".join(qn(f.attname if f.column is None else f.column) for f in fields)
     head = f"INSERT INTO {qn(Task._meta.db_table)} ({columns}) VALUES "
     one = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    ids: dict[str, int] = {}
-    if connection.vendor == "postgresql":
-        _insert_unnest(connection, fields, fixed, rows, min(batch_size, len(rows)), ids)
-        rows_in = []
-    else:
-        rows_in = rows
+    returned: list[tuple[Any, ...]] = []
     with connection.cursor() as cursor:
-        for start in range(0, len(rows_in), per_statement):
-            batch = rows_in[start : start + per_statement]
+        for start in range(0, len(rows), per_statement):
+            batch = rows[start : start + per_statement]
             params: list[Any] = []
             for row in batch:
                 for f in fields:
-                    i = varying.get(f.attname)
+                    i = index.get(f.attname)
                     params.append(
                         fixed[f.attname] if i is None else prep[f.attname](row[i], connection)
                     )
-            sql = head + ", ".join([one] * len(batch)) + f" RETURNING {qn('id')}, {qn('token')}"
-            cursor.execute(sql, params)
-            ids.update((token, pk) for pk, token in cursor.fetchall())
+            cursor.execute(head + ", ".join([one] * len(batch)) + tail + returning, params)
+            returned += cursor.fetchall()
+    return returned
+
+
+def _conflict_clause(connection: BaseDatabaseWrapper, on_conflict: OnConflict) -> str:
+    """``ON CONFLICT`` on the pending-key index: a replace moves the pending row to the
+    new call; otherwise a no-op update, which returns the pending row (and, on
+    PostgreSQL, locks it until the caller commits, so it stays pending meanwhile)."""
+    qn = connection.ops.quote_name
+    if on_conflict is OnConflict.REPLACE:
+        sets = [f"{qn(name)} = EXCLUDED.{qn(name)}" for name in _REPLACED]
+        sets += [
+            f"{qn('attempts')} = 0",
+            f"{qn('locked_by')} = NULL",
+            f"{qn('lease_expires_at')} = NULL",
+            f"{qn('last_error')} = ''",
+            f"{qn('traceback')} = ''",
+        ]
+    else:
+        sets = [f"{qn('key')} = EXCLUDED.{qn('key')}"]
+    return f" ON CONFLICT ({qn('key')}) WHERE {KEY_PREDICATE} DO UPDATE SET {', '.join(sets)}"
+
+
+def _insert_keyed(
+    connection: BaseDatabaseWrapper,
+    fields: list[Any],
+    values: dict[str, Any],
+    calls: list[tuple[str, bytes, float | None]],
+    keys: list[str | None],
+    on_conflict: OnConflict,
+    batch_size: int,
+) -> Inserted:
+    """:func:`insert_tasks` when some calls have a key."""
+    if connection.vendor not in ("postgresql", "sqlite") or not (
+        connection.features.can_return_rows_from_bulk_insert
+    ):
+        raise NotSupportedError(
+            f"keys need INSERT … ON CONFLICT … RETURNING (PostgreSQL, or SQLite 3.35 or "
+            f"later): the database {connection.alias!r} is {connection.vendor}"
+        )
+    stands_for = resolve_keys(keys, on_conflict)  # call i's task is the row of call j
+    source = {j: j for j in stands_for}  # the call whose values row j takes
+    if on_conflict is OnConflict.REPLACE:
+        for i, j in enumerate(stands_for):
+            source[j] = i  # the last call with the key
+    rows = {j: (new_token(), *calls[i], keys[j]) for j, i in source.items()}
+    tail = _conflict_clause(connection, on_conflict)
+    returned = _insert_rows(
+        connection, fields, values, list(rows.values()), _KEYED, batch_size, tail
+    )
+    mine = {row[0] for row in rows.values()}
+    pending = {key: (pk, token) for pk, token, key in returned if token not in mine}
+    if pending and on_conflict is OnConflict.RAISE:  # named: the first call's key taken
+        key = next(k for k in keys if k is not None and k in pending)
+        raise DuplicateKey(key, pending[key][1])
+    using = connection.alias
+    found = Task.objects.using(using).in_bulk([pk for pk, _token in pending.values()])
+    inserted = {token: pk for pk, token, _key in returned if token in mine}
     order = [f.attname for f in Task._meta.concrete_fields]
-    tasks = []
-    for token, function, payload, timeout in rows:
-        row_values = {**values, "id": ids[token], "token": token, "function": function}
-        row_values.update(payload=payload, timeout=timeout)
-        tasks.append(Task.from_db(using, order, [row_values[name] for name in order]))
-    return tasks
+    task_at = {
+        j: found[pending[row[4]][0]]
+        if row[4] in pending
+        else _task_of(using, values, order, row, inserted[row[0]])
+        for j, row in rows.items()
+    }
+    kept = frozenset(found) if on_conflict is OnConflict.IGNORE else frozenset()
+    return Inserted([task_at[j] for j in stands_for], kept)
 
 
 def _insert_unnest(
     connection: BaseDatabaseWrapper,
     fields: list[Any],
     fixed: dict[str, Any],
-    rows: list[tuple[str, str, bytes, float | None]],
+    rows: list[tuple[Any, ...]],
     per_statement: int,
-    ids: dict[str, int],
-) -> None:
-    """PostgreSQL: the varying columns as four arrays, ``unnest`` into rows: a statement
-    of a few parameters whatever its rows (psycopg parses a query's placeholders in
-    Python, which a 20,000-parameter ``VALUES`` list spends most of its time on)."""
+    varying: tuple[str, ...],
+    tail: str,
+) -> list[tuple[Any, ...]]:
+    """PostgreSQL: the varying columns as arrays, ``unnest`` into rows: a statement of a
+    few parameters whatever its rows (psycopg parses a query's placeholders in Python,
+    which a 20,000-parameter ``VALUES`` list spends most of its time on)."""
     qn = connection.ops.quote_name
-    varying = _VARYING
-    types = ("varchar[]", "varchar[]", "bytea[]", "float8[]")
     select = ", ".join(f"v.{f.attname}" if f.attname in varying else "%s" for f in fields)
     columns = ", ".join(qn(f.column) for f in fields)
-    arrays = ", ".join(f"%s::{t}" for t in types)
+    arrays = ", ".join(f"%s::{_ARRAY_TYPES[name]}" for name in varying)
     sql = (
         f"INSERT INTO {qn(Task._meta.db_table)} ({columns}) SELECT {select} "
-        f"FROM unnest({arrays}) AS v({', '.join(varying)}) RETURNING id, token"
+        f"FROM unnest({arrays}) AS v({', '.join(varying)}){tail}"
     )
     constants = [fixed[f.attname] for f in fields if f.attname not in varying]
+    returned: list[tuple[Any, ...]] = []
     with connection.cursor() as cursor:
         for start in range(0, len(rows), per_statement):
             batch = rows[start : start + per_statement]
             columns_of = [list(column) for column in zip(*batch, strict=True)]
             cursor.execute(sql, [*constants, *columns_of])
-            ids.update((token, pk) for pk, token in cursor.fetchall())
+            returned += cursor.fetchall()
+    return returned

@@ -24,7 +24,8 @@ from typing import Any
 
 from django_htask.engine import Clock, SystemClock, encode_call, parse_schedule
 from django_htask.enums import RunStatus, TaskStatus
-from django_htask.exceptions import NodeFenced
+from django_htask.exceptions import DuplicateKey, NodeFenced
+from django_htask.keys import OnConflict, check_key, superseded_reason
 from django_htask.queues import DEFAULT_QUEUE, QueueFilter
 from django_htask.retry import RetryPolicy
 
@@ -103,6 +104,7 @@ class TaskRecord:
     last_error: str = ""
     traceback: str = ""
     result: bytes | None = None
+    key: str | None = None
 
 
 class _Listener:
@@ -191,10 +193,15 @@ class InMemoryStore(Store):
         queue_name: str = DEFAULT_QUEUE,
         timeout: float | None = None,
         retry: RetryColumns = DEFAULT_RETRY,
+        key: str | None = None,
+        on_conflict: str = OnConflict.IGNORE,
         **kwargs: Any,
     ) -> int:
         """A pending one-off task ``function(*args, **kwargs)``, as ``schedule()`` makes
-        it (due now unless ``run_at``). Return its id."""
+        it (due now unless ``run_at``). Return its id. With a ``key`` another pending
+        task holds, ``on_conflict`` decides, as for ``schedule()``: that task's id is
+        returned (``replace``: moved to this call first), or DuplicateKey is raised."""
+        conflict = OnConflict.of(on_conflict)
         with self._lock:
             task = TaskRecord(
                 next(self._ids),
@@ -206,10 +213,45 @@ class InMemoryStore(Store):
                 queue_name=queue_name,
                 timeout=timeout,
                 retry=retry,
+                key=None if key is None else check_key(key),
             )
-            self.tasks[task.id] = task
+            held = self._pending_with(task.key)
+            if held is None:
+                self.tasks[task.id] = task
+            elif conflict is OnConflict.RAISE:
+                raise DuplicateKey(held.key or "", held.token)
+            elif conflict is OnConflict.IGNORE:
+                return held.id
+            else:
+                for name in ("function", "payload", "run_at", "max_attempts", "timeout", "retry"):
+                    setattr(held, name, getattr(task, name))
+                held.queue_name, held.priority, held.attempts = queue_name, priority, 0
+                held.locked_by = held.lease_expires_at = None
+                held.last_error = held.traceback = ""
+                task = held
         self._notify("task")
         return task.id
+
+    def _pending_with(self, key: str | None) -> TaskRecord | None:
+        """The pending task holding ``key`` (None for no key), with the lock held."""
+        if key is None:
+            return None
+        return next(
+            (t for t in self.tasks.values() if t.key == key and t.status == TaskStatus.PENDING),
+            None,
+        )
+
+    def _superseded(self, task: TaskRecord, now: datetime) -> bool:
+        """Whether ``task``, about to be put back to pending, is superseded by a pending
+        task holding its key: if so it is finished as cancelled (as the database stores'
+        ``supersede``), with the lock held."""
+        held = self._pending_with(task.key)
+        if held is None or held is task:
+            return False
+        task.status, task.finished_at = TaskStatus.CANCELLED, now
+        task.locked_by = task.lease_expires_at = None
+        task.last_error, task.traceback = superseded_reason(held.token), ""
+        return True
 
     def cancel_task(self, task_id: int) -> bool:
         """Cancel a pending task (``cancel(token)``); False if it is not pending."""
@@ -355,12 +397,14 @@ class InMemoryStore(Store):
                     continue
                 task.locked_by = task.lease_expires_at = None
                 if not a.started:  # never called: pending again as it was
-                    task.status, task.attempts = TaskStatus.PENDING, task.attempts - 1
+                    if not self._superseded(task, now):
+                        task.status, task.attempts = TaskStatus.PENDING, task.attempts - 1
                     continue
                 self._crashed_run(task, node_id, now, a.error)
                 task.last_error, task.traceback = a.error, ""
                 if a.retry_at is not None:
-                    task.status, task.run_at = TaskStatus.PENDING, max(a.retry_at, dead_at)
+                    if not self._superseded(task, now):
+                        task.status, task.run_at = TaskStatus.PENDING, max(a.retry_at, dead_at)
                 else:
                     task.status, task.finished_at = TaskStatus.FAILED, now
             node.last_heartbeat = heartbeat_at
@@ -466,8 +510,9 @@ class InMemoryStore(Store):
                 task.locked_by = task.lease_expires_at = None
                 task.last_error, task.traceback = error, ""
                 if task.attempts < task.max_attempts and task.abort_requested_at is None:
-                    delay = timedelta(seconds=task.retry.lost_delay(retry, task.attempts))
-                    task.status, task.run_at = TaskStatus.PENDING, now + delay
+                    if not self._superseded(task, now):
+                        delay = timedelta(seconds=task.retry.lost_delay(retry, task.attempts))
+                        task.status, task.run_at = TaskStatus.PENDING, now + delay
                 else:
                     task.status, task.finished_at = TaskStatus.FAILED, now
                 count += 1
@@ -657,7 +702,8 @@ class InMemoryStore(Store):
                 task.locked_by = task.lease_expires_at = None
                 task.last_error, task.traceback = o.error, o.traceback
                 if o.retry_at is not None:
-                    task.status, task.run_at = TaskStatus.PENDING, o.retry_at
+                    if not self._superseded(task, o.finished_at):
+                        task.status, task.run_at = TaskStatus.PENDING, o.retry_at
                 else:
                     task.status, task.finished_at = o.status, o.finished_at
                     task.result = o.result

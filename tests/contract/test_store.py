@@ -58,6 +58,14 @@ class Kit:
         rows = [Task(function=ADD, payload=payload, run_at=run_at, **fields) for _ in range(n)]
         return [t.pk for t in Task.objects.bulk_create(rows)]
 
+    def add_keyed(self, key: str, *args: Any, on_conflict: str = "ignore", **fields: Any) -> int:
+        """A task due now with ``key``, as ``schedule(ADD, *args, key=key, ...)`` adds it."""
+        if self.memory is not None:
+            return self.memory.add_task(ADD, *args, key=key, on_conflict=on_conflict, **fields)
+        from django_htask.api import schedule
+
+        return schedule(ADD, *args, key=key, on_conflict=on_conflict, **fields).pk
+
     def task(self, task_id: int) -> Any:
         if self.memory is not None:
             return self.memory.tasks[task_id]
@@ -559,3 +567,92 @@ def test_taking_over_an_id_that_never_stopped_hands_back_what_it_held(kit: Kit) 
     kit.store.stop_node("web-1", later)  # a clean stop: nothing to take over next time
     assert kit.store.take_over("web-1", later, later - timedelta(seconds=60), RETRY) == 0
     assert kit.node("web-1").stopped_at == later
+
+
+# -- keys: one pending task per key ------------------------------------------------------------
+def test_a_key_keeps_one_pending_task_whatever_on_conflict_says(kit: Kit) -> None:
+    from django_htask.engine import encode_call
+    from django_htask.exceptions import DuplicateKey
+
+    def payload(task_id: int) -> bytes:
+        return bytes(kit.task(task_id).payload)
+
+    first = kit.add_keyed("k", 1, queue_name="a")
+    assert kit.add_keyed("k", 2, queue_name="b") == first  # ignore
+    assert (payload(first), kit.task(first).queue_name) == (encode_call(ADD, (1,), {}), "a")
+    with pytest.raises(DuplicateKey, match=f"'k' is taken: pending task {kit.task(first).token}"):
+        kit.add_keyed("k", 3, on_conflict="raise")
+    assert kit.add_keyed("k", 4, on_conflict="replace", queue_name="b", max_attempts=3) == first
+    moved = kit.task(first)
+    assert (moved.queue_name, moved.max_attempts, moved.status) == ("b", 3, TaskStatus.PENDING)
+    assert payload(first) == encode_call(ADD, (4,), {})
+    assert kit.store.count_pending_tasks() == 1
+    assert kit.store.task_outlook(NOW) == (True, None)
+
+
+def superseded_pair(kit: Kit, **fields: Any) -> tuple[int, int]:
+    """A keyed task running on n1, and a newer pending task with its key."""
+    kit.register("n1")
+    old = kit.add_keyed("k", 1, **fields)
+    [started] = kit.store.start_tasks("n1", NOW, 1, LEASE)
+    assert started.id == old
+    new = kit.add_keyed("k", 2, on_conflict="raise")  # the key is free while old runs
+    assert new != old
+    return old, new
+
+
+def assert_superseded(kit: Kit, old: int, new: int) -> None:
+    """``old`` was not put back: cancelled, naming ``new``, which stands, pending."""
+    gone, stands = kit.task(old), kit.task(new)
+    assert (gone.status, gone.locked_by) == (TaskStatus.CANCELLED, None)
+    assert gone.last_error == f"superseded by pending task {stands.token} with the same key"
+    assert gone.finished_at is not None
+    assert (stands.status, stands.run_at, stands.attempts) == (TaskStatus.PENDING, NOW, 0)
+
+
+def test_a_retry_is_superseded_by_a_newer_pending_task_with_its_key(kit: Kit) -> None:
+    old, new = superseded_pair(kit, max_attempts=3)
+    later = NOW + timedelta(seconds=30)
+    failed = outcome({"task_id": old}, status=RunStatus.FAILED, error="no", retry_at=later)
+    kit.store.record("n1", [failed])
+    assert_superseded(kit, old, new)
+    assert [r.error for r in kit.runs(task_id=old)] == ["no"]  # its attempt is recorded
+
+
+def test_a_retry_without_a_newer_pending_task_keeps_its_key(kit: Kit) -> None:
+    kit.register("n1")
+    old = kit.add_keyed("k", 1, max_attempts=3)
+    kit.store.start_tasks("n1", NOW, 1, LEASE)
+    later = NOW + timedelta(seconds=30)
+    kit.store.record("n1", [outcome({"task_id": old}, status="failed", retry_at=later)])
+    assert (kit.task(old).status, kit.task(old).run_at) == (TaskStatus.PENDING, later)
+    assert kit.add_keyed("k", 2) == old  # still the key's pending task
+
+
+def test_a_reaped_task_is_superseded_by_a_newer_pending_task_with_its_key(kit: Kit) -> None:
+    old, new = superseded_pair(kit, max_attempts=2)
+    later = NOW + timedelta(seconds=61)
+    kit.register("alive", at=later - timedelta(seconds=1))
+    kit.store.heartbeat("alive", later, later + timedelta(seconds=30))
+    assert kit.store.reap("alive", later, later - timedelta(seconds=60), RETRY) >= 2
+    assert_superseded(kit, old, new)
+    assert len(kit.runs(task_id=old)) == 1  # the crashed attempt's row
+
+
+def test_a_task_taken_over_is_superseded_by_a_newer_pending_task_with_its_key(kit: Kit) -> None:
+    old, new = superseded_pair(kit, max_attempts=2)
+    later = NOW + timedelta(seconds=2)
+    assert kit.store.take_over("n1", later, later - timedelta(seconds=60), RETRY) >= 1
+    assert_superseded(kit, old, new)
+
+
+@pytest.mark.parametrize("started", [True, False])
+def test_a_task_handed_back_is_superseded_by_a_newer_pending_task_with_its_key(
+    kit: Kit, started: bool
+) -> None:
+    old, new = superseded_pair(kit, max_attempts=2)
+    dead_at = NOW + timedelta(seconds=2)
+    retry_at = NOW + timedelta(seconds=1) if started else None
+    left = [Abandoned("interrupted", started, task_id=old, retry_at=retry_at)]
+    kit.store.abandon("n1", NOW, left, dead_at, dead_at - timedelta(seconds=60))
+    assert_superseded(kit, old, new)

@@ -612,3 +612,16 @@ def test_the_task_page_shows_no_result_before_success_and_a_django_task_s_json(
     Task.objects.filter(pk=row.pk).update(status=TaskStatus.SUCCEEDED, return_value=[1, "a"])
     page = admin_client_.get(f"{URL}task/{row.pk}/change/").content.decode()
     assert "<pre>[1, &#x27;a&#x27;]</pre>" in page
+
+
+def test_the_task_list_shows_keys_and_finds_a_task_by_its_key(admin_client_: Client) -> None:
+    keyed = schedule(tasks.add, 1, key="reminder:42")
+    schedule(tasks.add, 2, key="invoice:7")
+    schedule(tasks.add, 3)
+    page = admin_client_.get(f"{URL}task/").content.decode()
+    assert "reminder:42" in page and "invoice:7" in page and "column-short_key" in page
+    found = admin_client_.get(f"{URL}task/", {"q": "reminder:42"}).content.decode()
+    assert "reminder:42" in found and "invoice:7" not in found
+    assert "1 result" in found
+    change = admin_client_.get(f"{URL}task/{keyed.pk}/change/").content.decode()
+    assert "reminder:42" in change and "field-key" in change

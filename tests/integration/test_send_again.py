@@ -227,3 +227,27 @@ def test_an_unknown_id_sends_nothing(fake_clock: FakeClock) -> None:
     with pytest.raises(CommandError):
         htask("retry", str(task.pk), "424242")
     assert Task.objects.get(pk=task.pk).status == TaskStatus.FAILED
+
+
+@pytest.mark.django_db
+def test_a_failed_task_whose_key_a_newer_task_holds_is_superseded_in_the_admin_and_command(
+    fake_clock: FakeClock,
+) -> None:
+    first, second = failed_task(fake_clock.now()), failed_task(fake_clock.now())
+    Task.objects.filter(pk=first.pk).update(key="k1")
+    Task.objects.filter(pk=second.pk).update(key="k2")
+    schedule(tasks.add, 9, key="k1")
+    schedule(tasks.add, 9, key="k2")
+    client = _client(superuser=True)
+    response = client.post(
+        URL, {"action": "send_tasks_again", "_selected_action": [first.pk]}, follow=True
+    )
+    text = response.content.decode()
+    assert "0 failed task(s) sent again" in text
+    assert "1 task(s) not sent again: a newer pending task has their key" in text
+    out, err = htask("retry", str(second.pk))
+    assert "sent again: 0 task(s)" in out
+    assert f"task {second.pk}: a newer pending task has its key" in err
+    assert set(
+        Task.objects.filter(pk__in=[first.pk, second.pk]).values_list("status", flat=True)
+    ) == {TaskStatus.CANCELLED}

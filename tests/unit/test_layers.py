@@ -2,7 +2,7 @@
 level or inside functions (``TYPE_CHECKING`` blocks included), and the layers hold.
 
 Layers, bottom up: the engine; leaf modules (settings, signals, clock, change notices,
-errors, enums, queues, partition, retry); models; the store; the node; and on
+errors, enums, keys, queues, partition, retry); models; the store; the node; and on
 top what users call and the surface (api, decorators, admin, commands, backends,
 checks, operations). A module only imports downward.
 """
@@ -118,6 +118,7 @@ LAYERS = [
         "notices",
         "exceptions",
         "enums",
+        "keys",
         "queues",
         "partition",
         "retry",

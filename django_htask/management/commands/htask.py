@@ -307,6 +307,10 @@ class Command(BaseCommand):
         result = send_again(ids)
         for pk, status in sorted(result.not_failed.items()):
             self.stderr.write(f"task {pk} is {status}, not failed: left alone")
+        for pk in result.superseded:
+            self.stderr.write(
+                f"task {pk}: a newer pending task has its key: cancelled, superseded by it"
+            )
         sent = ", ".join(map(str, result.sent)) or "none"
         self.stdout.write(f"sent again: {len(result.sent)} task(s) ({sent})")
 

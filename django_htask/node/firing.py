@@ -183,7 +183,7 @@ class Firing:
         if why:
             self._break(row.id, row, why)
             return
-        busy = ctx.running.busy(row.id)
+        busy = [ctx.node_id] if ctx.running.busy(row.id) else []
         if row.overlap != Overlap.ALLOW and not busy:
             busy = ctx.store.running_elsewhere(row.id, ctx.node_id, ctx.settings.dead_before(now))
         if busy and row.overlap == Overlap.DELAY:

@@ -14,6 +14,7 @@ import functools
 import logging
 import math
 import zoneinfo
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -147,9 +148,12 @@ class Plan:
     runs: list[RunOutcome] = field(default_factory=list)
 
 
-def plan(row: ScheduleRow, node: str, now: datetime, busy: int, catch_up_limit: int) -> Plan:
+def plan(
+    row: ScheduleRow, node: str, now: datetime, busy: Sequence[str], catch_up_limit: int
+) -> Plan:
     """The misfire policy, then the overlap policy, which holds for the caught-up
-    occurrences too (``busy``: runs of the schedule still going). Every occurrence due
+    occurrences too (``busy``: the nodes with a run of the schedule still going,
+    ``node`` itself among them if it has one). Every occurrence due
     that does not run gets a row of its own saying why: missed (late, or
     ``catch_up="skip"``), folded into the run of a later one (``catch_up="latest"``), or
     skipped (``overlap="skip"``); past ``catch_up_limit`` occurrences behind, the rest
@@ -171,7 +175,8 @@ def plan(row: ScheduleRow, node: str, now: datetime, busy: int, catch_up_limit: 
         runs.append(_dropped(row, node, occurrences.dropped, occurrences.next, now, catch_up_limit))
     to_run, folded = result.to_run, occurrences.folded
     if busy and row.overlap == Overlap.SKIP:
-        why = "the previous run was still running"
+        where = ", ".join(busy)
+        why = f"the previous run was still running (on node {where})"
         runs.extend(_skipped(row, node, sorted(folded + to_run), now, why))
         result.to_run = []
         return result

@@ -465,8 +465,8 @@ class Store(abc.ABC):
     def get_schedule(self, schedule_id: int) -> ScheduleRow | None: ...
 
     @abc.abstractmethod
-    def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> int:
-        """Runs of the schedule in progress on other live nodes."""
+    def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> list[str]:
+        """The other live nodes with a run of the schedule in progress (sorted)."""
 
     def claim_occurrence(
         self,

@@ -645,17 +645,18 @@ class DatabaseStore(Store):
         )
         return schedule_row(values)
 
-    def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> int:
+    def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> list[str]:
         live = Node.objects.using(self.using).filter(
             last_heartbeat__gte=dead_before, stopped_at__isnull=True
         )
-        return (
+        nodes = (
             Run.objects.using(self.using)
             .filter(schedule_id=schedule_id, status=RunStatus.RUNNING)
             .exclude(node=node_id)
             .filter(node__in=live.values("id"))
-            .count()
+            .values_list("node", flat=True)
         )
+        return sorted(set(nodes))
 
     def _claim_occurrence(self, o: base.Occurrence) -> list[int] | None:
         node_id, row, next_run_at, now, runs = o

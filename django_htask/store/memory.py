@@ -575,16 +575,18 @@ class InMemoryStore(Store):
                 s.retry,
             )
 
-    def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> int:
+    def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> list[str]:
         with self._lock:
             live = self._live(dead_before)
-            return sum(
-                1
-                for r in self.runs.values()
-                if r.schedule_id == schedule_id
-                and r.status == RunStatus.RUNNING
-                and r.node != node_id
-                and r.node in live
+            return sorted(
+                {
+                    r.node
+                    for r in self.runs.values()
+                    if r.schedule_id == schedule_id
+                    and r.status == RunStatus.RUNNING
+                    and r.node != node_id
+                    and r.node in live
+                }
             )
 
     def _claim_occurrence(self, o: base.Occurrence) -> list[int] | None:

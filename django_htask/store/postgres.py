@@ -487,16 +487,15 @@ class PostgresStore(DatabaseStore):
             values = cursor.fetchone()
         return schedule_row(values)
 
-    def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> int:
+    def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> list[str]:
         with self._cursor() as cursor:
             cursor.execute(
-                f"SELECT count(*) FROM {RUN} WHERE schedule_id = %s AND status = %s "
+                f"SELECT DISTINCT node FROM {RUN} WHERE schedule_id = %s AND status = %s "
                 f"AND node <> %s AND node IN (SELECT id FROM {NODE} "
-                "WHERE last_heartbeat >= %s AND stopped_at IS NULL)",
+                "WHERE last_heartbeat >= %s AND stopped_at IS NULL) ORDER BY node",
                 [schedule_id, RunStatus.RUNNING, node_id, dead_before],
             )
-            (count,) = cursor.fetchone()
-        return int(count)
+            return [node for (node,) in cursor.fetchall()]
 
     def _claim_occurrence(self, o: base.Occurrence) -> list[int] | None:
         """The compare-and-set and the run rows in one statement: the runs are inserted

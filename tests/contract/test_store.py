@@ -213,7 +213,7 @@ def test_a_caught_up_claim_writes_one_row_per_occurrence(kit: Kit) -> None:
     sid, row = due_schedule(kit)
     due = [row.next_run_at + timedelta(minutes=i) for i in range(4)]
     now = due[-1] + timedelta(seconds=2)
-    decided = plan(row, "n1", now, 0, 100)
+    decided = plan(row, "n1", now, [], 100)
     assert decided.to_run == due[-1:]
     started = [schedule_run(row, "n1", RunStatus.RUNNING, w, now) for w in decided.to_run]
     ids = kit.store.claim_occurrence("n1", row, decided.next_run_at, now, decided.runs + started)
@@ -226,6 +226,33 @@ def test_a_caught_up_claim_writes_one_row_per_occurrence(kit: Kit) -> None:
     folded = f"folded into the run of {due[-1].isoformat()} (catch_up=latest)"
     assert [r.error for r in rows[:-1]] == [folded] * 3
     assert kit.schedule(sid).last_status == "running"
+
+
+def test_a_run_going_on_another_live_node_skips_the_next_occurrence_naming_it(
+    kit: Kit,
+) -> None:
+    """``overlap="skip"``: a run of the schedule still going on another live node (one
+    killed, say, not yet declared dead) skips the occurrence, and its row names that
+    node; a node that stopped does not count."""
+    from django_htask.node.planning import plan
+
+    sid, row = due_schedule(kit)
+    kit.register("b", "gone")
+    for node in ("b", "gone"):
+        started = outcome({"schedule_id": sid}, node=node, status=RunStatus.RUNNING)
+        kit.store.claim_occurrence(node, row, row.next_run_at, NOW, [started])
+        row = kit.store.get_schedule(sid) or row
+    kit.store.stop_node("gone", NOW)
+    busy = kit.store.running_elsewhere(sid, "n1", NOW - timedelta(seconds=60))
+    assert busy == ["b"]
+    assert kit.store.running_elsewhere(sid, "b", NOW - timedelta(seconds=60)) == []
+    decided = plan(row, "n1", NOW + timedelta(minutes=1), busy, 100)
+    assert decided.to_run == []
+    [skipped] = decided.runs
+    assert (skipped.status, skipped.error) == (
+        RunStatus.SKIPPED,
+        "skipped: the previous run was still running (on node b) (overlap=skip)",
+    )
 
 
 def test_a_claim_without_runs_moves_the_schedule_and_says_so(kit: Kit) -> None:
@@ -468,7 +495,7 @@ def test_a_node_leaving_runs_going_is_dead_only_from_the_instant_it_names(kit: K
     kit.store.abandon("leaving", NOW, left, dead_at, dead_at - timedelta(seconds=60))
     assert (kit.task(started).status, kit.task(started).run_at) == ("pending", dead_at)
     assert (kit.task(queued).status, kit.task(queued).attempts) == ("pending", 0)
-    assert kit.store.running_elsewhere(sid, "other", NOW - timedelta(seconds=60)) == 1
+    assert kit.store.running_elsewhere(sid, "other", NOW - timedelta(seconds=60)) == ["leaving"]
     after = dead_at + timedelta(seconds=1)
     kit.store.heartbeat("other", after, after + timedelta(seconds=60))
     kit.store.reap("other", after, after - timedelta(seconds=60), RETRY)

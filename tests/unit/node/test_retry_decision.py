@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from django_htask.engine.backoff import RetryPolicy, error_names
+from django_htask.engine.backoff import JITTERS, KINDS, RetryPolicy, error_names
+from django_htask.enums import RetryJitter, RetryKind
 from django_htask.node.execution import retry_delay
 from django_htask.store import RunOutcome
 from django_htask.store.base import DEFAULT_RETRY, RetryColumns
@@ -72,3 +73,10 @@ def test_a_stored_class_gone_from_the_code_stops_the_retries_saying_so() -> None
 def test_a_success_is_not_retried_and_its_policy_not_built() -> None:
     ok = RunOutcome("succeeded", "f", "f", "n", 1, None, NOW, NOW)
     assert retry_delay(ok, 1, 3, lambda: pytest.fail("built")) is None
+
+
+def test_the_columns_choices_are_the_engine_s_kinds_and_jitters() -> None:
+    """The engine (no Django) and the model fields' choices name the same kinds and
+    jitters: the engine's tuples are the rule, the choices their labels."""
+    assert tuple(RetryKind.values) == KINDS
+    assert tuple(RetryJitter.values) == JITTERS

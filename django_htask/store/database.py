@@ -665,15 +665,20 @@ class DatabaseStore(Store):
             for i, t, f, p, r, a, m, pr, to in rows
         ]
 
+    #: Lock the candidates of a claim ``FOR UPDATE SKIP LOCKED`` (MySQL, MariaDB), so
+    #: claims made at once take disjoint tasks without waiting.
+    _skip_locked = False
+
     def _start_in(self, c: base.Claim) -> list[StartedTask]:
         """Claim and start due tasks, in the caller's transaction."""
         node_id, now, limit, lease_until, _finished, serving = c
         tasks = Task.objects.using(self.using)
         claimable = self._claimable(now) & _served(serving)
+        candidates = tasks.filter(claimable)
+        if self._skip_locked:
+            candidates = candidates.select_for_update(skip_locked=True)
         ids = list(
-            tasks.filter(claimable)
-            .order_by("-priority", "run_at", "id")
-            .values_list("id", flat=True)[:limit]
+            candidates.order_by("-priority", "run_at", "id").values_list("id", flat=True)[:limit]
         )
         if not ids:
             return []
@@ -684,8 +689,10 @@ class DatabaseStore(Store):
             locked_by=node_id,
             lease_expires_at=lease_until,
         )
-        rows = tasks.filter(id__in=ids, locked_by=node_id, status=TaskStatus.RUNNING).values_list(
-            *_STARTED_FIELDS
+        rows = (
+            tasks.filter(id__in=ids, locked_by=node_id, status=TaskStatus.RUNNING)
+            .order_by()  # read by id, not sorted: the claim above took them in order
+            .values_list(*_STARTED_FIELDS)
         )
         return [
             StartedTask(i, t, f, bytes(p), r, a, m, pr, to) for i, t, f, p, r, a, m, pr, to in rows
@@ -812,7 +819,8 @@ def insert_tasks(
     One ``INSERT … VALUES … RETURNING`` per batch of values prepared here: the ORM's
     ``bulk_create`` prepares each field of each row through the query compiler, which
     takes several times as long as the database for a task (``bench/enqueue.py``).
-    Where the database cannot return the ids of a multi-row insert, ``bulk_create``."""
+    Where the database cannot return the ids of a multi-row insert (MySQL),
+    ``bulk_create``, then the ids are read back by token."""
     connection = connections[using]
     fields = [f for f in Task._meta.concrete_fields if not f.primary_key]
     now = timezone.now()  # created_at, as auto_now_add sets it
@@ -826,6 +834,7 @@ def insert_tasks(
             for f, p, t in calls
         ]
         Task.objects.using(using).bulk_create(tasks, batch_size=batch_size)
+        _read_ids(using, tasks)  # bulk_create could not set them (MySQL)
         return tasks
     varying = {name: i for i, name in enumerate(_VARYING)}
     by_name = {f.attname: f for f in fields}
@@ -868,6 +877,17 @@ def insert_tasks(
         row_values.update(payload=payload, timeout=timeout)
         tasks.append(Task.from_db(using, order, [row_values[name] for name in order]))
     return tasks
+
+
+def _read_ids(using: str, tasks: list[Task]) -> None:
+    """Set the ids of ``tasks``, just inserted, from their rows (found by token)."""
+    by_token = {t.token: t for t in tasks}
+    tokens = list(by_token)
+    rows = Task.objects.using(using).order_by()
+    for start in range(0, len(tokens), _CHUNK):
+        chunk = tokens[start : start + _CHUNK]
+        for token, pk in rows.filter(token__in=chunk).values_list("token", "id"):
+            by_token[token].pk = pk
 
 
 def _insert_unnest(

@@ -19,13 +19,24 @@ if TYPE_CHECKING:
 START = datetime(2030, 1, 1, tzinfo=UTC)
 
 
+def pass_vendor() -> str:
+    """The database this pass runs on, as Django names its vendor: ``postgresql`` or
+    ``mysql`` after ``HTASK_TEST_DATABASE_URL``'s scheme, ``sqlite`` without it."""
+    url = os.environ.get("HTASK_TEST_DATABASE_URL", "")
+    if not url:
+        return "sqlite"
+    return "mysql" if url.startswith(("mysql:", "mariadb:")) else "postgresql"
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Tests marked ``postgres`` run in the PostgreSQL pass (``python -m tests.pgcluster
     -- pytest``, the second run of ``make pytest``). Elsewhere they are skipped, or fail
     when ``CI=true`` so a CI without PostgreSQL cannot pass by skipping them."""
-    if item.get_closest_marker("postgres") is None or os.environ.get("HTASK_TEST_DATABASE_URL"):
+    if item.get_closest_marker("postgres") is None or pass_vendor() == "postgresql":
         return
     reason = "needs PostgreSQL: run it as `python -m tests.pgcluster -- pytest`"
+    if pass_vendor() == "mysql":  # the MariaDB pass: PostgreSQL is not there to test
+        pytest.skip(f"{reason} (this is the MariaDB pass)")
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"{reason} (CI=true, so this is a failure, not a skip)")
     pytest.skip(reason)

@@ -11,9 +11,10 @@ Versions
     ``version`` itself is left alone, so never write that column. The counter's row
     stays locked until the writing transaction ends, so versions are committed in the
     order they are handed out and a node may read "above the highest version seen".
-    The price: transactions that write schedules wait for each other, and two that
-    each write several schedules in different orders can deadlock (InnoDB then rolls
-    one back, and the node retries).
+    The price: transactions that edit schedules wait for each other. A node's writes
+    of last statuses leave the version alone (:data:`STATUS_ONLY`) and skip the rows
+    another transaction holds (:mod:`~django_htask.store.statuses`), so a node never
+    deadlocks with the admin editing several schedules.
 Claims
     Due tasks are read ``FOR UPDATE SKIP LOCKED``, then started by id, in one
     transaction: claims made at once take disjoint tasks without waiting.
@@ -28,16 +29,25 @@ Creating a trigger needs the ``TRIGGER`` privilege; with binary logging on, also
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_htask.models import Schedule
 
+from . import base
+from .base import RunOutcome
 from .database import DatabaseStore
+from .statuses import LateStatuses
 
 __all__ = ["MySQLStore", "install"]
 
 COUNTER = "django_htask_counter"
 SCHEDULE = Schedule._meta.db_table
+
+#: Session variable set while a node writes schedules' last statuses: the update
+#: trigger leaves the version alone then (see :meth:`MySQLStore._set_statuses`).
+STATUS_ONLY = "@django_htask_status_only"
 
 _BUMP = (
     f"UPDATE {COUNTER} SET value = value + 1 WHERE name = 'schedule'; "
@@ -49,7 +59,7 @@ TRIGGERS = {
     f"{SCHEDULE}_version_insert": (f"BEFORE INSERT ON {SCHEDULE} FOR EACH ROW BEGIN {_BUMP} END"),
     f"{SCHEDULE}_version_update": (
         f"BEFORE UPDATE ON {SCHEDULE} FOR EACH ROW "
-        f"BEGIN IF NEW.version = OLD.version THEN {_BUMP} END IF; END"
+        f"BEGIN IF NEW.version = OLD.version AND {STATUS_ONLY} IS NULL THEN {_BUMP} END IF; END"
     ),
 }
 
@@ -79,7 +89,7 @@ def install(connection: BaseDatabaseWrapper) -> None:
                 cursor.execute(f"CREATE TRIGGER {name} {definition}")
 
 
-class MySQLStore(DatabaseStore):
+class MySQLStore(LateStatuses, DatabaseStore):
     """One node on MySQL or MariaDB: the ORM store, with the version triggers above and
     claims that skip the rows another transaction is claiming."""
 
@@ -93,3 +103,44 @@ class MySQLStore(DatabaseStore):
 
     def install(self) -> None:
         install(self.connection)
+
+    def _record_in(
+        self, node_id: str, outcomes: list[RunOutcome]
+    ) -> dict[int, tuple[str, datetime]]:
+        """As the generic one, with the schedules' last statuses written only where no
+        other transaction holds the row (the others are returned, for
+        :meth:`_record_late`): see :mod:`~django_htask.store.statuses`."""
+        self._record_runs(node_id, outcomes)
+        statuses = base.last_statuses(outcomes)
+        busy = self._set_statuses(statuses, wait=False)
+        return {schedule_id: statuses[schedule_id] for schedule_id in busy}
+
+    def _set_statuses(self, statuses: dict[int, tuple[str, datetime]], *, wait: bool) -> list[int]:
+        """Lock the rows (``SKIP LOCKED`` unless ``wait``), then write them with the
+        version left alone: a status is no edit a node must see, and bumping the version
+        would queue the write behind every other writer of schedules (the counter)."""
+        if not statuses:
+            return []
+        ids = sorted(statuses)
+        adapt = self.connection.ops.adapt_datetimefield_value
+        lock = "FOR UPDATE" if wait else "FOR UPDATE SKIP LOCKED"
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id FROM {SCHEDULE} WHERE id IN ({', '.join(['%s'] * len(ids))}) "
+                f"ORDER BY id {lock}",
+                ids,
+            )
+            locked = [row[0] for row in cursor.fetchall()]
+            cursor.execute(f"SET {STATUS_ONLY} = 1")
+            try:
+                cursor.executemany(
+                    f"UPDATE {SCHEDULE} SET last_status = %s, last_run_at = %s WHERE id = %s "
+                    "AND (last_run_at IS NULL OR last_run_at <= %s)",
+                    [
+                        (statuses[i][0], adapt(statuses[i][1]), i, adapt(statuses[i][1]))
+                        for i in locked
+                    ],
+                )
+            finally:
+                cursor.execute(f"SET {STATUS_ONLY} = NULL")
+        return [] if wait else [i for i in ids if i not in set(locked)]

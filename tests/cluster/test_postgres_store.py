@@ -20,6 +20,8 @@ from tests.integration.store_checks import (
     claims_skip_locked_rows,
     concurrent_claims_take_disjoint_batches,
     every_kind_of_write_raises_the_version,
+    running_run,
+    succeeded,
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -516,18 +518,6 @@ def test_a_connection_lost_as_a_transaction_begins_does_not_wedge_the_thread(
         raise thread.errors[0]  # type: ignore[attr-defined]
 
 
-def _running_run(schedule: Schedule) -> Run:
-    return Run.objects.create(
-        schedule=schedule,
-        name=schedule.name,
-        function=ADD,
-        node="n1",
-        scheduled_for=NOW,
-        started_at=NOW,
-        status=RunStatus.RUNNING,
-    )
-
-
 def test_recording_runs_does_not_deadlock_with_a_bulk_update_of_the_schedules(
     store: PostgresStore, other_client: Callable[..., Any]
 ) -> None:
@@ -535,23 +525,7 @@ def test_recording_runs_does_not_deadlock_with_a_bulk_update_of_the_schedules(
     transaction, updates X and then Y (the admin disabling several schedules): the
     node never waits for X while it holds Y, so neither of them is aborted."""
     x, y = make_schedule("x"), make_schedule("y")
-    runs = {s.pk: _running_run(s) for s in (x, y)}
-    done = NOW + timedelta(seconds=1)
-    outcomes = [
-        RunOutcome(
-            status=RunStatus.SUCCEEDED,
-            function=ADD,
-            name=s.name,
-            node="n1",
-            attempt=1,
-            scheduled_for=NOW,
-            started_at=NOW,
-            finished_at=done,
-            run_id=runs[s.pk].pk,
-            schedule_id=s.pk,
-        )
-        for s in (y, x)  # the order a deadlock needs: y first, then x
-    ]
+    outcomes = [succeeded(s, running_run(s)) for s in (y, x)]  # a deadlock's order
     admin = other_client(autocommit=False)
     admin.execute("SET lock_timeout = '10s'")
     admin.execute("UPDATE django_htask_schedule SET enabled = false WHERE id = %s", [x.pk])

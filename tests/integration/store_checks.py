@@ -10,11 +10,41 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 
-from django_htask.models import Schedule, Task
-from django_htask.store import Store, get_store
+from django_htask.models import Run, RunStatus, Schedule, Task
+from django_htask.store import RunOutcome, Store, get_store
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = NOW + timedelta(seconds=60)
+ADD = "tests.integration.testapp.tasks:add"
+
+
+def running_run(schedule: Schedule) -> Run:
+    """A run of ``schedule`` that node n1 started at NOW."""
+    return Run.objects.create(
+        schedule=schedule,
+        name=schedule.name,
+        function=ADD,
+        node="n1",
+        scheduled_for=NOW,
+        started_at=NOW,
+        status=RunStatus.RUNNING,
+    )
+
+
+def succeeded(schedule: Schedule, run: Run) -> RunOutcome:
+    """The outcome of ``run`` (:func:`running_run`): succeeded a second later."""
+    return RunOutcome(
+        status=RunStatus.SUCCEEDED,
+        function=ADD,
+        name=schedule.name,
+        node="n1",
+        attempt=1,
+        scheduled_for=NOW,
+        started_at=NOW,
+        finished_at=NOW + timedelta(seconds=1),
+        run_id=run.pk,
+        schedule_id=schedule.pk,
+    )
 
 
 def version_of(pk: int) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from django_htask.models import Schedule, Task
+from django_htask.models import Run, RunStatus, Schedule, Task
 from django_htask.store import get_store
 from django_htask.store.mysql import TRIGGERS, MySQLStore
 from tests.integration.store_checks import (
@@ -18,6 +18,8 @@ from tests.integration.store_checks import (
     claims_skip_locked_rows,
     concurrent_claims_take_disjoint_batches,
     every_kind_of_write_raises_the_version,
+    running_run,
+    succeeded,
 )
 
 pytestmark = [
@@ -145,3 +147,52 @@ def test_concurrent_claims_take_disjoint_batches(store: MySQLStore) -> None:
     for n in range(4):
         store.register_node(f"n{n}", "host", n + 1, "0", NOW)
     concurrent_claims_take_disjoint_batches(make_tasks(300))
+
+
+def test_recording_runs_does_not_deadlock_with_a_bulk_update_of_the_schedules(
+    store: MySQLStore, other_client: Any
+) -> None:
+    """A node records runs of schedules Y and X while another client, in one
+    transaction, updates X and then Y (the admin disabling several schedules): the node
+    skips X while the other holds it and writes it afterwards, so neither is rolled back
+    as a deadlock's victim (both were, one or the other, before)."""
+    store.register_node("n1", "host", 1, "0", NOW)
+    x, y = make_schedule("x"), make_schedule("y")
+    outcomes = [succeeded(s, running_run(s)) for s in (y, x)]
+    admin = other_client.cursor()
+    admin.execute("UPDATE django_htask_schedule SET enabled = 0 WHERE id = %s", [x.pk])
+    errors: list[BaseException] = []
+
+    def record() -> None:
+        try:
+            get_store().record("n1", outcomes)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    recorder = threading.Thread(target=record)
+    recorder.start()
+    recorder.join(1.0)  # the node has written Y and waits for X, holding nothing
+    admin.execute("UPDATE django_htask_schedule SET enabled = 0 WHERE id = %s", [y.pk])
+    other_client.commit()
+    recorder.join(30)
+    assert not recorder.is_alive()
+    assert errors == []
+    assert set(Run.objects.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
+    for s in (x, y):
+        s.refresh_from_db()
+        assert (s.enabled, s.last_status, s.last_run_at) == (False, RunStatus.SUCCEEDED, NOW)
+
+
+def test_a_last_status_leaves_the_version_alone(store: MySQLStore) -> None:
+    """A node writing a schedule's last status is no edit the nodes must see: the
+    version stays, and the next write of any kind raises it again."""
+    store.register_node("n1", "host", 1, "0", NOW)
+    row = make_schedule()
+    before = version_of(row.pk)
+    store.record("n1", [succeeded(row, running_run(row))])
+    row.refresh_from_db()
+    assert (row.last_status, row.version) == (RunStatus.SUCCEEDED, before)
+    Schedule.objects.filter(pk=row.pk).update(grace=2)
+    assert version_of(row.pk) > before

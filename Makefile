@@ -12,7 +12,8 @@ TOX_PYTHONS := $(wildcard $(PYENV_ROOT)/versions/3.12.*/bin/python3 $(PYENV_ROOT
 
 .PHONY: system-deps example test lint typecheck migrations docs pytest compat bench tox clean
 
-$(STAMP): pyproject.toml
+# mysqlclient (in `dev`) builds against libmariadb-dev: system-deps first.
+$(STAMP): pyproject.toml | system-deps
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev,postgres]'
@@ -20,12 +21,17 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Debian packages the tests need: Chromium for the browser tests, the PostgreSQL server
-# for the multi-node tests. Installed only when missing (needs root or sudo).
+# for the multi-node tests, the MariaDB server for the MariaDB pass (and its client
+# library and pkg-config, which mysqlclient builds against). Installed only when missing
+# (needs root or sudo).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
-	@command -v chromium >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	@command -v chromium >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+	  && command -v mariadbd mariadb-install-db pkg-config >/dev/null \
+	  && pkg-config --exists libmariadb || { \
 	  $(SUDO) apt-get update -q && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium postgresql; }
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium postgresql \
+	    mariadb-server libmariadb-dev pkg-config; }
 
 example: $(STAMP)
 	$(BIN)/python example_project/run.py
@@ -45,10 +51,14 @@ migrations: $(STAMP)
 
 # The whole suite on SQLite, then on a throw-away PostgreSQL 15 cluster the tests that
 # use the database (tests marked `postgres` run only there; the others, which use no
-# database, are deselected there, saying so; it fails if PostgreSQL cannot start).
+# database, are deselected there, saying so; it fails if PostgreSQL cannot start), then
+# on a throw-away MariaDB the tests that use the database but for those marked
+# `postgres` (the store contract, the integration tests, the admin's browser tests;
+# one node on MySQL/MariaDB for now: docs/databases.md).
 pytest: $(STAMP) system-deps
 	$(BIN)/pytest -m "not postgres"
 	$(BIN)/python -m tests.pgcluster -- $(BIN)/pytest
+	$(BIN)/python -m tests.mariadbcluster -- $(BIN)/pytest
 
 # The suite again on Django 6.0 (Python 3.12, on SQLite) and 6.1 (Python 3.13, on a
 # throw-away PostgreSQL): each Django version on one database, each database on 5.2 and

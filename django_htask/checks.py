@@ -9,7 +9,8 @@ id                     level    when
                                 value of the wrong type.
 ``django_htask.W003``  warning  schedules or pending tasks in the database name functions
                                 that are not registered (they would fail when due).
-``django_htask.W004``  warning  several live ``runscheduler`` nodes share a SQLite database.
+``django_htask.W004``  warning  several live ``runscheduler`` nodes share a SQLite database,
+                                or a MySQL/MariaDB one (one node there for now).
 ``django_htask.E005``  error    the django.tasks backend is configured but ``django_htask``
                                 is not in ``INSTALLED_APPS`` (checked by the backend).
 ``django_htask.E006``  error    the backend's ``OPTIONS["MAX_ATTEMPTS"]`` is not an int from
@@ -206,6 +207,13 @@ def check_database_rows(databases: Sequence[str] | None) -> list[Any]:
     return found
 
 
+#: The databases whose store runs one node (W004), by vendor: their name, and why.
+_ONE_NODE = {
+    "sqlite": ("SQLite", "SQLite is for one node"),
+    "mysql": ("MySQL/MariaDB", "django-htask runs one node on MySQL/MariaDB for now"),
+}
+
+
 @_database_check
 def check_sqlite_nodes(databases: Sequence[str] | None) -> list[Any]:
     from .conf import load  # noqa: PLC0415
@@ -220,8 +228,10 @@ def check_sqlite_nodes(databases: Sequence[str] | None) -> list[Any]:
         return []  # E002
     found: list[Any] = []
     for alias in _aliases(databases):
-        if connections[alias].vendor != "sqlite":
+        vendor = connections[alias].vendor
+        if vendor not in _ONE_NODE:
             continue
+        name, why = _ONE_NODE[vendor]
         try:
             live = list(Node.objects.using(alias).filter(live_nodes()).values_list("id", flat=True))
         except DatabaseError:
@@ -229,10 +239,10 @@ def check_sqlite_nodes(databases: Sequence[str] | None) -> list[Any]:
         if len(live) > 1:
             found.append(
                 checks.Warning(
-                    f"{len(live)} live scheduler nodes share the SQLite database {alias!r} "
-                    f"({', '.join(live)}): SQLite is for one node",
-                    hint="run one runscheduler per SQLite database, or use PostgreSQL for "
-                    "several nodes",
+                    f"{len(live)} live scheduler nodes share the {name} database "
+                    f"{alias!r} ({', '.join(live)}): {why}",
+                    hint=f"run one runscheduler per {name} database, or use PostgreSQL "
+                    "for several nodes",
                     id="django_htask.W004",
                 )
             )

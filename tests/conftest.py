@@ -19,11 +19,21 @@ if TYPE_CHECKING:
 START = datetime(2030, 1, 1, tzinfo=UTC)
 
 
+def pass_vendor() -> str:
+    """The database this pass runs on, as Django names its vendor: ``postgresql`` or
+    ``mysql`` after ``HTASK_TEST_DATABASE_URL``'s scheme, ``sqlite`` without it."""
+    url = os.environ.get("HTASK_TEST_DATABASE_URL", "")
+    if not url:
+        return "sqlite"
+    return "mysql" if url.startswith(("mysql:", "mariadb:")) else "postgresql"
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Tests marked ``postgres`` run in the PostgreSQL pass (``python -m tests.pgcluster
-    -- pytest``, the second run of ``make pytest``). Elsewhere they are skipped, or fail
-    when ``CI=true`` so a CI without PostgreSQL cannot pass by skipping them."""
-    if item.get_closest_marker("postgres") is None or os.environ.get("HTASK_TEST_DATABASE_URL"):
+    -- pytest``, the second run of ``make pytest``). The MariaDB pass deselects them
+    (:func:`pytest_collection_modifyitems`); elsewhere they are skipped, or fail when
+    ``CI=true`` so a CI without PostgreSQL cannot pass by skipping them."""
+    if item.get_closest_marker("postgres") is None or pass_vendor() == "postgresql":
         return
     reason = "needs PostgreSQL: run it as `python -m tests.pgcluster -- pytest`"
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
@@ -70,14 +80,19 @@ def _left_out(config: pytest.Config, item: pytest.Item) -> bool:
     if os.environ.get("HTASK_COMPAT"):
         path = item.path.relative_to(config.rootpath).as_posix()
         return path.startswith(ONCE_ONLY)
-    return bool(os.environ.get("HTASK_TEST_DATABASE_URL")) and not uses_test_database(item)
+    if not os.environ.get("HTASK_TEST_DATABASE_URL"):
+        return False
+    if pass_vendor() == "mysql" and item.get_closest_marker("postgres") is not None:
+        return True  # they test PostgreSQL itself: the PostgreSQL pass runs them
+    return not uses_test_database(item)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run each test in as few passes as gives all it can tell (``make test``):
 
     - the main PostgreSQL pass runs only the tests that use the database: the others
-      ran in the SQLite pass and would give the same result;
+      ran in the SQLite pass and would give the same result; the MariaDB pass too, and
+      not the tests marked ``postgres`` either;
     - a compatibility pass (``HTASK_COMPAT=1``: another Django version, on one database)
       runs all the tests but those that import no Django and the several-node fault
       tests (:data:`ONCE_ONLY`), whatever its database."""
@@ -98,6 +113,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     if os.environ.get("HTASK_COMPAT"):
         why = "that import no Django or run several nodes (the main pass runs them)"
+    elif pass_vendor() == "mysql":
+        why = "that use no database or need PostgreSQL (the SQLite and PostgreSQL passes run them)"
     else:
         why = "that use no database (the SQLite pass runs them)"
     terminalreporter.write_line(f"{dropped} tests {why} were deselected")

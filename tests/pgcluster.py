@@ -19,25 +19,19 @@ the tests run as root the cluster runs as the ``postgres`` system user.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.parse
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-__all__ = ["PostgresCluster", "PostgresUnavailable", "database_settings", "find_bin_dir"]
+from tests.throwaway import ThrowAwayServer, free_port, run_command, url_settings
 
-ENV_URL = "HTASK_TEST_DATABASE_URL"
+__all__ = ["PostgresCluster", "PostgresUnavailable", "database_settings", "find_bin_dir"]
 
 
 class PostgresUnavailable(RuntimeError):
@@ -46,17 +40,7 @@ class PostgresUnavailable(RuntimeError):
 
 def database_settings(url: str) -> dict[str, Any]:
     """A Django ``DATABASES`` entry for ``postgresql://user[:password]@host[:port]/name``."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("postgres", "postgresql") or not parts.path.strip("/"):
-        raise ValueError(f"{ENV_URL} must look like postgresql://user@host:port/name, got {url!r}")
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": urllib.parse.unquote(parts.path.strip("/")),
-        "USER": urllib.parse.unquote(parts.username or ""),
-        "PASSWORD": urllib.parse.unquote(parts.password or ""),
-        "HOST": parts.hostname or "",
-        "PORT": str(parts.port or ""),
-    }
+    return url_settings(url, "django.db.backends.postgresql", ("postgres", "postgresql"))
 
 
 def find_bin_dir() -> Path:
@@ -81,15 +65,10 @@ def find_bin_dir() -> Path:
     )
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class PostgresCluster:
+class PostgresCluster(ThrowAwayServer):
     """One PostgreSQL server in a temporary directory, for one test run."""
+
+    unavailable = PostgresUnavailable
 
     def __init__(self, database: str = "htask", port: int | None = None) -> None:
         self.bin_dir = find_bin_dir()
@@ -196,48 +175,14 @@ class PostgresCluster:
         if (self.data_dir / "postmaster.pid").exists():
             self._pg_ctl("-w", "-t", "60", "-m", mode, "stop")
 
-    def restart(self, down_for: float = 0.0) -> None:
-        """Stop the server, stay down ``down_for`` seconds, start it again on the same port."""
-        self.stop()
-        if down_for:
-            time.sleep(down_for)
-        self._start_server()
-
-    def destroy(self) -> None:
-        with contextlib.suppress(PostgresUnavailable):
-            self.stop("immediate")
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> PostgresCluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.destroy()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.destroy()
-
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m tests.pgcluster",
-        description="Run a command against a throw-away PostgreSQL cluster.",
+    return run_command(
+        argv,
+        "tests.pgcluster",
+        PostgresCluster,
+        lambda pg: f"PostgreSQL {pg.bin_dir.parent.name}",
     )
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
-    args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("give a command to run, after --")
-    with PostgresCluster() as pg:
-        print(f"PostgreSQL {pg.bin_dir.parent.name} at {pg.url}", file=sys.stderr, flush=True)
-        env = dict(os.environ, **{ENV_URL: pg.url})
-        return subprocess.call(command, env=env)
 
 
 if __name__ == "__main__":

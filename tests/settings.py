@@ -1,4 +1,5 @@
-"""Settings for the test suite (SQLite unless HTASK_TEST_DATABASE_URL names PostgreSQL).
+"""Settings for the test suite (SQLite unless HTASK_TEST_DATABASE_URL names PostgreSQL
+or MariaDB/MySQL).
 
 The SQLite test database is a file (not ``:memory:``): the scheduler's threads and the
 ``runscheduler`` subprocesses open their own connections, and a file gives them
@@ -34,9 +35,13 @@ DATABASES = {
     }
 }
 if os.environ.get("HTASK_TEST_DATABASE_URL"):  # python -m tests.pgcluster -- pytest
-    from tests.pgcluster import database_settings
+    _url = os.environ["HTASK_TEST_DATABASE_URL"]
+    if _url.startswith(("mysql:", "mariadb:")):  # python -m tests.mariadbcluster -- pytest
+        from tests.mariadbcluster import database_settings
+    else:
+        from tests.pgcluster import database_settings
 
-    DATABASES = {"default": database_settings(os.environ["HTASK_TEST_DATABASE_URL"])}
+    DATABASES = {"default": database_settings(_url)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -22,9 +22,13 @@ def get_store(using: str = "default") -> base.Store:
         from .postgres import PostgresStore  # noqa: PLC0415
 
         return PostgresStore(using)
+    if vendor == "mysql":
+        from .mysql import MySQLStore  # noqa: PLC0415
+
+        return MySQLStore(using)
     raise ImproperlyConfigured(
         f"django-htask has no store for the {vendor!r} database of alias {using!r} "
-        "(SQLite and PostgreSQL are supported)"
+        "(SQLite, PostgreSQL, MySQL and MariaDB are supported)"
     )
 
 
@@ -32,7 +36,7 @@ def install(using: str = "default") -> None:
     """Create the database objects migrations cannot keep (triggers), if missing.
 
     Databases without a store yet are left alone (the migrations still apply)."""
-    if connections[using].vendor in ("sqlite", "postgresql"):
+    if connections[using].vendor in ("sqlite", "postgresql", "mysql"):
         get_store(using).install()
 
 

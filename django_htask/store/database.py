@@ -782,15 +782,20 @@ class DatabaseStore(Store):
             rows = cursor.fetchall()
         return [started_task(row, _as_datetime) for row in rows]
 
+    #: Lock the candidates of a claim ``FOR UPDATE SKIP LOCKED`` (MySQL, MariaDB), so
+    #: claims made at once take disjoint tasks without waiting.
+    _skip_locked = False
+
     def _start_in(self, c: base.Claim) -> list[StartedTask]:
         """Claim and start due tasks, in the caller's transaction."""
         node_id, now, limit, lease_until, _finished, serving = c
         tasks = Task.objects.using(self.using)
         claimable = self._claimable(now) & _served(serving)
+        candidates = tasks.filter(claimable)
+        if self._skip_locked:
+            candidates = candidates.select_for_update(skip_locked=True)
         ids = list(
-            tasks.filter(claimable)
-            .order_by("-priority", "run_at", "id")
-            .values_list("id", flat=True)[:limit]
+            candidates.order_by("-priority", "run_at", "id").values_list("id", flat=True)[:limit]
         )
         if not ids:
             return []
@@ -801,8 +806,10 @@ class DatabaseStore(Store):
             locked_by=node_id,
             lease_expires_at=lease_until,
         )
-        rows = tasks.filter(id__in=ids, locked_by=node_id, status=TaskStatus.RUNNING).values_list(
-            *_STARTED_FIELDS
+        rows = (
+            tasks.filter(id__in=ids, locked_by=node_id, status=TaskStatus.RUNNING)
+            .order_by()  # read by id, not sorted: the claim above took them in order
+            .values_list(*_STARTED_FIELDS)
         )
         return [started_task(row) for row in rows]
 
@@ -996,7 +1003,8 @@ def insert_tasks(
     One ``INSERT … VALUES … RETURNING`` per batch of values prepared here: the ORM's
     ``bulk_create`` prepares each field of each row through the query compiler, which
     takes several times as long as the database for a task (``bench/enqueue.py``).
-    Where the database cannot return the ids of a multi-row insert, ``bulk_create``."""
+    Where the database cannot return the ids of a multi-row insert (MySQL),
+    ``bulk_create``, then the ids are read back by token."""
     connection = connections[using]
     fields = [f for f in Task._meta.concrete_fields if not f.primary_key]
     now = timezone.now()  # created_at, as auto_now_add sets it
@@ -1012,6 +1020,7 @@ def insert_tasks(
             for f, p, t in calls
         ]
         Task.objects.using(using).bulk_create(tasks, batch_size=batch_size)
+        _read_ids(using, tasks)  # bulk_create could not set them (MySQL)
         return Inserted(tasks, frozenset())
     rows = [(new_token(), function, payload, timeout) for function, payload, timeout in calls]
     returned = _insert_rows(connection, fields, values, rows, _VARYING, batch_size)
@@ -1053,6 +1062,8 @@ def _insert_rows(
     qn = connection.ops.quote_name
     returned_columns = ("id", "token", "key") if "key" in varying else ("id", "token")
     returning = f" RETURNING {', '.join(qn(name) for name in returned_columns)}"
+    if connection.vendor == "mysql" and tail:
+        return _insert_each(connection, fields, fixed, rows, varying, tail, returned_columns)
     if connection.vendor == "postgresql":
         return _insert_unnest(
             connection, fields, fixed, rows, min(batch_size, len(rows)), varying, tail + returning
@@ -1079,13 +1090,53 @@ def _insert_rows(
     return returned
 
 
+def _insert_each(
+    connection: BaseDatabaseWrapper,
+    fields: list[Any],
+    fixed: dict[str, Any],
+    rows: list[tuple[Any, ...]],
+    varying: tuple[str, ...],
+    tail: str,
+    returned_columns: tuple[str, ...],
+) -> list[tuple[Any, ...]]:
+    """:func:`_insert_rows` on MySQL and MariaDB with a conflict clause: there is no
+    ``RETURNING`` after ``ON DUPLICATE KEY UPDATE``, so one row a statement, each
+    giving the id of the row it inserted or of the pending row it met
+    (``LAST_INSERT_ID(id)`` in the clause), then the rows are read back by id."""
+    by_name = {f.attname: f for f in fields}
+    index = {name: i for i, name in enumerate(varying)}
+    qn = connection.ops.quote_name
+    columns = ", ".join(qn(f.column) for f in fields)
+    sql = (
+        f"INSERT INTO {qn(Task._meta.db_table)} ({columns}) VALUES "
+        f"({', '.join(['%s'] * len(fields))}){tail}"
+    )
+    ids: list[int] = []
+    with connection.cursor() as cursor:
+        for row in rows:
+            cursor.execute(
+                sql,
+                [
+                    fixed[f.attname]
+                    if f.attname not in index
+                    else by_name[f.attname].get_db_prep_save(row[index[f.attname]], connection)
+                    for f in fields
+                ],
+            )
+            ids.append(cursor.lastrowid)
+    found = Task.objects.using(connection.alias).filter(id__in=ids).order_by()
+    return list(found.values_list(*returned_columns))
+
+
 def _conflict_clause(connection: BaseDatabaseWrapper, on_conflict: OnConflict) -> str:
     """``ON CONFLICT`` on the pending-key index: a replace moves the pending row to the
     new call; otherwise a no-op update, which returns the pending row (and, on
     PostgreSQL, locks it until the caller commits, so it stays pending meanwhile)."""
     qn = connection.ops.quote_name
+    mysql = connection.vendor == "mysql"
     if on_conflict is OnConflict.REPLACE:
-        sets = [f"{qn(name)} = EXCLUDED.{qn(name)}" for name in _REPLACED]
+        new = "VALUES({})" if mysql else "EXCLUDED.{}"
+        sets = [f"{qn(name)} = {new.format(qn(name))}" for name in _REPLACED]
         sets += [
             f"{qn('attempts')} = 0",
             f"{qn('locked_by')} = NULL",
@@ -1094,7 +1145,10 @@ def _conflict_clause(connection: BaseDatabaseWrapper, on_conflict: OnConflict) -
             f"{qn('traceback')} = ''",
         ]
     else:
-        sets = [f"{qn('key')} = EXCLUDED.{qn('key')}"]
+        sets = [] if mysql else [f"{qn('key')} = EXCLUDED.{qn('key')}"]
+    if mysql:  # the pending row's id, for cursor.lastrowid (see _insert_each)
+        sets.insert(0, f"{qn('id')} = LAST_INSERT_ID({qn('id')})")
+        return f" ON DUPLICATE KEY UPDATE {', '.join(sets)}"
     return f" ON CONFLICT ({qn('key')}) WHERE {KEY_PREDICATE} DO UPDATE SET {', '.join(sets)}"
 
 
@@ -1108,12 +1162,13 @@ def _insert_keyed(
     batch_size: int,
 ) -> Inserted:
     """:func:`insert_tasks` when some calls have a key."""
-    if connection.vendor not in ("postgresql", "sqlite") or not (
-        connection.features.can_return_rows_from_bulk_insert
+    if connection.vendor not in ("postgresql", "sqlite", "mysql") or not (
+        connection.vendor == "mysql" or connection.features.can_return_rows_from_bulk_insert
     ):
         raise NotSupportedError(
             f"keys need INSERT … ON CONFLICT … RETURNING (PostgreSQL, or SQLite 3.35 or "
-            f"later): the database {connection.alias!r} is {connection.vendor}"
+            f"later) or INSERT … ON DUPLICATE KEY UPDATE (MySQL, MariaDB): the database "
+            f"{connection.alias!r} is {connection.vendor}"
         )
     stands_for = resolve_keys(keys, on_conflict)  # call i's task is the row of call j
     source = {j: j for j in stands_for}  # the call whose values row j takes
@@ -1142,6 +1197,17 @@ def _insert_keyed(
     }
     kept = frozenset(found) if on_conflict is OnConflict.IGNORE else frozenset()
     return Inserted([task_at[j] for j in stands_for], kept)
+
+
+def _read_ids(using: str, tasks: list[Task]) -> None:
+    """Set the ids of ``tasks``, just inserted, from their rows (found by token)."""
+    by_token = {t.token: t for t in tasks}
+    tokens = list(by_token)
+    rows = Task.objects.using(using).order_by()
+    for start in range(0, len(tokens), _CHUNK):
+        chunk = tokens[start : start + _CHUNK]
+        for token, pk in rows.filter(token__in=chunk).values_list("token", "id"):
+            by_token[token].pk = pk
 
 
 def _insert_unnest(

@@ -50,7 +50,7 @@ import sys
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
@@ -63,6 +63,7 @@ from . import base
 from .base import _RUN_COLUMNS, RunOutcome, ScheduleRef, ScheduleRow, StartedTask
 from .database import _ROW_FIELDS, DatabaseStore, RefReader, check_fence, schedule_row
 from .listen import CHANNEL, Listener, connection_params
+from .statuses import LateStatuses
 
 __all__ = ["CHANNEL", "PostgresStore", "install"]
 
@@ -320,7 +321,7 @@ class _QuietAtomic(transaction.Atomic):
             raise
 
 
-class PostgresStore(DatabaseStore):
+class PostgresStore(LateStatuses, DatabaseStore):
     """The store for several nodes on one PostgreSQL database (see the module)."""
 
     vendor = "postgresql"
@@ -544,22 +545,6 @@ class PostgresStore(DatabaseStore):
         statuses = base.last_statuses(outcomes)
         busy = self._set_statuses(statuses, wait=False)
         return {schedule_id: statuses[schedule_id] for schedule_id in busy}
-
-    def _record_late(self, statuses: dict[int, tuple[str, datetime]]) -> None:
-        """The last statuses the batch skipped, one schedule per transaction (see
-        :meth:`_set_statuses`)."""
-        for schedule_id, status in statuses.items():
-            try:
-                with self._atomic():
-                    self._set_statuses({schedule_id: status}, wait=True)
-            except DatabaseError as exc:  # the runs are written: only the summary is late
-                logger.warning(
-                    "could not write the last status of schedule %s: %s",
-                    schedule_id,
-                    exc,
-                    extra={"action": "status_unrecorded"},
-                )
-                return
 
     def _set_statuses(self, statuses: dict[int, tuple[str, datetime]], *, wait: bool) -> list[int]:
         """Write each schedule's last status and run time, unless a later run already

@@ -83,7 +83,8 @@ def a_site(fake_clock: FakeClock, settings: Settings) -> None:
         )
     for i in range(6):
         schedule(tasks.add, i, delay=3600 * i + 15, max_attempts=5)
-    Task.objects.filter(pk__in=Task.objects.values("pk")[:3]).update(
+    # The ids as a list: MySQL/MariaDB take no LIMIT in an IN subquery.
+    Task.objects.filter(pk__in=list(Task.objects.values_list("pk", flat=True)[:3])).update(
         status=TaskStatus.FAILED, last_error=ERROR, attempts=5
     )
     Node.objects.create(

@@ -16,6 +16,13 @@ from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.retry import RetryPolicy
 from django_htask.store import RunOutcome, get_store
 from django_htask.store.postgres import REAPER_LOCK, PostgresStore
+from tests.integration.store_checks import (
+    claims_skip_locked_rows,
+    concurrent_claims_take_disjoint_batches,
+    every_kind_of_write_raises_the_version,
+    running_run,
+    succeeded,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -108,20 +115,7 @@ def test_install_replaces_missing_or_outdated_triggers(store: PostgresStore) -> 
 
 # -- versions --------------------------------------------------------------------------
 def test_every_kind_of_write_raises_the_version(store: PostgresStore) -> None:
-    row = make_schedule()
-    v1 = version_of(row.pk)
-    assert v1 > 0 and row.version == v1
-    row.name = "renamed"
-    row.save()
-    v2 = version_of(row.pk)
-    Schedule.objects.filter(pk=row.pk).update(enabled=False)
-    v3 = version_of(row.pk)
-    with connection.cursor() as cursor:
-        cursor.execute("UPDATE django_htask_schedule SET grace = 5 WHERE id = %s", [row.pk])
-    v4 = version_of(row.pk)
-    assert v1 < v2 < v3 < v4
-    Schedule.objects.filter(pk=row.pk).update(version=7)  # set explicitly: left alone
-    assert version_of(row.pk) == 7
+    every_kind_of_write_raises_the_version(make_schedule())
 
 
 def test_versions_grow_inside_one_transaction_too(store: PostgresStore) -> None:
@@ -204,50 +198,18 @@ def test_claims_skip_rows_locked_by_another_claimer(
     store: PostgresStore, other_client: Callable[..., Any]
 ) -> None:
     register(store, "n1", "n2", "n3")
-    ids = make_tasks(10)
     other = other_client(autocommit=False)
-    locked = [
-        r[0]
-        for r in other.execute(
-            "SELECT id FROM django_htask_task ORDER BY id LIMIT 4 FOR UPDATE"
-        ).fetchall()
-    ]
-    started = store.start_tasks("n1", NOW, 100, LEASE)  # does not wait for the lock
-    assert sorted(t.id for t in started) == sorted(set(ids) - set(locked))
-    other.rollback()
-    started = store.start_tasks("n2", NOW, 100, LEASE)
-    assert sorted(t.id for t in started) == sorted(locked)
-    assert store.start_tasks("n3", NOW, 100, LEASE) == []
+
+    def lock_four() -> list[int]:
+        sql = "SELECT id FROM django_htask_task ORDER BY id LIMIT 4 FOR UPDATE"
+        return [r[0] for r in other.execute(sql).fetchall()]
+
+    claims_skip_locked_rows(store, make_tasks(10), lock_four, other.rollback)
 
 
 def test_concurrent_claims_take_disjoint_batches(store: PostgresStore) -> None:
     register(store, *(f"n{i}" for i in range(4)))
-    ids = make_tasks(300)
-    results: dict[str, list[int]] = {}
-
-    def claim(node_id: str) -> None:
-        mine = get_store()
-        got: list[int] = []
-        try:
-            while True:
-                batch = mine.start_tasks(node_id, NOW, 7, LEASE)
-                if not batch:
-                    break
-                got += [t.id for t in batch]
-            results[node_id] = got
-        finally:
-            mine.close()
-
-    threads = [threading.Thread(target=claim, args=(f"n{i}",)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    everything = [i for got in results.values() for i in got]
-    assert len(results) == 4
-    assert sorted(everything) == sorted(ids)  # each task once, none left
-    owners = dict(Task.objects.values_list("id", "locked_by"))
-    assert all(owners[i] == node for node, got in results.items() for i in got)
+    concurrent_claims_take_disjoint_batches(make_tasks(300))
 
 
 def test_claims_take_due_tasks_by_priority_then_age_and_start_them(
@@ -556,18 +518,6 @@ def test_a_connection_lost_as_a_transaction_begins_does_not_wedge_the_thread(
         raise thread.errors[0]  # type: ignore[attr-defined]
 
 
-def _running_run(schedule: Schedule) -> Run:
-    return Run.objects.create(
-        schedule=schedule,
-        name=schedule.name,
-        function=ADD,
-        node="n1",
-        scheduled_for=NOW,
-        started_at=NOW,
-        status=RunStatus.RUNNING,
-    )
-
-
 def test_recording_runs_does_not_deadlock_with_a_bulk_update_of_the_schedules(
     store: PostgresStore, other_client: Callable[..., Any]
 ) -> None:
@@ -575,23 +525,7 @@ def test_recording_runs_does_not_deadlock_with_a_bulk_update_of_the_schedules(
     transaction, updates X and then Y (the admin disabling several schedules): the
     node never waits for X while it holds Y, so neither of them is aborted."""
     x, y = make_schedule("x"), make_schedule("y")
-    runs = {s.pk: _running_run(s) for s in (x, y)}
-    done = NOW + timedelta(seconds=1)
-    outcomes = [
-        RunOutcome(
-            status=RunStatus.SUCCEEDED,
-            function=ADD,
-            name=s.name,
-            node="n1",
-            attempt=1,
-            scheduled_for=NOW,
-            started_at=NOW,
-            finished_at=done,
-            run_id=runs[s.pk].pk,
-            schedule_id=s.pk,
-        )
-        for s in (y, x)  # the order a deadlock needs: y first, then x
-    ]
+    outcomes = [succeeded(s, running_run(s)) for s in (y, x)]  # a deadlock's order
     admin = other_client(autocommit=False)
     admin.execute("SET lock_timeout = '10s'")
     admin.execute("UPDATE django_htask_schedule SET enabled = false WHERE id = %s", [x.pk])

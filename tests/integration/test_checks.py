@@ -87,10 +87,10 @@ def test_rows_naming_unregistered_functions_warn_with_their_names() -> None:
 
 
 @pytest.mark.skipif(
-    connection.vendor != "sqlite",
-    reason="W004 is about SQLite; the PostgreSQL pass checks it stays quiet",
+    connection.vendor == "postgresql",
+    reason="W004 is about SQLite and MySQL/MariaDB; the PostgreSQL pass checks it stays quiet",
 )
-def test_several_live_nodes_on_sqlite_warn(fake_clock: FakeClock) -> None:
+def test_several_live_nodes_on_a_one_node_database_warn(fake_clock: FakeClock) -> None:
     now = fake_clock.now()
     node_row("a", now)
     assert "django_htask.W004" not in ids(["default"])
@@ -99,9 +99,13 @@ def test_several_live_nodes_on_sqlite_warn(fake_clock: FakeClock) -> None:
     found = messages(["default"])
     assert "2 live scheduler nodes" in found["django_htask.W004"]
     assert "dead" not in found["django_htask.W004"]
+    name = {"sqlite": "SQLite", "mysql": "MySQL/MariaDB"}[connection.vendor]
+    assert f"share the {name} database 'default'" in found["django_htask.W004"]
 
 
-@pytest.mark.skipif(connection.vendor == "sqlite", reason="the SQLite pass checks the warning")
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the SQLite and MariaDB passes check the warning"
+)
 def test_several_live_nodes_on_postgresql_are_fine(fake_clock: FakeClock) -> None:
     now = fake_clock.now()
     node_row("a", now)

@@ -269,7 +269,8 @@ def without_check_constraints(table: str) -> Iterator[None]:
     writes one of its columns, so the node's own writes pass). PostgreSQL: the
     constraints dropped, then added back ``NOT VALID`` (PostgreSQL checks every
     constraint on every row an ``UPDATE`` writes, so a node could not mark the row
-    broken with them back)."""
+    broken with them back). MariaDB: dropped, then added back without checking the rows
+    there (``check_constraint_checks`` off for the ``ALTER``)."""
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
             cursor.execute("PRAGMA ignore_check_constraints = ON")
@@ -278,21 +279,41 @@ def without_check_constraints(table: str) -> Iterator[None]:
             finally:
                 cursor.execute("PRAGMA ignore_check_constraints = OFF")
             return
-        cursor.execute(
-            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
-            "WHERE conrelid = %s::regclass AND contype = 'c'",
-            [table],
-        )
+        listing, drop, add = _CHECKS_SQL[connection.vendor]
+        cursor.execute(listing, [table])
         checks = cursor.fetchall()
         for name, _definition in checks:
-            cursor.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
+            cursor.execute(drop.format(table=table, name=name))
         try:
             yield
         finally:
-            for name, definition in checks:
-                cursor.execute(
-                    f'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition} NOT VALID'
-                )
+            if connection.vendor == "mysql":
+                cursor.execute("SET SESSION check_constraint_checks = OFF")
+            try:
+                for name, definition in checks:
+                    cursor.execute(add.format(table=table, name=name, definition=definition))
+            finally:
+                if connection.vendor == "mysql":
+                    cursor.execute("SET SESSION check_constraint_checks = ON")
+
+
+#: By vendor: how :func:`without_check_constraints` lists a table's CHECK constraints
+#: (name, definition), drops one and adds it back.
+_CHECKS_SQL = {
+    "postgresql": (
+        "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+        "WHERE conrelid = %s::regclass AND contype = 'c'",
+        'ALTER TABLE {table} DROP CONSTRAINT "{name}"',
+        'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition} NOT VALID',
+    ),
+    "mysql": (
+        "SELECT constraint_name, CONCAT('CHECK (', check_clause, ')') "
+        "FROM information_schema.check_constraints "
+        "WHERE constraint_schema = DATABASE() AND table_name = %s AND level = 'Table'",
+        "ALTER TABLE {table} DROP CONSTRAINT `{name}`",
+        "ALTER TABLE {table} ADD CONSTRAINT `{name}` {definition}",
+    ),
+}
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 10.0) -> None:

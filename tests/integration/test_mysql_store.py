@@ -1,0 +1,198 @@
+"""The MySQL/MariaDB store's own parts: the version triggers and the claims that skip
+locked rows (the store contract, tests/contract, covers the rest on every database)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from django_htask.models import Run, RunStatus, Schedule, Task
+from django_htask.store import get_store
+from django_htask.store.mysql import TRIGGERS, MySQLStore
+from tests.integration.store_checks import (
+    NOW,
+    claims_skip_locked_rows,
+    concurrent_claims_take_disjoint_batches,
+    every_kind_of_write_raises_the_version,
+    running_run,
+    succeeded,
+)
+
+pytestmark = [
+    pytest.mark.skipif(
+        connection.vendor != "mysql",
+        reason="MySQL/MariaDB's own store: run it as `python -m tests.mariadbcluster -- pytest`",
+    ),
+    pytest.mark.django_db(transaction=True),
+]
+
+ADD = "tests.integration.testapp.tasks:add"
+
+
+@pytest.fixture
+def store() -> MySQLStore:
+    chosen = get_store()
+    assert isinstance(chosen, MySQLStore)
+    return chosen
+
+
+@pytest.fixture
+def other_client() -> Iterator[Any]:
+    """A connection of another client (not Django's), in a transaction of its own."""
+    import MySQLdb  # only in the MariaDB pass: mysqlclient may be missing elsewhere
+
+    settings = connection.settings_dict
+    client = MySQLdb.connect(
+        host=settings["HOST"],
+        port=int(settings["PORT"]),
+        user=settings["USER"],
+        password=settings["PASSWORD"],
+        database=settings["NAME"],
+        autocommit=False,
+    )
+    yield client
+    client.rollback()
+    client.close()
+
+
+def make_schedule(name: str = "s") -> Schedule:
+    row = Schedule(name=name, function=ADD, schedule="@every 1m")
+    row.set_call((1,))
+    row.save()
+    return row
+
+
+def make_tasks(n: int) -> list[int]:
+    tasks = Task.objects.bulk_create([Task(function=ADD, run_at=NOW) for _ in range(n)])
+    return [t.pk for t in tasks]
+
+
+def version_of(pk: int) -> int:
+    return Schedule.objects.values_list("version", flat=True).get(pk=pk)
+
+
+def test_install_is_idempotent_and_creates_the_triggers(store: MySQLStore) -> None:
+    store.install()
+    store.install()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT trigger_name FROM information_schema.triggers "
+            "WHERE trigger_schema = DATABASE() ORDER BY 1"
+        )
+        names = [r[0] for r in cursor.fetchall()]
+    assert names == sorted(TRIGGERS)
+
+
+def test_every_kind_of_write_raises_the_version(store: MySQLStore) -> None:
+    every_kind_of_write_raises_the_version(make_schedule())
+
+
+def test_versions_grow_inside_one_transaction_and_are_read_as_changes(store: MySQLStore) -> None:
+    _refs, top = store.load_schedules()
+    with transaction.atomic():
+        a, b = make_schedule("a"), make_schedule("b")
+        Schedule.objects.filter(pk=a.pk).update(grace=1)
+    assert version_of(b.pk) < version_of(a.pk)
+    changed, seen = store.changed_schedules(top)
+    assert {r.id for r in changed} == {a.pk, b.pk}
+    assert seen == version_of(a.pk)
+    assert store.changed_schedules(seen) == ([], seen)
+
+
+def test_a_schedule_writer_waits_for_the_version_counter_so_versions_commit_in_order(
+    store: MySQLStore, other_client: Any
+) -> None:
+    """Another client's write of a schedule holds the counter until it commits: a
+    write made meanwhile waits, and gets the higher version once the first commits,
+    so a node reading "above the highest version seen" misses neither."""
+    first, second = make_schedule("first"), make_schedule("second")
+    _refs, top = store.load_schedules()
+    cursor = other_client.cursor()
+    cursor.execute("UPDATE django_htask_schedule SET grace = 3 WHERE id = %s", [first.pk])
+    writer = threading.Thread(
+        target=lambda: (
+            Schedule.objects.filter(pk=second.pk).update(grace=4),
+            connection.close(),
+        )
+    )
+    writer.start()
+    writer.join(1.0)
+    assert writer.is_alive()  # waits for the counter
+    assert store.changed_schedules(top) == ([], top)  # neither is committed
+    other_client.commit()
+    writer.join(30)
+    assert not writer.is_alive()
+    assert version_of(first.pk) < version_of(second.pk)
+    changed, _seen = store.changed_schedules(top)
+    assert [r.id for r in changed] == [first.pk, second.pk]
+
+
+def test_claims_skip_rows_locked_by_another_claimer(store: MySQLStore, other_client: Any) -> None:
+    for n, node_id in enumerate(("n1", "n2", "n3")):
+        store.register_node(node_id, "host", n + 1, "0", NOW)
+    cursor = other_client.cursor()
+
+    def lock_four() -> list[int]:
+        cursor.execute("SELECT id FROM django_htask_task ORDER BY id LIMIT 4 FOR UPDATE")
+        return [r[0] for r in cursor.fetchall()]
+
+    claims_skip_locked_rows(store, make_tasks(10), lock_four, other_client.rollback)
+
+
+def test_concurrent_claims_take_disjoint_batches(store: MySQLStore) -> None:
+    for n in range(4):
+        store.register_node(f"n{n}", "host", n + 1, "0", NOW)
+    concurrent_claims_take_disjoint_batches(make_tasks(300))
+
+
+def test_recording_runs_does_not_deadlock_with_a_bulk_update_of_the_schedules(
+    store: MySQLStore, other_client: Any
+) -> None:
+    """A node records runs of schedules Y and X while another client, in one
+    transaction, updates X and then Y (the admin disabling several schedules): the node
+    skips X while the other holds it and writes it afterwards, so neither is rolled back
+    as a deadlock's victim (both were, one or the other, before)."""
+    store.register_node("n1", "host", 1, "0", NOW)
+    x, y = make_schedule("x"), make_schedule("y")
+    outcomes = [succeeded(s, running_run(s)) for s in (y, x)]
+    admin = other_client.cursor()
+    admin.execute("UPDATE django_htask_schedule SET enabled = 0 WHERE id = %s", [x.pk])
+    errors: list[BaseException] = []
+
+    def record() -> None:
+        try:
+            get_store().record("n1", outcomes)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    recorder = threading.Thread(target=record)
+    recorder.start()
+    recorder.join(1.0)  # the node has written Y and waits for X, holding nothing
+    admin.execute("UPDATE django_htask_schedule SET enabled = 0 WHERE id = %s", [y.pk])
+    other_client.commit()
+    recorder.join(30)
+    assert not recorder.is_alive()
+    assert errors == []
+    assert set(Run.objects.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
+    for s in (x, y):
+        s.refresh_from_db()
+        assert (s.enabled, s.last_status, s.last_run_at) == (False, RunStatus.SUCCEEDED, NOW)
+
+
+def test_a_last_status_leaves_the_version_alone(store: MySQLStore) -> None:
+    """A node writing a schedule's last status is no edit the nodes must see: the
+    version stays, and the next write of any kind raises it again."""
+    store.register_node("n1", "host", 1, "0", NOW)
+    row = make_schedule()
+    before = version_of(row.pk)
+    store.record("n1", [succeeded(row, running_run(row))])
+    row.refresh_from_db()
+    assert (row.last_status, row.version) == (RunStatus.SUCCEEDED, before)
+    Schedule.objects.filter(pk=row.pk).update(grace=2)
+    assert version_of(row.pk) > before

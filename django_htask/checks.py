@@ -93,8 +93,14 @@ def check_use_tz(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) 
         return []
     return [
         checks.Error(
-            "USE_TZ is False: django-htask stores and compares aware UTC datetimes",
-            hint="set USE_TZ = True in your settings",
+            "USE_TZ is False: django-htask keeps times as UTC instants and will not read "
+            "naive local ones (where the clocks change, a naive time names one instant twice "
+            "or none, so a task or a schedule's run could fire twice or never)",
+            hint=(
+                "set USE_TZ = True (Django's default since 5.0); existing naive values in "
+                "your own tables are then read as UTC on SQLite and MySQL: convert them "
+                "first if they are local times (docs/databases.md, 'USE_TZ = False')"
+            ),
             id="django_htask.E001",
         )
     ]

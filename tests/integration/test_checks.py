@@ -36,7 +36,10 @@ def test_a_correct_project_passes() -> None:
 
 def test_use_tz_false_is_an_error() -> None:
     with override_settings(USE_TZ=False):
-        assert "django_htask.E001" in ids()
+        found = [m for m in checks.run_checks() if m.id == "django_htask.E001"]
+    [error] = found
+    assert "naive time names one instant twice or none" in error.msg
+    assert error.hint is not None and error.hint.startswith("set USE_TZ = True")
 
 
 @pytest.mark.parametrize(

@@ -69,10 +69,18 @@ def uses_test_database(item: pytest.Item) -> bool:
     return cls is not None and issubclass(cls, TransactionTestCase)
 
 
-#: Tests that import no Django (the engine's and the cron vectors) and the several-node
-#: fault tests: the compatibility passes on other Django versions leave them out (they
-#: ran in the main pass, and the Django version changes nothing in them).
-ONCE_ONLY = ("tests/unit/engine/", "tests/conformance/test_cron_conformance.py", "tests/cluster/")
+#: Tests that import no Django (the engine's and the cron vectors), the several-node
+#: fault tests, and the one-node process faults (kill -9, a task taking its process
+#: down, hung tasks stopped by signals): the compatibility passes on other Django
+#: versions leave them out (they ran in the main pass, and the Django version changes
+#: nothing in them; every other acceptance test starts manage.py on each version).
+ONCE_ONLY = (
+    "tests/unit/engine/",
+    "tests/conformance/test_cron_conformance.py",
+    "tests/cluster/",
+    "tests/acceptance/test_faults.py",
+    "tests/acceptance/test_stopping.py",
+)
 
 
 def _left_out(config: pytest.Config, item: pytest.Item) -> bool:
@@ -94,7 +102,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
       ran in the SQLite pass and would give the same result; the MariaDB pass too, and
       not the tests marked ``postgres`` either;
     - a compatibility pass (``HTASK_COMPAT=1``: another Django version, on one database)
-      runs all the tests but those that import no Django and the several-node fault
+      runs all the tests but those that import no Django and the process-level fault
       tests (:data:`ONCE_ONLY`), whatever its database."""
     dropped = [item for item in items if _left_out(config, item)]
     if not dropped:
@@ -112,7 +120,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if not dropped:
         return
     if os.environ.get("HTASK_COMPAT"):
-        why = "that import no Django or run several nodes (the main pass runs them)"
+        why = "that import no Django or test process faults (the main pass runs them)"
     elif pass_vendor() == "mysql":
         why = "that use no database or need PostgreSQL (the SQLite and PostgreSQL passes run them)"
     else:

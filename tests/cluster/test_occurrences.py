@@ -251,3 +251,37 @@ def test_a_node_joining_gives_nothing_to_a_late_node_and_nothing_is_folded(
     )
     assert not not_run, not_run
     assert "occ-b" not in nodes_firing(site, ids, killed_at + timedelta(seconds=1))
+
+
+def two_nodes_firing(site: Site, count: int) -> tuple[list[int], dict[str, Scheduler]]:
+    """``count`` schedules (more if ``occ-b`` would own none) fired by ``occ-a`` and
+    ``occ-b`` (the cluster tests' timings: heartbeats every second, ``NODE_TIMEOUT``
+    6 s), once each node fires its share."""
+    two = Partition("occ-a", ["occ-a", "occ-b"])
+    ids = schedules(site, count)
+    while not any(two.owner(sid) == "occ-b" for sid in ids):
+        ids += schedules(site, 1, offset=len(ids))
+    nodes = {name: site.node("--node-id", name) for name in ("occ-a", "occ-b")}
+    wait_until(
+        lambda: all(holder_of(site, sid) == two.owner(sid) for sid in ids), 30, "both firing"
+    )
+    return ids, nodes
+
+
+def test_each_occurrence_has_one_row_when_a_node_is_paused(site: Site) -> None:
+    """``occ-b`` frozen (SIGSTOP: a VM paused, a swap storm) for 4 s, less than
+    ``NODE_TIMEOUT``: its standby fires its schedules while its heartbeat is late, and
+    once it resumes it fires none of those occurrences again, and goes on."""
+    ids, nodes = two_nodes_firing(site, 6)
+    paused_at = now(site)
+    nodes["occ-b"].process.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: now(site) > paused_at + timedelta(seconds=4), 10, "4 s")
+    finally:
+        nodes["occ-b"].process.send_signal(signal.SIGCONT)
+    resumed = now(site)
+    wait_until(lambda: now(site) > resumed + timedelta(seconds=8), 20, "8 s more")
+    for sid in ids:
+        assert_one_row_per_occurrence(site, sid, resumed + STEP * 2)
+    assert "occ-a" in nodes_firing(site, ids, paused_at + STEP * 2)  # the standby fired
+    assert all(node.process.poll() is None for node in nodes.values())

@@ -21,9 +21,9 @@ from typing import TypeVar
 
 from django.db import connections
 
-import django_htask
 from django_htask import clock as clocks
 from django_htask import notices
+from django_htask._version import __version__
 from django_htask.conf import POOLS, HtaskSettings, get_settings
 from django_htask.engine import Clock
 from django_htask.engine import Scheduler as EngineScheduler
@@ -181,7 +181,7 @@ class Node:
                 self.node_id,
                 socket.gethostname(),
                 os.getpid(),
-                django_htask.__version__,
+                __version__,
                 now,
                 self.serving.schedules,
             )

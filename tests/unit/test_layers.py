@@ -6,6 +6,10 @@ change notices, errors, enums, keys, queues, partition, retry); models; the stor
 node; and on top what users call and the surface (api, decorators, admin, commands,
 backends, checks, operations), the package root among them (it re-exports what users
 call). A module only imports downward.
+
+The node imports no Django at all: it talks to the database through its store only
+(which turns the database's errors into ``StoreUnavailable``), so the in-memory store
+can show it everything a database does, an outage included.
 """
 
 from __future__ import annotations
@@ -170,6 +174,29 @@ def test_the_package_root_is_on_top_so_nothing_below_may_import_it() -> None:
     # (The test above then fails on node/node.py importing the root for __version__.)
     assert _layer(PACKAGE) == len(LAYERS) - 1
     assert GRAPH.get(PACKAGE)  # its imports are walked as any module's
+
+
+def django_imports(module: str) -> Iterator[str]:
+    """The modules of Django ``module`` imports, wherever the import statement is."""
+    path = MODULES[module]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        yield from (name for name in names if name == "django" or name.startswith("django."))
+
+
+def test_the_node_imports_no_django() -> None:
+    node = sorted(m for m in MODULES if m == f"{PACKAGE}.node" or m.startswith(f"{PACKAGE}.node."))
+    assert len(node) > 10
+    assert {m: list(django_imports(m)) for m in node if list(django_imports(m))} == {}
+
+
+def test_the_django_import_finder_finds_them() -> None:  # the test above can fail
+    assert set(django_imports(f"{PACKAGE}.store.database")) >= {"django.db"}
 
 
 def test_what_users_call_never_loads_the_node() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0.dev0"
+from ._version import __version__ as __version__
 
 __all__ = [
     "AbortResult",

@@ -22,6 +22,9 @@ error                       also a                 raised when
 ``NotMigrated``             ``RuntimeError``       the database lacks django_htask's
                                                    migrations
 ``NodeFenced``              ``RuntimeError``       the node was declared dead by the others
+``StoreUnavailable``        ``RuntimeError``       a store's database cannot be reached, or
+                                                   a statement failed for a reason a retry
+                                                   could fix (its cause: the driver's error)
 ``DuplicateKey``            ``ValueError``         ``schedule(key=..., on_conflict="raise")``
                                                    finds a pending task with that key
 ``UnknownDjangoTask``       ``LookupError``        a stored call names a Django task this
@@ -51,6 +54,7 @@ __all__ = [  # noqa: PLE0604
     "NotMigrated",
     "RunInterrupted",
     "StartAborted",
+    "StoreUnavailable",
     "TaskCancelled",
     "UnknownDjangoTask",
 ]
@@ -79,6 +83,22 @@ class NodeFenced(HtaskError, RuntimeError):
             f"node {node_id} was declared dead by the other nodes ({when}): "
             "its work has been handed to them"
         )
+
+
+class StoreUnavailable(HtaskError, RuntimeError):
+    """A store could not do what it was asked: its database cannot be reached, or a
+    statement failed for a reason a retry could fix (a lock, a serialization failure, a
+    connection dropped). The node backs off and tries again.
+
+    The database stores raise it from the driver's or Django's ``DatabaseError``
+    (``__cause__``), with that error's message; :attr:`reason` names both, as the
+    node's log lines show them (``OperationalError: database is locked``)."""
+
+    @property
+    def reason(self) -> str:
+        """What failed: the cause's class and message (this error's own, without one)."""
+        cause = self.__cause__ if self.__cause__ is not None else self
+        return f"{type(cause).__name__}: {cause}"
 
 
 class DuplicateKey(HtaskError, ValueError):

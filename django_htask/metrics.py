@@ -453,7 +453,7 @@ class NodeMetrics:
             ("node", "version"),
             registry=registry,
         )
-        from django_htask import __version__  # noqa: PLC0415
+        from django_htask._version import __version__  # noqa: PLC0415
 
         info.labels(node_id, __version__).set(1)
         self.claims = Counter(

@@ -214,9 +214,9 @@ def run_schedule_inline(row: Schedule, node: str | None = None) -> Run:
     started_at = clock.now()
     started = schedule_run(row, node, RunStatus.RUNNING, started_at, started_at)
     run = Run.objects.create(**started.columns())
-    # refresh_connections=False: this thread's connection is the caller's
+    # No refresh of the connections around the call: this thread's are the caller's
     call = Call.of_run(started, bytes(row.payload))
-    ended = execute(call, clock=clock.get_clock(), refresh_connections=False).columns()
+    ended = execute(call, clock=clock.get_clock()).columns()
     for name in _ENDED:
         setattr(run, name, ended[name])
     run.save(update_fields=_ENDED)

@@ -89,20 +89,17 @@ def main(argv: list[str]) -> int:
 
 
 def _set_up(config: dict[str, Any]) -> None:
-    """Django, on the databases the node uses (a test database, say, by the names the
-    node's connections have now)."""
-    import django  # noqa: PLC0415
+    """Django, on the databases the node uses (the Django side:
+    :mod:`django_htask.store.processes`)."""
+    from django_htask.store.processes import set_up  # noqa: PLC0415
 
-    django.setup()
-    from django.db import connections  # noqa: PLC0415
-
-    for alias, values in config["databases"].items():
-        connections[alias].settings_dict.update(values)
+    set_up(config["databases"])
 
 
 def _serve(data: Connection, state: _State, config: dict[str, Any]) -> int:
     from django_htask.clock import get_clock  # noqa: PLC0415
     from django_htask.engine import RunGuard  # noqa: PLC0415
+    from django_htask.store.processes import refresh  # noqa: PLC0415
 
     from .execution import execute  # noqa: PLC0415
 
@@ -124,7 +121,9 @@ def _serve(data: Connection, state: _State, config: dict[str, Any]) -> int:
             state.guard, state.seq = guard, seq
         if early is not None and early[0] == seq:
             guard.stop(early[1], retryable=early[2])
-        outcome = execute(call, clock=get_clock(), guard=guard, max_result=max_result)
+        outcome = execute(
+            call, clock=get_clock(), refresh=refresh, guard=guard, max_result=max_result
+        )
         with state.lock:
             state.seq = state.guard = None
         done += 1
@@ -181,10 +180,10 @@ def run(argv: list[str]) -> None:
     (a quarter of a second with Django loaded, which the node would wait for when it
     replaces a process); exit handlers run, connections are closed."""
     code = main(argv)
-    if "django.db" in sys.modules:
-        from django.db import connections  # noqa: PLC0415
+    if "django_htask.store.processes" in sys.modules:  # Django was set up
+        from django_htask.store.processes import close  # noqa: PLC0415
 
-        connections.close_all()
+        close()
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

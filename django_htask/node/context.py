@@ -11,7 +11,7 @@ from django_htask.conf import HtaskSettings
 from django_htask.engine import Clock
 from django_htask.engine import Scheduler as EngineScheduler
 from django_htask.retry import RetryPolicy
-from django_htask.store import RunOutcome, Serving, Store
+from django_htask.store import RunOutcome, Serving, Store, ThreadConnections
 
 from .control import ControlThread
 from .running import Running
@@ -68,3 +68,6 @@ class NodeContext:
     results: Results = field(default_factory=Results)
     #: Whether the node stops: nothing new is started.
     stopping: Callable[[], bool] = lambda: False
+    #: What its threads do with the database connections the node cannot see (a
+    #: worker's, around each call; every thread's, as it ends).
+    connections: ThreadConnections = field(default_factory=ThreadConnections)

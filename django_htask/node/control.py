@@ -17,11 +17,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from django.db import DatabaseError
-
 from django_htask.engine import Clock, SchedulerClosed, TimerHandle
 from django_htask.engine import Scheduler as EngineScheduler
-from django_htask.exceptions import NodeFenced, StartAborted
+from django_htask.exceptions import NodeFenced, StartAborted, StoreUnavailable
 from django_htask.retry import Backoff, RetryPolicy
 
 __all__ = ["ControlThread", "DatabaseBackoff", "Once", "database_lost"]
@@ -31,17 +29,19 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def database_lost(exc: BaseException, retry_in: float, close: Callable[[], object]) -> None:
-    """Say the database is away (retrying in ``retry_in`` seconds) and drop this
-    thread's connection (``close``): the next query opens another."""
+def database_lost(exc: StoreUnavailable, retry_in: float, close: Callable[[], object]) -> None:
+    """Say the database is away (retrying in ``retry_in`` seconds), naming the driver's
+    error (the store's error's cause), and drop this thread's connection (``close``):
+    the next query opens another."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
     logger.warning(
         "database unavailable (%s: %s), retrying in %.1fs",
-        type(exc).__name__,
-        exc,
+        type(cause).__name__,
+        cause,
         retry_in,
         extra={"action": "db_unavailable"},
     )
-    with contextlib.suppress(DatabaseError):
+    with contextlib.suppress(StoreUnavailable):
         close()
 
 
@@ -61,13 +61,13 @@ class DatabaseBackoff:
         """The seconds the last failure waits (0 while the database answers)."""
         return self._failures.delay
 
-    def failed(self, exc: BaseException) -> float:
+    def failed(self, exc: StoreUnavailable) -> float:
         """Count a failure; return the seconds to wait before trying again."""
         delay = self._failures.failed()
         self.lost(exc, delay)
         return delay
 
-    def lost(self, exc: BaseException, retry_in: float) -> None:
+    def lost(self, exc: StoreUnavailable, retry_in: float) -> None:
         """Say the database is away and drop this thread's connection."""
         database_lost(exc, retry_in, self._close)
 
@@ -82,7 +82,7 @@ class DatabaseBackoff:
         while True:
             try:
                 return fn()
-            except DatabaseError as exc:
+            except StoreUnavailable as exc:
                 if stopped():
                     raise StartAborted(f"{who}: stopped before it started") from exc
                 delay = self.failed(exc)
@@ -144,7 +144,7 @@ class ControlThread:
             fn()
         except NodeFenced as exc:
             self._on_fenced(exc)
-        except DatabaseError as exc:
+        except StoreUnavailable as exc:
             delay = self.backoff.failed(exc)
             if retry is not None:
                 retry.request(delay)

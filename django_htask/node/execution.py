@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import close_old_connections
-
 from django_htask.engine import (
     CALL_ERRORS,
     CancelToken,
@@ -118,7 +116,7 @@ def execute(
     call: Call,
     *,
     clock: Clock,
-    refresh_connections: bool = True,
+    refresh: Callable[[], object] | None = None,
     guard: RunGuard | None = None,
     max_result: int = DEFAULT_MAX_SIZE,
 ) -> RunOutcome:
@@ -128,9 +126,9 @@ def execute(
     ``KeyboardInterrupt`` included (they end only this run, not the process). The run
     is ``retryable`` (in ``extra``) unless it could not start at all (a function not
     registered, a payload or arguments that do not fit), its ``guard`` was stopped
-    by an abort, or its result could not be stored. With ``refresh_connections`` (a
-    worker's call) the database connections are refreshed before and after, as a
-    request's are.
+    by an abort, or its result could not be stored. ``refresh`` (a worker's call: the
+    node's :class:`~django_htask.store.ThreadConnections`) is called before and after,
+    so that the connections the call uses are refreshed as a request's are.
 
     A task's return value other than None is encoded here, as ``outcome.result``
     (at most ``max_result`` bytes: the ``RESULT_MAX_BYTES`` setting); one that cannot
@@ -138,8 +136,8 @@ def execute(
     schedule's run keeps no result."""
     from django_htask.models import Run  # noqa: PLC0415 - the signals' sender
 
-    if refresh_connections:
-        close_old_connections()
+    if refresh is not None:
+        refresh()
     started_at = clock.now()
     info: dict[str, Any] = {name: getattr(call, name) for name in RUN_FIELDS}
     name, function = call.name, call.function
@@ -183,8 +181,8 @@ def execute(
             level = logging.WARNING if isinstance(exc, Exception) else logging.ERROR
             logger.log(level, "%s failed: %s", name, error, extra={"action": "run_failed"})
     finally:
-        if refresh_connections:
-            close_old_connections()
+        if refresh is not None:
+            refresh()
     if guard is not None and guard.reason is not None and (status != "succeeded" or not entered):
         # Stopped (it raised once asked to, or was asked before it began): the reason.
         status, error, retryable = RunStatus.FAILED, guard.reason, guard.retryable

@@ -17,11 +17,9 @@ import logging
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from django.db import DatabaseError
-
 from django_htask.engine import Timetable
 from django_htask.enums import Overlap, RunStatus
-from django_htask.exceptions import NodeFenced
+from django_htask.exceptions import NodeFenced, StoreUnavailable
 from django_htask.store import RunOutcome, ScheduleRef, ScheduleRow
 
 from .context import NodeContext
@@ -157,7 +155,7 @@ class Firing:
     def _fire_once(self, schedule_id: int, held: _Held | None) -> None:
         try:
             self._claim_and_run(schedule_id, held)
-        except (DatabaseError, NodeFenced):
+        except (StoreUnavailable, NodeFenced):
             raise  # the control thread's to handle: back off, or stop
         except Exception as exc:  # a row written behind the model's back, say
             logger.exception(

@@ -17,11 +17,9 @@ import socket
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, connections
-
 from django_htask.engine import Scheduler as EngineScheduler
 from django_htask.engine import SchedulerClosed
-from django_htask.exceptions import NodeFenced
+from django_htask.exceptions import NodeFenced, StoreUnavailable
 
 from .context import NodeContext
 
@@ -62,7 +60,7 @@ class Liveness:
             1,
             clock=ctx.clock,
             name=f"{ctx.node_id}-heartbeat",
-            on_thread_exit=connections.close_all,
+            on_thread_exit=ctx.connections.close,
         )
 
     def start(self) -> None:
@@ -96,7 +94,7 @@ class Liveness:
             self.fenced = True
             self._on_fenced(exc)
             return
-        except DatabaseError as exc:
+        except StoreUnavailable as exc:
             ctx.control.backoff.lost(exc, s.heartbeat_interval)
         if not ctx.stopping():
             self._on_beat()

@@ -19,18 +19,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
-from django.db import connections
-
-import django_htask
 from django_htask import clock as clocks
 from django_htask import notices
+from django_htask._version import __version__
 from django_htask.conf import POOLS, HtaskSettings, get_settings
 from django_htask.engine import Clock
 from django_htask.engine import Scheduler as EngineScheduler
 from django_htask.exceptions import NodeFenced
 from django_htask.queues import ALL, QueueFilter
 from django_htask.retry import RetryPolicy
-from django_htask.store import Serving, Store, get_store
+from django_htask.store import (
+    DJANGO_CONNECTIONS,
+    Serving,
+    Store,
+    ThreadConnections,
+    get_store,
+)
 
 from .context import NodeContext
 from .control import ControlThread, DatabaseBackoff, Once
@@ -74,7 +78,8 @@ class Node:
 
     ``queues``, ``backend``: what it serves (``runscheduler --queue``, ``--backend``);
     ``max_tasks``: stop after that many one-off tasks; ``batch``: stop once nothing is
-    due and nothing runs."""
+    due and nothing runs. ``connections``: what its threads do with the database
+    connections it cannot see (Django's, by default: a task's own ORM use)."""
 
     def __init__(
         self,
@@ -90,6 +95,7 @@ class Node:
         max_tasks: int | None = None,
         batch: bool = False,
         pool: str | None = None,
+        connections: ThreadConnections = DJANGO_CONNECTIONS,
     ) -> None:
         if max_tasks is not None and not max_tasks > 0:
             raise ValueError(f"max_tasks must be greater than zero, got {max_tasks!r}")
@@ -107,6 +113,7 @@ class Node:
         if self.poll_interval != s.poll_interval:
             self.settings = s = dataclasses.replace(s, poll_interval=self.poll_interval)
         self.store = store or get_store()
+        self.connections = connections
         #: The tasks it runs and the schedules it fires (queues, a django.tasks alias).
         self.serving = Serving(queues, backend)
         self.max_tasks = max_tasks
@@ -181,13 +188,13 @@ class Node:
                 self.node_id,
                 socket.gethostname(),
                 os.getpid(),
-                django_htask.__version__,
+                __version__,
                 now,
                 self.serving.schedules,
             )
         )
         if sync is not None:
-            self._with_retry(sync)
+            self._with_retry(lambda: store.attempt(sync))
         parts = self._parts = self._wire()
         if store.single_host:
             self._with_retry(parts.liveness.declare_gone_predecessors)
@@ -212,7 +219,7 @@ class Node:
     def _wire(self) -> _Parts:
         """Make the threads and the parts."""
         backoff = self._backoff()
-        close = connections.close_all  # each thread closes its connections as it ends
+        close = self.connections.close  # each thread closes its connections as it ends
         control = ControlThread(self.node_id, self.clock, backoff, self._on_fenced, close)
         jobs = EngineScheduler(
             self.workers, clock=self.clock, name=f"{self.node_id}-jobs", on_thread_exit=close
@@ -228,6 +235,7 @@ class Node:
             jobs,
             self.task_retry,
             stopping=lambda: self._stopping or self.fenced is not None,
+            connections=self.connections,
         )
         supervisor = Supervisor(ctx, self._too_many_stuck, self.processes)
         firing = Firing(ctx, supervisor)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import socket
 import subprocess
@@ -39,12 +38,10 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
-from django.db import connections
-
 from django_htask.engine import Clock, RunGuard
 from django_htask.engine.codec import DEFAULT_MAX_SIZE
 from django_htask.store import RunOutcome
+from django_htask.store import processes as django_side
 
 from .execution import RUN_FIELDS, Call, ended_outside
 from .running import Key
@@ -168,7 +165,7 @@ class ProcessPool:
         max_result: int = DEFAULT_MAX_SIZE,
     ) -> None:
         if size < 1:
-            raise ImproperlyConfigured(
+            raise django_side.misconfigured(
                 f"the process pool needs a number of workers >= 1, got {size} (0, a "
                 "thread per job, is for the thread pool only)"
             )
@@ -200,7 +197,7 @@ class ProcessPool:
                 child.kill()
                 child.reap()
             detail = str(exc).strip() or type(exc).__name__
-            raise ImproperlyConfigured(
+            raise django_side.misconfigured(
                 f"the process pool could not start its worker processes: {detail}"
             ) from exc
         with self._lock:
@@ -214,25 +211,10 @@ class ProcessPool:
         )
 
     def _config(self) -> dict[str, Any]:
-        """What a worker process is told at start; ImproperlyConfigured if it could not
-        share the node's settings or databases."""
-        if not os.environ.get("DJANGO_SETTINGS_MODULE"):
-            raise ImproperlyConfigured(
-                "the process pool needs DJANGO_SETTINGS_MODULE in the environment: its "
-                "worker processes set Django up from it (settings.configure() cannot be "
-                "handed to another process)"
-            )
-        databases: dict[str, dict[str, Any]] = {}
-        for alias in connections:
-            connection: Any = connections[alias]
-            if connection.vendor == "sqlite" and connection.is_in_memory_db():
-                raise ImproperlyConfigured(
-                    f"the process pool cannot share the in-memory SQLite database "
-                    f"{alias!r} with its worker processes: use a database file"
-                )
-            databases[alias] = {"NAME": connection.settings_dict["NAME"]}
+        """What a worker process is told at start (ImproperlyConfigured if it could not
+        share the node's settings or databases: :mod:`django_htask.store.processes`)."""
         return {
-            "databases": databases,
+            **django_side.config(),
             "max_tasks": self.max_tasks,
             "max_memory": self.max_memory,
             "max_result": self.max_result,

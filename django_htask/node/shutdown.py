@@ -19,9 +19,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError
-
-from django_htask.exceptions import NodeFenced
+from django_htask.exceptions import NodeFenced, StoreUnavailable
 from django_htask.retry import RetryPolicy
 from django_htask.store import Abandoned
 
@@ -94,7 +92,7 @@ def shut_down(
             store.stop_node(node_id, now)
     except NodeFenced as exc:
         on_fenced(exc)
-    except DatabaseError as exc:
+    except StoreUnavailable as exc:
         logger.error(
             "could not write the last %d runs at shutdown: %s",
             len(outcomes),

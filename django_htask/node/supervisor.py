@@ -125,7 +125,13 @@ class Supervisor:
             else:
                 start_timer()
                 max_result = ctx.settings.result_max_bytes
-                outcome = execute(call, clock=ctx.clock, guard=guard, max_result=max_result)
+                outcome = execute(
+                    call,
+                    clock=ctx.clock,
+                    refresh=ctx.connections.refresh,
+                    guard=guard,
+                    max_result=max_result,
+                )
         finally:
             for timer in timers:
                 if timer is not None:

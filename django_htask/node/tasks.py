@@ -14,9 +14,8 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
-from django.db import DatabaseError
-
 from django_htask.engine import TimerHandle
+from django_htask.exceptions import StoreUnavailable
 from django_htask.store import RunOutcome, StartedTask
 
 from .context import NodeContext
@@ -121,7 +120,7 @@ class TaskDispatch:
             into += ctx.store.start_tasks(
                 ctx.node_id, now, free, lease_until, finished=finished, serving=ctx.serving
             )
-        except DatabaseError:
+        except StoreUnavailable:
             ctx.results.put_back(finished)
             raise
 

@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections
+from django.db import close_old_connections, connections
 
 from . import base
 from .base import *  # noqa: F403 - the store's interface and values
 
-__all__ = [*base.__all__, "get_store", "install", "notify_nodes"]  # noqa: PLE0604
+__all__ = [  # noqa: PLE0604
+    *base.__all__,
+    "DJANGO_CONNECTIONS",
+    "get_store",
+    "install",
+    "notify_nodes",
+]
+
+#: What a node's threads do with Django's connections (a node's default,
+#: :class:`~django_htask.store.base.ThreadConnections`): those a task's call left
+#: unusable or too old are dropped before and after it, as around a request; a thread
+#: closes all of its own as it ends.
+DJANGO_CONNECTIONS = base.ThreadConnections(
+    refresh=close_old_connections, close=connections.close_all
+)
 
 
 def get_store(using: str = "default") -> base.Store:

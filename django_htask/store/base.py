@@ -15,6 +15,13 @@ transaction ends). A node declared dead gets :class:`~django_htask.exceptions.No
 and its write is not made: a late write from a node the others gave up on can never
 overwrite what they recorded. A node's id is new at each start, so it is the
 generation of its claims.
+
+Failures: a method whose database cannot be reached, or whose statement failed for a
+reason a retry could fix, raises :class:`~django_htask.exceptions.StoreUnavailable`
+(the database stores turn the driver's errors into it in one place,
+:func:`~django_htask.store.database.unavailable`), so that the node, which imports no
+Django, backs off on that one error, and :class:`~django_htask.store.memory.InMemoryStore`
+can show it an outage (:meth:`~django_htask.store.memory.InMemoryStore.outage`).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from django_htask.enums import RunStatus
 from django_htask.queues import ALL, DEFAULT_QUEUE, QueueFilter
@@ -43,7 +50,10 @@ __all__ = [
     "Serving",
     "StartedTask",
     "Store",
+    "ThreadConnections",
 ]
+
+T = TypeVar("T")
 
 
 class Listening(Protocol):
@@ -69,6 +79,23 @@ class Serving:
 
 
 SERVE_ALL = Serving()
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadConnections:
+    """What a node's threads do with the process's database connections, which the node
+    cannot see (it imports no Django): ``refresh`` before and after each call a worker
+    makes (the task's own database use: Django's ``close_old_connections``, as around a
+    request), ``close`` as each of the node's threads ends (every connection it
+    opened). The Django layer's: :data:`django_htask.store.DJANGO_CONNECTIONS`, a node's
+    default; the default here does nothing (a node with no database at all)."""
+
+    refresh: Callable[[], object] = _nothing
+    close: Callable[[], object] = _nothing
 
 
 @dataclass(slots=True)
@@ -376,6 +403,12 @@ class Store(abc.ABC):
     def refresh(self) -> None:
         """Drop this thread's connection if it is unusable or too old."""
 
+    def attempt(self, fn: Callable[[], T]) -> T:
+        """Call ``fn``, code of the layer above that works on this store's database (the
+        code-defined schedules' sync, at a node's start), with this store's errors: a
+        failure a retry could fix raises StoreUnavailable, as this store's methods do."""
+        return fn()
+
     # -- nodes -----------------------------------------------------------------------
     def register_node(
         self,
@@ -554,3 +587,9 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def prune_runs(self, days: int) -> int:
         """Delete finished runs older than ``days`` days; return how many."""
+
+
+#: The public methods of the interface: those that raise StoreUnavailable.
+INTERFACE = frozenset(
+    name for name, value in vars(Store).items() if callable(value) and not name.startswith("_")
+)

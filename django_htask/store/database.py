@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -9,9 +10,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
-from django.db import IntegrityError, NotSupportedError, connections, transaction
+from django.db import DatabaseError, IntegrityError, NotSupportedError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import (
     Case,
@@ -29,7 +30,7 @@ from django.db.models import (
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from django_htask.exceptions import DuplicateKey, NodeFenced, NotMigrated
+from django_htask.exceptions import DuplicateKey, NodeFenced, NotMigrated, StoreUnavailable
 from django_htask.keys import OnConflict, resolve_keys, superseded_reason
 from django_htask.models import (
     KEY_INDEX,
@@ -47,7 +48,7 @@ from django_htask.queues import QueueFilter
 from django_htask.retry import RETRY_COLUMNS, RetryPolicy
 
 from . import base
-from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store
+from .base import INTERFACE, RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store
 
 __all__ = [
     "DatabaseStore",
@@ -57,6 +58,7 @@ __all__ = [
     "not_migrated",
     "put_back",
     "supersede",
+    "unavailable",
 ]
 
 _ROW_FIELDS = (
@@ -292,10 +294,43 @@ def _key_clash(exc: IntegrityError) -> bool:
     return KEY_INDEX in text or f"{Task._meta.db_table}.key" in text
 
 
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def unavailable(method: Method) -> Method:
+    """``method``, whose database errors (the driver's, or Django's ``DatabaseError``,
+    ``IntegrityError`` included: a key clash the store could not settle is retried)
+    become :class:`~django_htask.exceptions.StoreUnavailable`, the original its
+    ``__cause__`` and its message the same. The one place a database store's errors
+    are translated: every public method of the interface
+    (:data:`~django_htask.store.base.INTERFACE`) goes through it (a ``try`` around the
+    call, nothing more on the hot path); :class:`NodeFenced` and
+    :class:`NotMigrated` are no database errors and pass as they are."""
+
+    @functools.wraps(method)
+    def translated(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except DatabaseError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    return translated  # type: ignore[return-value]
+
+
+def _translate(cls: type[Store], names: Iterable[str]) -> None:
+    for name in names:
+        setattr(cls, name, unavailable(getattr(cls, name)))
+
+
 class DatabaseStore(Store):
-    """The ORM store over the database alias ``using``."""
+    """The ORM store over the database alias ``using``. Its public methods, and those
+    a subclass defines, raise StoreUnavailable for a database error (:func:`unavailable`)."""
 
     vendor = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _translate(cls, INTERFACE & vars(cls).keys())
 
     def __init__(self, using: str = "default") -> None:
         self.using = using
@@ -925,6 +960,9 @@ class DatabaseStore(Store):
 
     def prune_runs(self, days: int) -> int:
         return prune_runs(days, using=self.using)
+
+
+_translate(DatabaseStore, INTERFACE)  # its own methods and those it inherits
 
 
 #: The fields of a task :func:`insert_tasks` sets row by row, in the order of its rows

@@ -8,23 +8,28 @@ The same contract tests run on it and on SQLite and PostgreSQL
 (``tests/contract/``). Several nodes may share one (it supports several nodes, and
 notifies its listeners as PostgreSQL does).
 
-It is for tests, the node's own and users': see :mod:`django_htask.testing`.
+It is for tests, the node's own and users': see :mod:`django_htask.testing`. An outage
+of the database is :meth:`InMemoryStore.outage`: every method of the interface raises
+:class:`~django_htask.exceptions.StoreUnavailable` until it ends, as a database store's
+do when its database is away.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django_htask.engine import Clock, SystemClock, encode_call, parse_schedule
 from django_htask.enums import RunStatus, TaskStatus
-from django_htask.exceptions import DuplicateKey, NodeFenced
+from django_htask.exceptions import DuplicateKey, NodeFenced, StoreUnavailable
 from django_htask.keys import OnConflict, check_key, superseded_reason
 from django_htask.queues import DEFAULT_QUEUE, QueueFilter
 from django_htask.retry import RetryPolicy
@@ -140,6 +145,23 @@ class InMemoryStore(Store):
         self._ids = itertools.count(1)
         self._versions = itertools.count(1)
         self._listeners: set[_Listener] = set()
+        #: Why the database is away, during an :meth:`outage` (None otherwise).
+        self.away: str | None = None
+
+    @contextmanager
+    def outage(self, reason: str = "connection refused") -> Iterator[None]:
+        """The database away for the block: every method of the store interface raises
+        :class:`~django_htask.exceptions.StoreUnavailable` (its cause a
+        ``ConnectionError(reason)``), but for :meth:`close` and :meth:`refresh` (a
+        connection dropped needs no database). The helpers for tests
+        (:meth:`add_task`, :meth:`runs_of` ...) go on working: they are the outside."""
+        if self.away is not None:
+            raise RuntimeError(f"the store is in an outage already ({self.away})")
+        self.away = reason
+        try:
+            yield
+        finally:
+            self.away = None
 
     # -- helpers for tests: rows as another process would write them ------------------
     def add_schedule(
@@ -738,3 +760,22 @@ class InMemoryStore(Store):
             for i in old:
                 del self.runs[i]
             return len(old)
+
+
+#: What an outage leaves working (:meth:`InMemoryStore.outage`).
+_LOCAL = frozenset({"close", "refresh"})
+
+
+def _away_check(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def checked(store: InMemoryStore, *args: Any, **kwargs: Any) -> Any:
+        reason = store.away
+        if reason is not None:
+            raise StoreUnavailable(reason) from ConnectionError(reason)
+        return method(store, *args, **kwargs)
+
+    return checked
+
+
+for _name in base.INTERFACE - _LOCAL:
+    setattr(InMemoryStore, _name, _away_check(getattr(InMemoryStore, _name)))

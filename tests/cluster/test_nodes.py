@@ -14,6 +14,7 @@ from django.db import OperationalError
 from django_htask.engine import FakeClock
 from django_htask.models import Node, Run, RunStatus, Schedule
 from django_htask.partition import Partition
+from django_htask.store.database import unavailable
 from tests.integration.testapp import tasks
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -131,7 +132,7 @@ def test_a_rebalance_that_could_not_read_the_schedules_reads_them_later(
             raise OperationalError("the database system is shutting down")
         return load()
 
-    monkeypatch.setattr(a.store, "load_schedules", load_or_fail_once)
+    monkeypatch.setattr(a.store, "load_schedules", unavailable(load_or_fail_once))
     fake_clock.advance(60)  # node-dead is dead: the rebalance's read fails, then succeeds
     assert failed
     assert held(a) == [set(ids)]

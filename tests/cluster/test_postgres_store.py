@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from django_htask.exceptions import NodeFenced
+from django_htask.exceptions import NodeFenced, StoreUnavailable
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.retry import RetryPolicy
 from django_htask.store import RunOutcome, get_store
@@ -503,8 +503,9 @@ def test_a_connection_lost_as_a_transaction_begins_does_not_wedge_the_thread(
                 ).fetchall()
             )
         )
-        with pytest.raises(DatabaseError):
+        with pytest.raises(StoreUnavailable) as raised:
             store.heartbeat("n1", NOW, NOW)  # fails on its first statement
+        assert isinstance(raised.value.__cause__, DatabaseError)
         assert not store.connection.in_atomic_block
         store.close()  # what a node does when the database is away
         later = NOW + timedelta(seconds=1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 
 from django_htask.engine import FakeClock
 from django_htask.enums import RunStatus, TaskStatus
-from django_htask.exceptions import NodeFenced
+from django_htask.exceptions import NodeFenced, NotMigrated, StoreUnavailable
 from django_htask.queues import QueueFilter
 from django_htask.retry import RetryPolicy
 from django_htask.store import Abandoned, RunOutcome, ScheduleRow, Serving, Store, get_store
@@ -108,6 +109,25 @@ class Kit:
     def register(self, *node_ids: str, at: datetime = NOW) -> None:
         for n, node_id in enumerate(node_ids):
             self.store.register_node(node_id, "host", n + 1, "0", at)
+
+    @contextmanager
+    def outage(self) -> Iterator[type[Exception]]:
+        """The database away (every statement refused) for the block; yields the class
+        of the driver's error the store is to turn into StoreUnavailable."""
+        if self.memory is not None:
+            with self.memory.outage("connection refused"):
+                yield ConnectionError
+            return
+        from django.db import OperationalError, connection
+
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            raise OperationalError("connection refused")
+
+        connection.cursor = refused  # type: ignore[method-assign]
+        try:
+            yield OperationalError
+        finally:
+            del connection.cursor
 
 
 def retry_record(fields: dict[str, Any], columns: tuple[str, ...]) -> dict[str, Any]:
@@ -432,6 +452,50 @@ def test_a_task_aborted_on_a_node_that_died_is_not_retried(kit: Kit) -> None:
     kit.store.reap("n2", later, later - timedelta(seconds=60), RETRY)
     assert kit.task(aborted).status == TaskStatus.FAILED  # its abort stands
     assert kit.task(other).status == TaskStatus.PENDING  # retried by its policy
+
+
+# -- failures ------------------------------------------------------------------------------
+def test_a_database_away_raises_store_unavailable_with_the_drivers_error(kit: Kit) -> None:
+    kit.register("n1")
+    kit.add_tasks(1)
+    calls = {
+        "heartbeat": lambda: kit.store.heartbeat("n1", NOW, LEASE),
+        "start_tasks": lambda: kit.store.start_tasks("n1", NOW, 5, LEASE),
+        "load_schedules": kit.store.load_schedules,
+        "count_pending_tasks": kit.store.count_pending_tasks,
+    }
+    with kit.outage() as driver_error:
+        for name, call in calls.items():
+            with pytest.raises(StoreUnavailable, match=r"^connection refused$") as raised:
+                call()
+            assert type(raised.value.__cause__) is driver_error, name
+            assert raised.value.reason == f"{driver_error.__name__}: connection refused"
+        kit.store.close()  # what the node does next: dropping a connection never fails
+    kit.store.refresh()
+    assert kit.store.count_pending_tasks() == 1  # back: nothing was written meanwhile
+    assert [t.id for t in kit.store.start_tasks("n1", NOW, 5, LEASE)] != []
+
+
+def test_attempt_gives_code_of_the_layer_above_the_stores_errors(kit: Kit) -> None:
+    """What a node runs for its caller on the store's database (the code-defined
+    schedules' sync) fails as the store does; the store's other errors pass as they are."""
+    from django.db import OperationalError
+
+    def fails(error: Exception) -> Any:
+        def call() -> None:
+            raise error
+
+        return call
+
+    assert kit.store.attempt(lambda: 42) == 42
+    if kit.memory is None:  # a driver's error is a database store's to turn
+        with pytest.raises(StoreUnavailable, match=r"^database is locked$") as raised:
+            kit.store.attempt(fails(OperationalError("database is locked")))
+        assert isinstance(raised.value.__cause__, OperationalError)
+    for error in (NotMigrated("run migrate"), NodeFenced("n1", None), ValueError("bad")):
+        with pytest.raises(type(error)) as passed:
+            kit.store.attempt(fails(error))
+        assert passed.value is error
 
 
 # -- fencing and reaping -------------------------------------------------------------------

@@ -21,6 +21,7 @@ from django_htask.node import Node as Node_
 from django_htask.retry import RetryPolicy
 from django_htask.signals import run_finished, run_started
 from django_htask.store import get_store
+from django_htask.store.database import unavailable
 from tests.integration.testapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -472,7 +473,8 @@ def test_a_lost_database_is_retried_and_logged(
             raise failures.pop()
         return real(*args, **kwargs)
 
-    node.store.task_outlook = flaky  # type: ignore[method-assign]
+    # The driver's error, through the store's one translation (StoreUnavailable).
+    node.store.task_outlook = unavailable(flaky)  # type: ignore[method-assign]
     schedule(tasks.add, 4, delay=2)
     with caplog.at_level(logging.WARNING, logger="django_htask"):
         fake_clock.advance(1)  # the wake-up and the first poll fail
@@ -480,6 +482,10 @@ def test_a_lost_database_is_retried_and_logged(
     assert calls["add"] == [4]
     actions = [getattr(r, "action", None) for r in caplog.records]
     assert actions.count("db_unavailable") == 2
+    lost = [
+        r.getMessage() for r in caplog.records if getattr(r, "action", None) == "db_unavailable"
+    ]
+    assert lost[0].startswith("database unavailable (OperationalError: database is locked), ")
     assert "db_back" not in actions or actions.index("db_back") > 0
 
 
@@ -520,13 +526,13 @@ def test_a_stop_request_ends_a_start_waiting_for_the_database(
     node = Node_(node_id="never-started", clock=fake_clock)
     attempts: list[int] = []
 
-    def unavailable() -> None:
+    def away() -> None:
         attempts.append(1)
         if len(attempts) == 3:
             node.request_stop()
         raise OperationalError("unable to open database file")
 
-    node.store.install = unavailable  # type: ignore[method-assign]
+    node.store.install = unavailable(away)  # type: ignore[method-assign]
     with pytest.raises(StartAborted, match="never-started"):
         node.start()
     assert len(attempts) == 3

@@ -19,7 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-import django_htask
+from django_htask._version import __version__
 from django_htask.apps import HTASK_BACKEND, is_htask_backend
 from django_htask.conf import POOLS, HtaskSettings, get_settings
 from django_htask.decorators import sync_schedules
@@ -337,7 +337,7 @@ class Command(BaseCommand):
             if on
         )
         return (
-            f"django-htask {django_htask.__version__} scheduler\n"
+            f"django-htask {__version__} scheduler\n"
             f"  node:      {node.node_id}\n"
             f"  database:  {node.store.describe()}\n"
             + (f"  nodes:     {node.store.nodes_note}\n" if node.store.nodes_note else "")

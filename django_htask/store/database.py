@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
@@ -32,6 +35,7 @@ from django.utils import timezone
 from django_htask.exceptions import DuplicateKey, NodeFenced, NotMigrated
 from django_htask.keys import OnConflict, resolve_keys, superseded_reason
 from django_htask.models import (
+    GATED_PREDICATE,
     KEY_INDEX,
     KEY_PREDICATE,
     Node,
@@ -47,7 +51,7 @@ from django_htask.queues import QueueFilter
 from django_htask.retry import RETRY_COLUMNS, RetryPolicy
 
 from . import base
-from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store
+from .base import Gated, RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store, pick_gated
 
 __all__ = [
     "DatabaseStore",
@@ -95,6 +99,8 @@ _STARTED_FIELDS = (
 )
 #: SQLite allows 999 host parameters in old builds: chunk ``IN (...)`` lists.
 _CHUNK = 500
+#: Candidates with a lock or a limit a claim reads per statement.
+_GATED_PAGE = 100
 _NODE = Node._meta.db_table
 _TASK = Task._meta.db_table
 #: The error of a schedule run whose node died while it ran.
@@ -728,7 +734,11 @@ class DatabaseStore(Store):
         self, now: datetime, serving: base.Serving = base.SERVE_ALL
     ) -> tuple[bool, datetime | None]:
         tasks = Task.objects.using(self.using).filter(_served(serving))
-        due = tasks.filter(self._claimable(now)).exists()
+        plain = Q(lock__isnull=True, max_running__isnull=True)
+        due = tasks.filter(self._claimable(now), plain).exists()
+        if not due:
+            with self.connection.cursor() as cursor:
+                due = bool(self._choose_gated(cursor, now, serving, 1))
         first: datetime | None = tasks.filter(status=TaskStatus.PENDING, run_at__gt=now).aggregate(
             m=Min("run_at")
         )["m"]
@@ -742,9 +752,112 @@ class DatabaseStore(Store):
     def _start_tasks(self, c: base.Claim) -> list[StartedTask]:
         with self._fenced(c.node_id, claim=True):
             late = self._record_in(c.node_id, c.finished)
-            started = self._start_in(c) if c.limit > 0 else []
+            if any(o.gated for o in c.finished):
+                self._gate_released()
+            started = self._start_gated(c) if c.limit > 0 else []
+            if c.limit > len(started):
+                started += self._start_in(c._replace(limit=c.limit - len(started)))
         self._record_late(late)
         return started
+
+    # -- locks and limits (docs/howto-exactly-one.md) ---------------------------------
+    #: A hint after the table name of the gated candidates' query (SQLite: their
+    #: partial index, which it would not choose itself).
+    _gated_indexed_by = ""
+
+    def _gate_released(self) -> None:
+        """A task with a lock or a limit ended in this transaction: tell the other
+        nodes (nothing here: they poll)."""
+
+    def _lock_gates(self, keys: list[str]) -> bool:
+        """Serialise the claims of these locks and functions (``lock:…``,
+        ``function:…``) until the transaction ends; return whether the holders must be
+        counted again. Nothing here: the claim's transaction is the only writer."""
+        return False
+
+    def _holders(self, cursor: Any, now: datetime) -> tuple[set[str], Counter[str]]:
+        """The locks of the tasks running with an unexpired lease, and how many such
+        tasks each function has (a few rows: the tasks running on every node)."""
+        adapt = self.connection.ops.adapt_datetimefield_value
+        cursor.execute(
+            f'SELECT "lock", function FROM {_TASK} WHERE status = %s AND lease_expires_at >= %s',
+            [TaskStatus.RUNNING, adapt(now)],
+        )
+        held: set[str] = set()
+        running: Counter[str] = Counter()
+        for lock, function in cursor.fetchall():
+            running[function] += 1
+            if lock is not None:
+                held.add(lock)
+        return held, running
+
+    def _choose_gated(
+        self, cursor: Any, now: datetime, serving: base.Serving, limit: int
+    ) -> list[Gated]:
+        """The due tasks with a lock or a limit a claim of ``limit`` would start now
+        (:func:`~django_htask.store.base.pick_gated`), read through their partial index
+        page by page; one short read when there are none."""
+        adapt = self.connection.ops.adapt_datetimefield_value
+        served, served_params = served_sql(serving)
+        due = (
+            f'SELECT id, "lock", function, max_running FROM {_TASK}{self._gated_indexed_by}'
+            f" WHERE {GATED_PREDICATE}"
+            f" AND run_at <= %s AND (locked_by IS NULL OR lease_expires_at < %s){served}"
+        )
+        params = [adapt(now), adapt(now), *served_params]
+        cursor.execute(f"{due} LIMIT 1", params)
+        if cursor.fetchone() is None:
+            return []
+        held, running = self._holders(cursor, now)
+        skip = ""
+        if 0 < len(held) <= _CHUNK:  # else the walk below skips them
+            skip = f' AND "lock" NOT IN ({", ".join(["%s"] * len(held))})'
+            params += sorted(held)
+        picked: list[Gated] = []
+        for offset in itertools.count(0, _GATED_PAGE):
+            cursor.execute(
+                f"{due}{skip} ORDER BY priority DESC, run_at, id LIMIT %s OFFSET %s",
+                [*params, _GATED_PAGE, offset],
+            )
+            page = [Gated(*row) for row in cursor.fetchall()]
+            picked += pick_gated(page, held, running, limit - len(picked))
+            if len(picked) >= limit or len(page) < _GATED_PAGE:
+                break
+        return picked
+
+    def _start_gated(self, c: base.Claim) -> list[StartedTask]:
+        """Claim and start the due tasks with a lock or a limit that may start now, in
+        the caller's transaction: chosen, then (where several nodes claim at once) their
+        locks and functions locked in one order and the holders counted again, so that
+        two claims never both start a task of one lock or overfill a function."""
+        now, limit, serving = c.now, c.limit, c.serving
+        with self.connection.cursor() as cursor:
+            chosen = self._choose_gated(cursor, now, serving, limit)
+            if not chosen:
+                return []
+            keys = {f"lock:{g.lock}" for g in chosen if g.lock is not None}
+            keys |= {f"function:{g.function}" for g in chosen if g.max_running is not None}
+            if self._lock_gates(sorted(keys)):
+                held, running = self._holders(cursor, now)
+                chosen = pick_gated(chosen, held, running, limit)
+        started = self._mark_started(c, [g.id for g in chosen], self._claimable(now))
+        return [dataclasses.replace(task, gated=True) for task in started]
+
+    def _mark_started(self, c: base.Claim, ids: list[int], claimable: Q) -> list[StartedTask]:
+        """Start the tasks ``ids`` still ``claimable`` as claim ``c``'s (in the caller's
+        transaction), and return them."""
+        tasks = Task.objects.using(self.using)
+        tasks.filter(claimable, id__in=ids).update(
+            status=TaskStatus.RUNNING,
+            attempts=F("attempts") + 1,
+            started_at=c.now,
+            locked_by=c.node_id,
+            lease_expires_at=c.lease_until,
+        )
+        rows = tasks.filter(id__in=ids, locked_by=c.node_id, status=TaskStatus.RUNNING).values_list(
+            *_STARTED_FIELDS
+        )
+        return [started_task(row) for row in rows]
 
     def _start_returning(
         self,
@@ -753,10 +866,10 @@ class DatabaseStore(Store):
         adapt: Callable[[Any], Any] = lambda v: v,
         indexed_by: str = "",
     ) -> list[StartedTask]:
-        """Claim and start due tasks in one ``UPDATE … RETURNING`` statement (in the
-        caller's transaction); ``lock``: how the candidate rows are locked, ``adapt``:
-        the database's adapter of timestamps, ``indexed_by``: a hint after the table
-        name of the candidates' query."""
+        """Claim and start due tasks without a lock or a limit in one ``UPDATE …
+        RETURNING`` statement (in the caller's transaction); ``lock``: how the candidate
+        rows are locked, ``adapt``: the database's adapter of timestamps,
+        ``indexed_by``: a hint after the table name of the candidates' query."""
         node_id, now, limit, lease_until, _finished, serving = c
         served, served_params = served_sql(serving)
         with self.connection.cursor() as cursor:
@@ -764,7 +877,8 @@ class DatabaseStore(Store):
                 f"UPDATE {_TASK} SET status = %s, attempts = attempts + 1, started_at = %s,"
                 " locked_by = %s, lease_expires_at = %s WHERE id IN ("
                 f" SELECT id FROM {_TASK}{indexed_by} WHERE status = %s AND run_at <= %s"
-                f"  AND (locked_by IS NULL OR lease_expires_at < %s){served}"
+                f"  AND (locked_by IS NULL OR lease_expires_at < %s)"
+                f'  AND "lock" IS NULL AND max_running IS NULL{served}'
                 f"  ORDER BY priority DESC, run_at, id LIMIT %s{lock}"
                 f") RETURNING {', '.join(_STARTED_FIELDS)}",
                 [
@@ -783,28 +897,18 @@ class DatabaseStore(Store):
         return [started_task(row, _as_datetime) for row in rows]
 
     def _start_in(self, c: base.Claim) -> list[StartedTask]:
-        """Claim and start due tasks, in the caller's transaction."""
-        node_id, now, limit, lease_until, _finished, serving = c
+        """Claim and start due tasks without a lock or a limit, in the caller's
+        transaction."""
+        now, limit, serving = c.now, c.limit, c.serving
         tasks = Task.objects.using(self.using)
-        claimable = self._claimable(now) & _served(serving)
+        plain = Q(lock__isnull=True, max_running__isnull=True)
+        claimable = self._claimable(now) & _served(serving) & plain
         ids = list(
             tasks.filter(claimable)
             .order_by("-priority", "run_at", "id")
             .values_list("id", flat=True)[:limit]
         )
-        if not ids:
-            return []
-        tasks.filter(claimable, id__in=ids).update(
-            status=TaskStatus.RUNNING,
-            attempts=F("attempts") + 1,
-            started_at=now,
-            locked_by=node_id,
-            lease_expires_at=lease_until,
-        )
-        rows = tasks.filter(id__in=ids, locked_by=node_id, status=TaskStatus.RUNNING).values_list(
-            *_STARTED_FIELDS
-        )
-        return [started_task(row) for row in rows]
+        return self._mark_started(c, ids, claimable) if ids else []
 
     def aborts(self, node_id: str) -> list[tuple[str, int]]:
         # Both read through their small partial index (abort_requested_at IS NOT NULL).
@@ -823,6 +927,8 @@ class DatabaseStore(Store):
             return
         with self._fenced(node_id):
             late = self._record_in(node_id, outcomes)
+            if any(o.gated for o in outcomes):
+                self._gate_released()
         self._record_late(late)
 
     def _record_in(
@@ -922,14 +1028,18 @@ class DatabaseStore(Store):
 
 #: The fields of a task :func:`insert_tasks` sets row by row, in the order of its rows
 #: (with ``key`` last when any call has one).
-_VARYING = ("token", "function", "payload", "timeout")
+_VARYING = ("token", "function", "payload", "timeout", "lock", "max_running")
 _KEYED = (*_VARYING, "key")
+#: Where a keyed row holds its key.
+_KEY_AT = len(_VARYING)
 #: Their types in :func:`_insert_unnest`'s arrays.
 _ARRAY_TYPES = {
     "token": "varchar[]",
     "function": "varchar[]",
     "payload": "bytea[]",
     "timeout": "float8[]",
+    "lock": "varchar[]",
+    "max_running": "integer[]",
     "key": "varchar[]",
 }
 #: What ``on_conflict="replace"`` moves to the new call (attempts start again from 0).
@@ -941,6 +1051,8 @@ _REPLACED = (
     "timeout",
     "queue_name",
     "priority",
+    "lock",
+    "max_running",
     *RETRY_COLUMNS,
 )
 
@@ -974,15 +1086,21 @@ def started_task(
     return StartedTask(i, t, f, bytes(p), as_datetime(r), a, m, pr, to, columns)
 
 
+#: A call as :func:`insert_tasks` stores it: ``(function, payload, timeout, lock,
+#: max_running)``.
+TaskCall = tuple[str, bytes, float | None, str | None, int | None]
+
+
 def insert_tasks(
     using: str,
-    calls: list[tuple[str, bytes, float | None]],
+    calls: list[TaskCall],
     common: dict[str, Any],
     batch_size: int,
     keys: list[str | None] | None = None,
     on_conflict: OnConflict = OnConflict.IGNORE,
 ) -> Inserted:
-    """Insert a new pending task for each ``(function, payload, timeout)`` of ``calls``,
+    """Insert a new pending task for each ``(function, payload, timeout, lock,
+    max_running)`` of ``calls``,
     with the field values of ``common`` (``run_at``, ``max_attempts``, ``queue_name``)
     and every other field's default, ``batch_size`` rows a statement at most (fewer
     where the database takes fewer parameters); return them, saved, in order.
@@ -1008,12 +1126,12 @@ def insert_tasks(
         return _insert_keyed(connection, fields, values, calls, keys, on_conflict, batch_size)
     if not connection.features.can_return_rows_from_bulk_insert:
         tasks = [
-            Task(**{**values, "token": new_token(), "function": f, "payload": p, "timeout": t})
-            for f, p, t in calls
+            Task(**{**values, **dict(zip(_VARYING, (new_token(), *call), strict=True))})
+            for call in calls
         ]
         Task.objects.using(using).bulk_create(tasks, batch_size=batch_size)
         return Inserted(tasks, frozenset())
-    rows = [(new_token(), function, payload, timeout) for function, payload, timeout in calls]
+    rows = [(new_token(), *call) for call in calls]
     returned = _insert_rows(connection, fields, values, rows, _VARYING, batch_size)
     ids = {token: pk for pk, token, *_key in returned}
     order = [f.attname for f in Task._meta.concrete_fields]
@@ -1027,7 +1145,7 @@ def _task_of(
     """The Task just inserted from ``values`` and ``row`` (its varying fields, in the
     order of ``_KEYED``); ``order``: the attribute names of Task's fields."""
     row_values = {**values, "id": pk}
-    row_values.update(zip(_KEYED, row, strict=False))  # without a key: the first four
+    row_values.update(zip(_KEYED, row, strict=False))  # without a key: all but the key
     return Task.from_db(using, order, [row_values[name] for name in order])
 
 
@@ -1102,7 +1220,7 @@ def _insert_keyed(
     connection: BaseDatabaseWrapper,
     fields: list[Any],
     values: dict[str, Any],
-    calls: list[tuple[str, bytes, float | None]],
+    calls: list[TaskCall],
     keys: list[str | None],
     on_conflict: OnConflict,
     batch_size: int,
@@ -1135,8 +1253,8 @@ def _insert_keyed(
     inserted = {token: pk for pk, token, _key in returned if token in mine}
     order = [f.attname for f in Task._meta.concrete_fields]
     task_at = {
-        j: found[pending[row[4]][0]]
-        if row[4] in pending
+        j: found[pending[row[_KEY_AT]][0]]
+        if row[_KEY_AT] in pending
         else _task_of(using, values, order, row, inserted[row[0]])
         for j, row in rows.items()
     }

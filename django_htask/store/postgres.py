@@ -26,6 +26,14 @@ Claims
     same statement: ``UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)``,
     so nodes claiming at once take disjoint batches without waiting. An occurrence is
     claimed by the compare-and-set of the generic store.
+Locks and limits
+    A claim weighs the due tasks with a lock or a limit first (``store/base.py``'s
+    ``pick_gated``), then takes a transaction-level advisory lock for each lock and
+    function it would start, in one order (so two claims never deadlock), and counts
+    the running holders again: READ COMMITTED shows it what a claim that held one of
+    those advisory locks committed, so two claims never both start a task of one lock
+    nor overfill a function. Writing the end of such a task notifies the others
+    (``task``), its bookkeeping being quiet otherwise.
 Reaping
     Any live node reaps, one at a time (a transaction-level advisory lock): nodes whose
     heartbeat is older than ``NODE_TIMEOUT`` are marked stopped (declared dead), what
@@ -123,6 +131,14 @@ _RUN_INSERT = (
 )
 #: What firing reads of a schedule (the fields of ``ScheduleRow``).
 _ROW_SQL = ", ".join(_ROW_FIELDS)
+
+
+def gate_key(key: str) -> int:
+    """The advisory lock key of a lock or function (``lock:…``, ``function:…``): 64
+    bits of its BLAKE2b hash, signed as PostgreSQL's ``bigint``. A collision only makes
+    two gates wait for each other."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8, person=b"htask-gate").digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def _run_rows(
@@ -364,6 +380,21 @@ class PostgresStore(DatabaseStore):
 
     def _cursor(self) -> CursorWrapper:
         return self.connection.cursor()
+
+    def _gate_released(self) -> None:
+        """The end of a task with a lock or a limit was written: wake the other nodes
+        (the claim's transaction is quiet), at commit."""
+        self.notify("task")
+
+    def _lock_gates(self, keys: list[str]) -> bool:
+        """Take a transaction-level advisory lock for each of ``keys``, in the order of
+        their 64-bit hashes (every claim takes them in that order: no deadlock)."""
+        hashes = sorted({gate_key(key) for key in keys})
+        with self._cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k", [hashes]
+            )
+        return True
 
     def notify(self, payload: str) -> None:
         """Tell every listening node that ``payload`` (``task``, ``schedule``,

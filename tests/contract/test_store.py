@@ -763,7 +763,7 @@ def test_a_reaped_holder_releases_its_lock(kit: Kit) -> None:
 
 def test_the_end_of_a_gated_task_is_told_to_the_other_nodes(kit: Kit) -> None:
     if kit.memory is None:
-        pytest.skip("PostgreSQL's notifications: tests/cluster/test_locks.py")
+        pytest.skip("PostgreSQL notifies: tests/cluster/test_postgres_store.py")
     heard: list[str] = []
     kit.store.listen(heard.append, lambda: None, retry=1, retry_max=1, name="t")
     kit.register("n1")

@@ -374,10 +374,14 @@ class DatabaseStore(Store):
     def _atomic(self) -> AbstractContextManager[Any]:
         return transaction.atomic(using=self.using)
 
-    def _fenced(self, node_id: str, *, claim: bool = False) -> AbstractContextManager[Any]:
+    def _fenced(
+        self, node_id: str, *, claim: bool = False, probe: Probe | None = None
+    ) -> AbstractContextManager[Any]:
         """A write transaction of node ``node_id``, which first checks that the node is
         registered and not declared dead (:meth:`_fence`). ``claim``: a claim's (finished
-        tasks written, due ones started), whose plans PostgreSQL pins."""
+        tasks written, due ones started), whose plans PostgreSQL pins; ``probe``: an
+        ``EXISTS`` the fence may answer in the same statement, as ``gated_due`` of the
+        context manager (PostgreSQL: see :meth:`_gated_probe`; ignored here)."""
         return _fenced_in(self._atomic(), self, node_id)
 
     # -- fencing ---------------------------------------------------------------------
@@ -750,11 +754,15 @@ class DatabaseStore(Store):
         )
 
     def _start_tasks(self, c: base.Claim) -> list[StartedTask]:
-        with self._fenced(c.node_id, claim=True):
+        probe = self._gated_probe(c.now, c.serving) if c.limit > 0 else None
+        fenced = self._fenced(c.node_id, claim=True, probe=probe)
+        with fenced:
             late = self._record_in(c.node_id, c.finished)
             if any(o.gated for o in c.finished):
                 self._gate_released()
-            started = self._start_gated(c) if c.limit > 0 else []
+            # Whether gated tasks are due, if the fence's statement said (PostgreSQL).
+            gated_due: bool | None = getattr(fenced, "gated_due", None)
+            started = self._start_gated(c, gated_due) if c.limit > 0 else []
             if c.limit > len(started):
                 started += self._start_in(c._replace(limit=c.limit - len(started)))
         self._record_late(late)
@@ -791,22 +799,38 @@ class DatabaseStore(Store):
                 held.add(lock)
         return held, running
 
-    def _choose_gated(
-        self, cursor: Any, now: datetime, serving: base.Serving, limit: int
-    ) -> list[Gated]:
-        """The due tasks with a lock or a limit a claim of ``limit`` would start now
-        (:func:`~django_htask.store.base.pick_gated`), read through their partial index
-        page by page; one short read when there are none."""
+    def _gated_probe(self, now: datetime, serving: base.Serving) -> Probe:
+        """The due tasks with a lock or a limit that ``serving`` covers, as a query of
+        the partial index over them (its columns: ``id``, ``lock``, ``function``,
+        ``max_running``) and its parameters. A claim asks first whether it finds any;
+        on PostgreSQL that question rides on the claim's first statement (the fence), so
+        that a claim with none due costs no round trip more."""
         adapt = self.connection.ops.adapt_datetimefield_value
         served, served_params = served_sql(serving)
-        due = (
+        sql = (
             f'SELECT id, "lock", function, max_running FROM {_TASK}{self._gated_indexed_by}'
             f" WHERE {GATED_PREDICATE}"
             f" AND run_at <= %s AND (locked_by IS NULL OR lease_expires_at < %s){served}"
         )
-        params = [adapt(now), adapt(now), *served_params]
-        cursor.execute(f"{due} LIMIT 1", params)
-        if cursor.fetchone() is None:
+        return Probe(sql, [adapt(now), adapt(now), *served_params])
+
+    def _choose_gated(
+        self,
+        cursor: Any,
+        now: datetime,
+        serving: base.Serving,
+        limit: int,
+        gated_due: bool | None = None,
+    ) -> list[Gated]:
+        """The due tasks with a lock or a limit a claim of ``limit`` would start now
+        (:func:`~django_htask.store.base.pick_gated`), read through their partial index
+        page by page; one short read when there are none (none when ``gated_due``
+        already says)."""
+        due, params = self._gated_probe(now, serving)
+        if gated_due is None:
+            cursor.execute(f"{due} LIMIT 1", params)
+            gated_due = cursor.fetchone() is not None
+        if not gated_due:
             return []
         held, running = self._holders(cursor, now)
         skip = ""
@@ -825,14 +849,17 @@ class DatabaseStore(Store):
                 break
         return picked
 
-    def _start_gated(self, c: base.Claim) -> list[StartedTask]:
+    def _start_gated(self, c: base.Claim, gated_due: bool | None) -> list[StartedTask]:
         """Claim and start the due tasks with a lock or a limit that may start now, in
         the caller's transaction: chosen, then (where several nodes claim at once) their
         locks and functions locked in one order and the holders counted again, so that
-        two claims never both start a task of one lock or overfill a function."""
+        two claims never both start a task of one lock or overfill a function.
+        ``gated_due``: whether any are due, if known already."""
         now, limit, serving = c.now, c.limit, c.serving
+        if gated_due is False:
+            return []
         with self.connection.cursor() as cursor:
-            chosen = self._choose_gated(cursor, now, serving, limit)
+            chosen = self._choose_gated(cursor, now, serving, limit, gated_due)
             if not chosen:
                 return []
             keys = {f"lock:{g.lock}" for g in chosen if g.lock is not None}
@@ -1055,6 +1082,13 @@ _REPLACED = (
     "max_running",
     *RETRY_COLUMNS,
 )
+
+
+class Probe(NamedTuple):
+    """A query and its parameters (:meth:`DatabaseStore._gated_probe`)."""
+
+    sql: str
+    params: list[Any]
 
 
 class Inserted(NamedTuple):

@@ -69,7 +69,14 @@ from django_htask.retry import RetryPolicy
 
 from . import base
 from .base import _RUN_COLUMNS, RunOutcome, ScheduleRef, ScheduleRow, StartedTask
-from .database import _ROW_FIELDS, DatabaseStore, RefReader, check_fence, schedule_row
+from .database import (
+    _ROW_FIELDS,
+    DatabaseStore,
+    Probe,
+    RefReader,
+    check_fence,
+    schedule_row,
+)
 from .listen import CHANNEL, Listener, connection_params
 
 __all__ = ["CHANNEL", "PostgresStore", "install"]
@@ -301,13 +308,21 @@ class _QuietAtomic(transaction.Atomic):
     later query on that thread would fail with "the connection is closed"."""
 
     def __init__(
-        self, using: str, planner: tuple[tuple[str, str], ...] = (), fence: str | None = None
+        self,
+        using: str,
+        planner: tuple[tuple[str, str], ...] = (),
+        fence: str | None = None,
+        probe: Probe | None = None,
     ) -> None:
         super().__init__(using, savepoint=True, durable=False)
         #: Planner settings for the transaction, set by the same first statement.
         self.planner = planner
         #: The node whose transaction it is, fenced by the same first statement.
         self.fence = fence
+        #: A query whose ``EXISTS`` the fence's statement answers too (with ``fence``).
+        self.probe = probe
+        #: Its answer, once entered (None: no probe).
+        self.gated_due: bool | None = None
 
     def __enter__(self) -> None:
         from django.db import connections  # noqa: PLC0415
@@ -326,11 +341,16 @@ class _QuietAtomic(transaction.Atomic):
                 if self.fence is None:
                     cursor.execute(f"SELECT {configs}", values)
                 else:  # DatabaseStore._fence, with the settings: one round trip
+                    probe, probe_params = self.probe or (None, [])
+                    exists = "" if probe is None else f", EXISTS ({probe})"
                     cursor.execute(
-                        f"SELECT stopped_at, {configs} FROM {NODE} WHERE id = %s FOR SHARE",
-                        [*values, self.fence],
+                        f"SELECT stopped_at, {configs}{exists} FROM {NODE} WHERE id = %s FOR SHARE",
+                        [*values, *probe_params, self.fence],
                     )
-                    check_fence(self.fence, cursor.fetchone())
+                    row = cursor.fetchone()
+                    check_fence(self.fence, row)
+                    if probe is not None and row is not None:
+                        self.gated_due = bool(row[-1])
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise
@@ -375,8 +395,11 @@ class PostgresStore(DatabaseStore):
     def _atomic(self) -> transaction.Atomic:
         return _QuietAtomic(self.using)
 
-    def _fenced(self, node_id: str, *, claim: bool = False) -> transaction.Atomic:
-        return _QuietAtomic(self.using, CLAIM_PLANNER if claim else (), fence=node_id)
+    def _fenced(
+        self, node_id: str, *, claim: bool = False, probe: Probe | None = None
+    ) -> _QuietAtomic:
+        planner = CLAIM_PLANNER if claim else ()
+        return _QuietAtomic(self.using, planner, fence=node_id, probe=probe)
 
     def _cursor(self) -> CursorWrapper:
         return self.connection.cursor()

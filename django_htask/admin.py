@@ -763,7 +763,7 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         "short_error",
     )
     list_filter = ("status", "queue_name", "run_at")
-    search_fields = ("function", "token", "key", "last_error")
+    search_fields = ("function", "token", "key", "lock", "last_error")
     date_hierarchy = "run_at"
     actions = ("cancel_tasks", "abort_tasks", "send_tasks_again")
     _info = (
@@ -772,6 +772,8 @@ class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
         "call",
         "token",
         "key",
+        "lock",
+        "max_running",
         "attempts",
         *RETRY_FIELDS,
         "timeout",

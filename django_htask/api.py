@@ -32,8 +32,17 @@ from django_htask.engine import registry
 from django_htask.engine.errors import ArgumentError, FunctionNotRegistered, PayloadError
 
 from . import clock, notices
-from .decorators import check_policy, check_timeout, function_name, task_policy, task_timeout
-from .keys import OnConflict, check_key
+from .decorators import (
+    check_max_running,
+    check_policy,
+    check_timeout,
+    function_name,
+    task_lock,
+    task_max_running,
+    task_policy,
+    task_timeout,
+)
+from .keys import OnConflict, check_key, check_lock
 from .models import MAX_ATTEMPTS_RANGE, Task, TaskStatus
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
@@ -118,6 +127,8 @@ def schedule(
     retry: RetryPolicy | None = None,
     key: str | None = None,
     on_conflict: str = OnConflict.IGNORE,
+    lock: str | None = None,
+    max_running: int | None = None,
     **kwargs: Any,
 ) -> Task:
     """Run ``fn(*args, **kwargs)`` once, at ``at``, after ``delay`` seconds, or now, on a
@@ -140,12 +151,19 @@ def schedule(
     token) and returns it, ``"raise"`` raises
     :class:`~django_htask.exceptions.DuplicateKey`. The database decides, so
     concurrent callers cannot both insert.
+
+    ``lock``: tasks sharing a lock never run at the same time on any node; the others
+    wait, in due order (docs/howto-exactly-one.md); default: the function's
+    ``@task(lock=...)``. ``max_running``: at most this many tasks of the function run
+    at once across the nodes, counting this one; default: the function's
+    ``@task(max_running=...)``.
     """
     name = function_name(fn_or_name)
-    options = _Options.of(at, delay, max_attempts, queue_name, timeout, retry)
+    options = _Options.of(at, delay, max_attempts, queue_name, timeout, retry, max_running)
     conflict = OnConflict.of(on_conflict)
     keys: list[str | None] | None = None if key is None else [check_key(key)]
-    call = (name, registry.check_call(name, args, kwargs))
+    own_lock = None if lock is None else check_lock(lock)
+    call = (name, registry.check_call(name, args, kwargs), own_lock)
     [task] = _store([call], options, BATCH_SIZE, keys, conflict)
     return task
 
@@ -154,10 +172,12 @@ def schedule(
 BATCH_SIZE = 1000
 
 
-#: A call of :func:`schedule_many`: ``(fn, args, kwargs)``, or ``(fn, args, kwargs, key)``.
+#: A call of :func:`schedule_many`: ``(fn, args, kwargs)``, ``(fn, args, kwargs, key)``
+#: or ``(fn, args, kwargs, key, lock)``.
 ManyCall = (
     tuple[Callable[..., Any] | str, Sequence[Any], Mapping[str, Any]]
     | tuple[Callable[..., Any] | str, Sequence[Any], Mapping[str, Any], str | None]
+    | tuple[Callable[..., Any] | str, Sequence[Any], Mapping[str, Any], str | None, str | None]
 )
 
 
@@ -172,16 +192,19 @@ def schedule_many(
     retry: RetryPolicy | None = None,
     batch_size: int = BATCH_SIZE,
     on_conflict: str = OnConflict.IGNORE,
+    max_running: int | None = None,
 ) -> list[Task]:
-    """Schedule many calls at once: ``calls`` is an iterable of ``(fn, args, kwargs)``
-    or ``(fn, args, kwargs, key)`` (``fn`` a registered function or its name, ``key``
-    a key or None), each stored as :func:`schedule` would store it, with the same
-    ``at``/``delay``, ``max_attempts``, ``queue_name``, ``timeout``, ``retry`` and
-    ``on_conflict`` for all. Every call is checked before anything is stored: a bad one
-    raises its error (``ArgumentError``, ``FunctionNotRegistered``, ``PayloadError``)
-    naming its place, ``calls[i]``, and nothing is stored. Then the rows are inserted
-    ``batch_size`` per statement, all or none, inside the caller's transaction if there
-    is one. Returns the stored tasks, in the order of ``calls``.
+    """Schedule many calls at once: ``calls`` is an iterable of ``(fn, args, kwargs)``,
+    ``(fn, args, kwargs, key)`` or ``(fn, args, kwargs, key, lock)`` (``fn`` a
+    registered function or its name, ``key`` a key or None, ``lock`` a lock or None:
+    the function's ``@task(lock=...)``), each stored as :func:`schedule` would store
+    it, with the same ``at``/``delay``, ``max_attempts``, ``queue_name``, ``timeout``,
+    ``retry``, ``on_conflict`` and ``max_running`` for all. Every call is checked
+    before anything is stored: a bad one raises its error (``ArgumentError``,
+    ``FunctionNotRegistered``, ``PayloadError``) naming its place, ``calls[i]``, and
+    nothing is stored. Then the rows are inserted ``batch_size`` per statement, all or
+    none, inside the caller's transaction if there is one. Returns the stored tasks, in
+    the order of ``calls``.
 
     Calls of one batch with the same key are resolved as if they were made one after
     another: with ``"ignore"`` the first stands and the later ones return its task,
@@ -190,12 +213,13 @@ def schedule_many(
     and nothing is stored."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    options = _Options.of(at, delay, max_attempts, queue_name, timeout, retry)
+    options = _Options.of(at, delay, max_attempts, queue_name, timeout, retry, max_running)
     conflict = OnConflict.of(on_conflict)
     checked = [_checked(i, call) for i, call in enumerate(calls)]
-    keys = [key for _name, _payload, key in checked]
+    keys = [key for _name, _payload, key, _lock in checked]
     with_keys = keys if any(key is not None for key in keys) else None
-    return _store([call[:2] for call in checked], options, batch_size, with_keys, conflict)
+    stored = [(name, payload, lock) for name, payload, _key, lock in checked]
+    return _store(stored, options, batch_size, with_keys, conflict)
 
 
 @dataclass(frozen=True)
@@ -207,6 +231,7 @@ class _Options:
     queue_name: str
     timeout: float | None  # None: each function's own, else DEFAULT_TIMEOUT
     retry: RetryPolicy | None  # None: each function's own, else none
+    max_running: int | None = None  # None: each function's own, else no limit
 
     @classmethod
     def of(
@@ -217,6 +242,7 @@ class _Options:
         queue_name: str,
         timeout: float | timedelta | None,
         retry: RetryPolicy | None,
+        max_running: int | None = None,
     ) -> _Options:
         if max_attempts is not None:
             if (
@@ -230,7 +256,8 @@ class _Options:
             max_attempts = attempts_of(max_attempts, check_policy(retry))
         run_at = due_time(at, delay)
         seconds = check_timeout(timeout) if timeout is not None else None
-        return cls(run_at, max_attempts, check_queue(queue_name), seconds, retry)
+        limit = None if max_running is None else check_max_running(max_running)
+        return cls(run_at, max_attempts, check_queue(queue_name), seconds, retry, limit)
 
     def retry_columns(self, name: str) -> tuple[tuple[str, Any], ...]:
         """The ``max_attempts`` and retry columns of a task of the function ``name``:
@@ -244,28 +271,32 @@ class _Options:
 
 
 def _store(
-    calls: list[tuple[str, bytes]],
+    calls: list[tuple[str, bytes, str | None]],
     options: _Options,
     batch_size: int,
     keys: list[str | None] | None = None,
     on_conflict: OnConflict = OnConflict.IGNORE,
 ) -> list[Task]:
-    """Insert the checked calls as tasks, all or none; signal those written (not a
-    pending task returned as it was) once committed."""
+    """Insert the checked calls ``(name, payload, lock)`` as tasks, all or none (a call
+    without a lock takes its function's); signal those written (not a pending task
+    returned as it was) once committed."""
     if not calls:
         return []
     timeouts: dict[str, float | None] = {}
     policies: dict[str, tuple[tuple[str, Any], ...]] = {}
+    gates: dict[str, tuple[str | None, int | None]] = {}
     rows = []
-    for name, payload in calls:
+    for name, payload, lock in calls:
         seconds = options.timeout
         if name not in policies:
             policies[name] = options.retry_columns(name)
+            gates[name] = (task_lock(name), options.max_running or task_max_running(name))
             if seconds is None:
                 timeouts[name] = task_timeout(name)
         if seconds is None:
             seconds = timeouts[name]
-        rows.append((policies[name], (name, payload, seconds)))
+        default_lock, limit = gates[name]
+        rows.append((policies[name], (name, payload, seconds, lock or default_lock, limit)))
     common = {"run_at": options.run_at, "queue_name": options.queue_name}
     using = router.db_for_write(Task)
     try:
@@ -302,24 +333,26 @@ def _store(
     return tasks
 
 
-def _checked(i: int, call: object) -> tuple[str, bytes, str | None]:
-    """The function name, the payload and the key of ``calls[i]`` (its error names its
-    place)."""
-    if not isinstance(call, tuple | list) or len(call) not in (3, 4):
+def _checked(i: int, call: object) -> tuple[str, bytes, str | None, str | None]:
+    """The function name, the payload, the key and the lock of ``calls[i]`` (its error
+    names its place)."""
+    if not isinstance(call, tuple | list) or len(call) not in (3, 4, 5):
         raise TypeError(
-            f"calls[{i}] must be a tuple (fn, args, kwargs) or (fn, args, kwargs, key), "
-            f"got {call!r}"
+            f"calls[{i}] must be a tuple (fn, args, kwargs), (fn, args, kwargs, key) or "
+            f"(fn, args, kwargs, key, lock), got {call!r}"
         )
-    fn, args, kwargs, key = (*call, None) if len(call) == 3 else call
+    fn, args, kwargs, key, lock = (*call, None, None)[:5]
     try:
         if key is not None:
             check_key(key)
+        if lock is not None:
+            check_lock(lock)
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise TypeError(f"args must be a sequence (a tuple or a list), got {args!r}")
         if not isinstance(kwargs, Mapping):
             raise TypeError(f"kwargs must be a mapping (a dict), got {kwargs!r}")
         name = function_name(fn)
-        return name, registry.check_call(name, tuple(args), dict(kwargs)), key
+        return name, registry.check_call(name, tuple(args), dict(kwargs)), key, lock
     except (FunctionNotRegistered, PayloadError, ArgumentError, TypeError, ValueError) as exc:
         raise type(exc)(f"calls[{i}]: {exc}") from exc
 
@@ -442,8 +475,8 @@ def get_result(token: str) -> Result | None:
 
 async def aschedule(fn_or_name: Callable[..., Any] | str, /, *args: Any, **options: Any) -> Task:
     """:func:`schedule` for async views: the same arguments (``at``, ``delay``,
-    ``max_attempts``, ``queue_name``, ``timeout``, ``key``, ``on_conflict`` and the
-    function's own)."""
+    ``max_attempts``, ``queue_name``, ``timeout``, ``key``, ``on_conflict``, ``lock``,
+    ``max_running`` and the function's own)."""
     return await sync_to_async(schedule)(fn_or_name, *args, **options)
 
 

@@ -51,9 +51,11 @@ from django_htask.engine.errors import short_repr
 from django_htask.engine.registry import default_name
 
 from . import notices
+from .keys import check_lock
 from .models import (
     GRACE_RANGE,
     MAX_ATTEMPTS_RANGE,
+    MAX_RUNNING_RANGE,
     RETRY_BACKOFF_RANGE,
     RETRY_CAP_RANGE,
     TIMEOUT_RANGE,
@@ -71,6 +73,7 @@ __all__ = [
     "PeriodicSpec",
     "SyncResult",
     "bad_declarations",
+    "check_max_running",
     "check_policy",
     "check_timeout",
     "declared_schedules",
@@ -78,6 +81,8 @@ __all__ = [
     "periodic",
     "sync_schedules",
     "task",
+    "task_lock",
+    "task_max_running",
     "task_policy",
     "task_timeout",
 ]
@@ -138,6 +143,10 @@ _bad: dict[tuple[str, str], BadDeclaration] = {}
 _timeouts: dict[str, float] = {}
 #: ``@task(retry=...)``: registered name -> policy, what ``schedule()`` stores.
 _policies: dict[str, RetryPolicy] = {}
+#: ``@task(lock=...)``: registered name -> lock, what ``schedule()`` stores.
+_locks: dict[str, str] = {}
+#: ``@task(max_running=...)``: registered name -> limit, what ``schedule()`` stores.
+_limits: dict[str, int] = {}
 
 
 def check_timeout(timeout: object) -> float:
@@ -168,6 +177,27 @@ def check_policy(value: object) -> RetryPolicy:
                 f"{name} must fit in {NAMES_MAX} characters as dotted paths, got {text!r}"
             )
     return value
+
+
+def check_max_running(value: object) -> int:
+    """``max_running=`` as ``@task`` and ``schedule()`` take it: an int from 1 to
+    ``MAX_RUNNING_MAX`` (a ValueError naming the value otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"max_running must be an int >= 1, got {value!r}")
+    MAX_RUNNING_RANGE.check(value)
+    return value
+
+
+def task_lock(name: str) -> str | None:
+    """The lock ``@task(lock=...)`` declared for the function registered as ``name``,
+    if any."""
+    return _locks.get(name)
+
+
+def task_max_running(name: str) -> int | None:
+    """The limit ``@task(max_running=...)`` declared for the function registered as
+    ``name``, if any."""
+    return _limits.get(name)
 
 
 def task_timeout(name: str) -> float | None:
@@ -256,6 +286,8 @@ def task(
     name: str | None = None,
     timeout: float | timedelta | None = None,
     retry: RetryPolicy | None = None,
+    lock: str | None = None,
+    max_running: int | None = None,
 ) -> Callable[[F], F]: ...
 def task(
     fn: F | None = None,
@@ -264,6 +296,8 @@ def task(
     name: str | None = None,
     timeout: float | timedelta | None = None,
     retry: RetryPolicy | None = None,
+    lock: str | None = None,
+    max_running: int | None = None,
 ) -> F | Callable[[F], F]:
     """Register ``fn`` so that :func:`django_htask.schedule` can run it later.
 
@@ -271,16 +305,24 @@ def task(
     seconds a run of it may take, stored on each task ``schedule()`` makes without a
     timeout of its own (docs/timeouts.md). ``retry``: its
     :class:`~django_htask.retry.RetryPolicy`, stored on each task ``schedule()`` makes
-    without a policy of its own (docs/retries.md).
+    without a policy of its own (docs/retries.md). ``lock``: tasks sharing a lock never
+    run at the same time on any node; stored on each task ``schedule()`` makes without
+    a lock of its own. ``max_running``: at most this many tasks of the function run at
+    once across the nodes; stored on each task ``schedule()`` makes, so a changed
+    limit applies to the tasks queued after the change (docs/howto-exactly-one.md).
     """
     seconds = None if timeout is None else check_timeout(timeout)
     policy = None if retry is None else check_policy(retry)
+    lock_name = None if lock is None else check_lock(lock)
+    limit = None if max_running is None else check_max_running(max_running)
 
     def decorate(f: F) -> F:
         registered = _register(f, name)
         with _lock:
             _declare_option(_timeouts, registered, seconds)
             _declare_option(_policies, registered, policy)
+            _declare_option(_locks, registered, lock_name)
+            _declare_option(_limits, registered, limit)
         return f
 
     return decorate if fn is None else decorate(fn)

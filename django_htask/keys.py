@@ -21,10 +21,20 @@ from collections.abc import Sequence
 
 from .exceptions import DuplicateKey
 
-__all__ = ["KEY_MAX_LENGTH", "OnConflict", "check_key", "resolve_keys", "superseded_reason"]
+__all__ = [
+    "KEY_MAX_LENGTH",
+    "LOCK_MAX_LENGTH",
+    "OnConflict",
+    "check_key",
+    "check_lock",
+    "resolve_keys",
+    "superseded_reason",
+]
 
 #: The longest key of a one-off task.
 KEY_MAX_LENGTH = 200
+#: The longest lock name of a one-off task (``schedule(lock=...)``, docs/howto-exactly-one.md).
+LOCK_MAX_LENGTH = 200
 
 
 class OnConflict(enum.StrEnum):
@@ -51,15 +61,27 @@ class OnConflict(enum.StrEnum):
 def check_key(key: object) -> str:
     """``key`` if it is a non-empty string of at most :data:`KEY_MAX_LENGTH`
     characters; TypeError or ValueError naming it otherwise."""
-    if not isinstance(key, str):
-        raise TypeError(f"key must be a str, got {key!r}")
-    if not key:
-        raise ValueError("key must be a non-empty string, got ''")
-    if len(key) > KEY_MAX_LENGTH:
+    return _check_name("key", key, KEY_MAX_LENGTH)
+
+
+def check_lock(lock: object) -> str:
+    """``lock`` if it is a non-empty string of at most :data:`LOCK_MAX_LENGTH`
+    characters; TypeError or ValueError naming it otherwise."""
+    return _check_name("lock", lock, LOCK_MAX_LENGTH)
+
+
+def _check_name(what: str, value: object, longest: int) -> str:
+    """``value`` if it is a non-empty string of at most ``longest`` characters;
+    TypeError or ValueError saying ``what`` it is and naming it otherwise."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {value!r}")
+    if not value:
+        raise ValueError(f"{what} must be a non-empty string, got ''")
+    if len(value) > longest:
         raise ValueError(
-            f"key must be at most {KEY_MAX_LENGTH} characters, got {len(key)}: {key[:40]!r}…"
+            f"{what} must be at most {longest} characters, got {len(value)}: {value[:40]!r}…"
         )
-    return key
+    return value
 
 
 def superseded_reason(token: str) -> str:

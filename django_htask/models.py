@@ -24,7 +24,7 @@ from django.utils.deconstruct import deconstructible
 
 from . import clock, notices
 from .enums import CatchUp, Origin, Overlap, RetryJitter, RetryKind, RunStatus, TaskStatus
-from .keys import KEY_MAX_LENGTH
+from .keys import KEY_MAX_LENGTH, LOCK_MAX_LENGTH
 from .queues import DEFAULT_QUEUE
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,8 @@ __all__ = [
     "GRACE_RANGE",
     "MAX_ATTEMPTS_MAX",
     "MAX_ATTEMPTS_RANGE",
+    "MAX_RUNNING_MAX",
+    "MAX_RUNNING_RANGE",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
     "PRIORITY_RANGE",
@@ -78,6 +80,7 @@ RETRY_BACKOFF_MAX = 86_400.0  # seconds before the first retry: one day (min 0)
 RETRY_CAP_MAX = 31_536_000.0  # the longest delay a retry policy allows: 365 days (min 0)
 GRACE_MAX = 31_536_000.0  # seconds an occurrence may be late: 365 days (min 0, or empty)
 PRIORITY_MIN, PRIORITY_MAX = -100, 100  # as django.tasks
+MAX_RUNNING_MAX = 100_000  # runs of one function at once across the nodes (min 1, or none)
 TIMEOUT_MIN, TIMEOUT_MAX = 0.001, 31_536_000.0  # seconds a run may take (or empty)
 
 
@@ -128,6 +131,7 @@ RETRY_CAP_RANGE = InRange("retry_backoff_max", 0, RETRY_CAP_MAX, "seconds")
 GRACE_RANGE = InRange("grace", 0, GRACE_MAX, "seconds")
 PRIORITY_RANGE = InRange("priority", PRIORITY_MIN, PRIORITY_MAX)
 TIMEOUT_RANGE = InRange("timeout", TIMEOUT_MIN, TIMEOUT_MAX, "seconds")
+MAX_RUNNING_RANGE = InRange("max_running", 1, MAX_RUNNING_MAX)
 
 
 def _num(value: float) -> str:
@@ -472,6 +476,13 @@ CLAIM_INDEX = "htask_task_claim"
 #: ``INSERT … ON CONFLICT`` (store/database.py), which must match it word for word.
 KEY_INDEX = "htask_task_pending_key"
 KEY_PREDICATE = '"key" IS NOT NULL AND "status" = \'pending\''
+#: The pending tasks with a lock or a limit (docs/howto-exactly-one.md), which a claim
+#: starts only when their lock is free and their function below its limit; the partial
+#: index over them, and its predicate as SQL (a claim's query must imply it word for
+#: word for SQLite to read the index).
+GATED = Q(status="pending") & (Q(lock__isnull=False) | Q(max_running__isnull=False))
+GATED_INDEX = "htask_task_gated"
+GATED_PREDICATE = "status = 'pending' AND (lock IS NOT NULL OR max_running IS NOT NULL)"
 
 
 class Task(models.Model):
@@ -484,6 +495,22 @@ class Task(models.Model):
         blank=True,
         editable=False,
         help_text="at most one pending task has this key (schedule(key=...)); empty: none",
+    )
+    lock = models.CharField(
+        max_length=LOCK_MAX_LENGTH,
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="tasks sharing a lock never run at the same time on any node "
+        "(schedule(lock=...), @task(lock=...)); empty: none",
+    )
+    max_running = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        validators=[MAX_RUNNING_RANGE],
+        help_text="at most this many tasks of its function run at once on all the nodes "
+        "(@task(max_running=...) when it was queued); empty: no limit",
     )
     function = models.CharField(max_length=300)
     payload = models.BinaryField(default=b"", editable=False)
@@ -554,6 +581,9 @@ class Task(models.Model):
                 condition=Q(abort_requested_at__isnull=False),
                 name="htask_task_abort",
             ),
+            # The pending tasks with a lock or a limit, in the claim's order: a claim
+            # looks for them here first, and finds none at once when there are none.
+            models.Index(fields=("-priority", "run_at", "id"), condition=GATED, name=GATED_INDEX),
         )
         constraints = (
             _constraint("task", "max_attempts", 1, MAX_ATTEMPTS_MAX),
@@ -561,6 +591,7 @@ class Task(models.Model):
             *_retry_constraints("task"),
             _constraint("task", "priority", PRIORITY_MIN, PRIORITY_MAX),
             _constraint("task", "timeout", TIMEOUT_MIN, TIMEOUT_MAX, null=True),
+            _constraint("task", "max_running", 1, MAX_RUNNING_MAX, null=True),
             models.UniqueConstraint(
                 fields=("key",),
                 condition=Q(key__isnull=False, status="pending"),

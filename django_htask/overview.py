@@ -55,7 +55,7 @@ from django.db.models.functions import Coalesce, Mod
 
 from . import clock
 from .conf import get_settings
-from .models import Node, Run, RunStatus, Schedule, Task, TaskStatus
+from .models import GATED, Node, Run, RunStatus, Schedule, Task, TaskStatus
 from .operations import node_state
 
 __all__ = [
@@ -66,12 +66,14 @@ __all__ = [
     "OCCURRENCE_BUDGET",
     "OUTCOMES",
     "STRIP",
+    "WAITING_SHOWN",
     "Failing",
     "Hour",
     "NodeLine",
     "Overview",
     "RunMark",
     "Timeline",
+    "Waiting",
     "next_hours",
     "read_overview",
     "recent_runs",
@@ -93,6 +95,8 @@ LATENESS_SAMPLE = 10_000
 OCCURRENCE_BUDGET = 200_000
 #: Busiest minutes listed.
 BUSIEST_SHOWN = 10
+#: The busiest locks and limited functions shown with tasks waiting on them, at most.
+WAITING_SHOWN = 5
 #: The outcomes of runs, in the order the charts stack them.
 OUTCOMES = (
     RunStatus.SUCCEEDED,
@@ -201,6 +205,16 @@ class RunMark:
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """Due tasks waiting on a lock (``kind`` ``"lock"``) or on a function's
+    ``max_running`` (``"limit"``): ``name`` is the lock or the function."""
+
+    kind: str
+    name: str
+    count: int
+
+
+@dataclass(frozen=True)
 class Overview:
     """Everything the overview page shows, read at ``now``."""
 
@@ -212,6 +226,7 @@ class Overview:
     timeline: Timeline
     lateness_sampled: bool = False
     tasks: dict[str, int] = field(default_factory=dict)
+    waiting: list[Waiting] = field(default_factory=list)
 
     @property
     def live_nodes(self) -> int:
@@ -238,6 +253,7 @@ def read_overview(now: datetime | None = None, *, using: str = "default") -> Ove
         timeline=next_hours(now, using=using),
         lateness_sampled=sampled,
         tasks=task_counts(using=using),
+        waiting=waiting_on_gates(now, using=using),
     )
 
 
@@ -288,6 +304,34 @@ def task_counts(*, using: str = "default") -> dict[str, int]:
     counts = {TaskStatus.PENDING.value: 0, TaskStatus.RUNNING.value: 0}
     counts.update({str(status): n for status, n in rows})
     return counts
+
+
+def waiting_on_gates(
+    now: datetime, *, using: str = "default", shown: int = WAITING_SHOWN
+) -> list[Waiting]:
+    """The locks and the limited functions with the most due tasks waiting on them
+    (pending and due at ``now``: a task whose lock is free starts at the next claim),
+    ``shown`` of each kind at most, busiest first. One query, through the partial index
+    of the pending tasks with a lock or a limit; ``htask status`` shows the same."""
+    rows = (
+        Task.objects.using(using)
+        .filter(GATED, run_at__lte=now)
+        .order_by()
+        .values_list("lock", "function", "max_running")
+        .annotate(n=Count("id"))
+    )
+    locks: Counter[str] = Counter()
+    limits: Counter[str] = Counter()
+    for lock, function, max_running, n in rows:
+        if lock is not None:
+            locks[lock] += n
+        if max_running is not None:
+            limits[function] += n
+    return [
+        Waiting(kind, name, n)
+        for kind, counts in (("lock", locks), ("limit", limits))
+        for name, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:shown]
+    ]
 
 
 # -- the last 24 hours -------------------------------------------------------------------

@@ -5,6 +5,11 @@ waiting and claims as many due tasks as workers are free, marking them running a
 counting their attempt. A node holds no task it has not started; for the next task due
 it only reads the time and sets a timer (within ``LOOKAHEAD``; else its poll looks
 again), so an idle node writes nothing.
+
+A task with a lock or a limit that cannot start now is not due (``task_outlook``), so a
+node never spins on it. When one ends, the claim that writes its end also looks for
+the tasks it held back, and the other nodes are woken (PostgreSQL; elsewhere they
+poll).
 """
 
 from __future__ import annotations
@@ -93,8 +98,10 @@ class TaskDispatch:
 
     def _dispatch(self) -> None:
         while True:
-            free = self.free() if self.due else 0
             outcomes = self.ctx.results.take()
+            if any(o.gated for o in outcomes):
+                self.due = True  # its end, written first, may let a waiting task start
+            free = self.free() if self.due else 0
             if free <= 0 and not outcomes:
                 return
             started: list[StartedTask] = []
@@ -151,6 +158,7 @@ class TaskDispatch:
         )
         if delay is not None:
             result.retry_at = result.finished_at + timedelta(seconds=delay)
+        result.gated = task.gated
         ctx.running.task_done(task.id)
         self.finished += 1
         ctx.results.push(result)

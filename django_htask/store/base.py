@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeVar
@@ -42,6 +43,7 @@ __all__ = [
     "RETRY_COLUMNS",
     "SERVE_ALL",
     "Abandoned",
+    "Gated",
     "Listening",
     "RetryColumns",
     "RunOutcome",
@@ -51,6 +53,7 @@ __all__ = [
     "StartedTask",
     "Store",
     "ThreadConnections",
+    "pick_gated",
 ]
 
 T = TypeVar("T")
@@ -208,6 +211,43 @@ class StartedTask:
     priority: int = 0
     timeout: float | None = None  # seconds a run may take (None: the default)
     retry: RetryColumns = DEFAULT_RETRY
+    #: It has a lock or a limit (its end may let a waiting task start).
+    gated: bool = False
+
+
+class Gated(NamedTuple):
+    """A pending due task with a lock or a limit, as a claim weighs it."""
+
+    id: int
+    lock: str | None
+    function: str
+    max_running: int | None
+
+
+def pick_gated(
+    candidates: Iterable[Gated], held: set[str], running: Counter[str], limit: int
+) -> list[Gated]:
+    """The ``candidates`` (in the claim's order) a claim starts, at most ``limit``: a
+    task whose lock is not in ``held`` (the locks of the tasks running with an
+    unexpired lease) and whose function has fewer than its ``max_running`` tasks
+    ``running``. A lock is decided by its first candidate: when that one cannot start
+    (its function is full), no later one of the lock starts before it. ``held`` gets
+    every lock seen and ``running`` the tasks picked, so a claim reading its candidates
+    page by page calls it again with the same two. The one rule of every store
+    (docs/howto-exactly-one.md)."""
+    picked: list[Gated] = []
+    for task in candidates:
+        if len(picked) >= limit:
+            break
+        if task.lock is not None:
+            if task.lock in held:
+                continue
+            held.add(task.lock)  # taken now, or waiting behind this one
+        if task.max_running is not None and running[task.function] >= task.max_running:
+            continue
+        picked.append(task)
+        running[task.function] += 1
+    return picked
 
 
 def storable(text: str) -> str:
@@ -250,6 +290,9 @@ class RunOutcome:
     #: What a task's function returned, encoded (``encode_result``); None when it
     #: returned None, failed, or is a schedule's run. Written on the task's row.
     result: bytes | None = None
+    #: A task with a lock or a limit: writing its end may let a waiting task start,
+    #: so the other nodes are told.
+    gated: bool = False
 
     def __post_init__(self) -> None:
         if self.error:
@@ -267,7 +310,9 @@ class RunOutcome:
 
 #: The fields of a :class:`RunOutcome` that are columns of its ``Run`` row.
 _RUN_COLUMNS = tuple(
-    f.name for f in fields(RunOutcome) if f.name not in ("run_id", "retry_at", "extra", "result")
+    f.name
+    for f in fields(RunOutcome)
+    if f.name not in ("run_id", "retry_at", "extra", "result", "gated")
 )
 
 
@@ -540,7 +585,8 @@ class Store(abc.ABC):
     def task_outlook(
         self, now: datetime, serving: Serving = SERVE_ALL
     ) -> tuple[bool, datetime | None]:
-        """Whether a pending task nobody holds is due at ``now``, and when the first
+        """Whether a pending task nobody holds could be claimed at ``now`` (one with a
+        lock or a limit only if :func:`pick_gated` would start it), and when the first
         pending task due after ``now`` is, among those ``serving`` covers (reads only:
         nothing is claimed)."""
 
@@ -556,7 +602,9 @@ class Store(abc.ABC):
     ) -> list[StartedTask]:
         """Claim up to ``limit`` due tasks nobody holds that ``serving`` covers, highest
         priority first, then oldest, and mark them running (one attempt each) under a
-        lease until ``lease_until``. Only ask for what workers take at once: a started
+        lease until ``lease_until``. Tasks with a lock or a limit are weighed first, by
+        :func:`pick_gated`, serialised per lock and function across the nodes; the
+        others fill the rest of ``limit``. Only ask for what workers take at once: a started
         task that never finishes has used its attempt. ``finished`` runs are written
         first, in the same transaction (what :meth:`record` does). The started tasks
         come back highest priority first."""

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
@@ -33,6 +36,7 @@ from django.utils import timezone
 from django_htask.exceptions import DuplicateKey, NodeFenced, NotMigrated, StoreUnavailable
 from django_htask.keys import OnConflict, resolve_keys, superseded_reason
 from django_htask.models import (
+    GATED_PREDICATE,
     KEY_INDEX,
     KEY_PREDICATE,
     Node,
@@ -48,7 +52,16 @@ from django_htask.queues import QueueFilter
 from django_htask.retry import RETRY_COLUMNS, RetryPolicy
 
 from . import base
-from .base import INTERFACE, RunOutcome, ScheduleRef, ScheduleRow, StartedTask, Store
+from .base import (
+    INTERFACE,
+    Gated,
+    RunOutcome,
+    ScheduleRef,
+    ScheduleRow,
+    StartedTask,
+    Store,
+    pick_gated,
+)
 
 __all__ = [
     "DatabaseStore",
@@ -97,6 +110,8 @@ _STARTED_FIELDS = (
 )
 #: SQLite allows 999 host parameters in old builds: chunk ``IN (...)`` lists.
 _CHUNK = 500
+#: Candidates with a lock or a limit a claim reads per statement.
+_GATED_PAGE = 100
 _NODE = Node._meta.db_table
 _TASK = Task._meta.db_table
 #: The error of a schedule run whose node died while it ran.
@@ -403,10 +418,14 @@ class DatabaseStore(Store):
     def _atomic(self) -> AbstractContextManager[Any]:
         return transaction.atomic(using=self.using)
 
-    def _fenced(self, node_id: str, *, claim: bool = False) -> AbstractContextManager[Any]:
+    def _fenced(
+        self, node_id: str, *, claim: bool = False, probe: Probe | None = None
+    ) -> AbstractContextManager[Any]:
         """A write transaction of node ``node_id``, which first checks that the node is
         registered and not declared dead (:meth:`_fence`). ``claim``: a claim's (finished
-        tasks written, due ones started), whose plans PostgreSQL pins."""
+        tasks written, due ones started), whose plans PostgreSQL pins; ``probe``: an
+        ``EXISTS`` the fence may answer in the same statement, as ``gated_due`` of the
+        context manager (PostgreSQL: see :meth:`_gated_probe`; ignored here)."""
         return _fenced_in(self._atomic(), self, node_id)
 
     # -- fencing ---------------------------------------------------------------------
@@ -763,7 +782,11 @@ class DatabaseStore(Store):
         self, now: datetime, serving: base.Serving = base.SERVE_ALL
     ) -> tuple[bool, datetime | None]:
         tasks = Task.objects.using(self.using).filter(_served(serving))
-        due = tasks.filter(self._claimable(now)).exists()
+        plain = Q(lock__isnull=True, max_running__isnull=True)
+        due = tasks.filter(self._claimable(now), plain).exists()
+        if not due:
+            with self.connection.cursor() as cursor:
+                due = bool(self._choose_gated(cursor, now, serving, 1))
         first: datetime | None = tasks.filter(status=TaskStatus.PENDING, run_at__gt=now).aggregate(
             m=Min("run_at")
         )["m"]
@@ -775,11 +798,144 @@ class DatabaseStore(Store):
         )
 
     def _start_tasks(self, c: base.Claim) -> list[StartedTask]:
-        with self._fenced(c.node_id, claim=True):
+        probe = self._gated_probe(c.now, c.serving) if c.limit > 0 else None
+        fenced = self._fenced(c.node_id, claim=True, probe=probe)
+        with fenced:
             late = self._record_in(c.node_id, c.finished)
-            started = self._start_in(c) if c.limit > 0 else []
+            if any(o.gated for o in c.finished):
+                self._gate_released()
+            # Whether gated tasks are due, if the fence's statement said (PostgreSQL).
+            gated_due: bool | None = getattr(fenced, "gated_due", None)
+            started = self._start_gated(c, gated_due) if c.limit > 0 else []
+            if c.limit > len(started):
+                started += self._start_in(c._replace(limit=c.limit - len(started)))
         self._record_late(late)
         return started
+
+    # -- locks and limits (docs/howto-exactly-one.md) ---------------------------------
+    #: A hint after the table name of the gated candidates' query (SQLite: their
+    #: partial index, which it would not choose itself).
+    _gated_indexed_by = ""
+    #: Which due tasks have a lock or a limit, as SQL (MySQL quotes ``lock`` its way).
+    _gated_predicate = GATED_PREDICATE
+
+    def _gate_released(self) -> None:
+        """A task with a lock or a limit ended in this transaction: tell the other
+        nodes (nothing here: they poll)."""
+
+    def _lock_gates(self, keys: list[str]) -> bool:
+        """Serialise the claims of these locks and functions (``lock:…``,
+        ``function:…``) until the transaction ends; return whether the holders must be
+        counted again. Nothing here: the claim's transaction is the only writer."""
+        return False
+
+    def _holders(self, cursor: Any, now: datetime) -> tuple[set[str], Counter[str]]:
+        """The locks of the tasks running with an unexpired lease, and how many such
+        tasks each function has (a few rows: the tasks running on every node)."""
+        adapt = self.connection.ops.adapt_datetimefield_value
+        lock = self.connection.ops.quote_name("lock")
+        cursor.execute(
+            f"SELECT {lock}, function FROM {_TASK} WHERE status = %s AND lease_expires_at >= %s",
+            [TaskStatus.RUNNING, adapt(now)],
+        )
+        held: set[str] = set()
+        running: Counter[str] = Counter()
+        for lock, function in cursor.fetchall():
+            running[function] += 1
+            if lock is not None:
+                held.add(lock)
+        return held, running
+
+    def _gated_probe(self, now: datetime, serving: base.Serving) -> Probe:
+        """The due tasks with a lock or a limit that ``serving`` covers, as a query of
+        the partial index over them (its columns: ``id``, ``lock``, ``function``,
+        ``max_running``) and its parameters. A claim asks first whether it finds any;
+        on PostgreSQL that question rides on the claim's first statement (the fence), so
+        that a claim with none due costs no round trip more."""
+        adapt = self.connection.ops.adapt_datetimefield_value
+        served, served_params = served_sql(serving)
+        lock = self.connection.ops.quote_name("lock")
+        sql = (
+            f"SELECT id, {lock}, function, max_running FROM {_TASK}{self._gated_indexed_by}"
+            f" WHERE {self._gated_predicate}"
+            f" AND run_at <= %s AND (locked_by IS NULL OR lease_expires_at < %s){served}"
+        )
+        return Probe(sql, [adapt(now), adapt(now), *served_params])
+
+    def _choose_gated(
+        self,
+        cursor: Any,
+        now: datetime,
+        serving: base.Serving,
+        limit: int,
+        gated_due: bool | None = None,
+    ) -> list[Gated]:
+        """The due tasks with a lock or a limit a claim of ``limit`` would start now
+        (:func:`~django_htask.store.base.pick_gated`), read through their partial index
+        page by page; one short read when there are none (none when ``gated_due``
+        already says)."""
+        due, params = self._gated_probe(now, serving)
+        if gated_due is None:
+            cursor.execute(f"{due} LIMIT 1", params)
+            gated_due = cursor.fetchone() is not None
+        if not gated_due:
+            return []
+        held, running = self._holders(cursor, now)
+        skip = ""
+        if 0 < len(held) <= _CHUNK:  # else the walk below skips them
+            lock = self.connection.ops.quote_name("lock")
+            skip = f" AND {lock} NOT IN ({', '.join(['%s'] * len(held))})"
+            params += sorted(held)
+        picked: list[Gated] = []
+        for offset in itertools.count(0, _GATED_PAGE):
+            cursor.execute(
+                f"{due}{skip} ORDER BY priority DESC, run_at, id LIMIT %s OFFSET %s",
+                [*params, _GATED_PAGE, offset],
+            )
+            page = [Gated(*row) for row in cursor.fetchall()]
+            picked += pick_gated(page, held, running, limit - len(picked))
+            if len(picked) >= limit or len(page) < _GATED_PAGE:
+                break
+        return picked
+
+    def _start_gated(self, c: base.Claim, gated_due: bool | None) -> list[StartedTask]:
+        """Claim and start the due tasks with a lock or a limit that may start now, in
+        the caller's transaction: chosen, then (where several nodes claim at once) their
+        locks and functions locked in one order and the holders counted again, so that
+        two claims never both start a task of one lock or overfill a function.
+        ``gated_due``: whether any are due, if known already."""
+        now, limit, serving = c.now, c.limit, c.serving
+        if gated_due is False:
+            return []
+        with self.connection.cursor() as cursor:
+            chosen = self._choose_gated(cursor, now, serving, limit, gated_due)
+            if not chosen:
+                return []
+            keys = {f"lock:{g.lock}" for g in chosen if g.lock is not None}
+            keys |= {f"function:{g.function}" for g in chosen if g.max_running is not None}
+            if self._lock_gates(sorted(keys)):
+                held, running = self._holders(cursor, now)
+                chosen = pick_gated(chosen, held, running, limit)
+        started = self._mark_started(c, [g.id for g in chosen], self._claimable(now))
+        return [dataclasses.replace(task, gated=True) for task in started]
+
+    def _mark_started(self, c: base.Claim, ids: list[int], claimable: Q) -> list[StartedTask]:
+        """Start the tasks ``ids`` still ``claimable`` as claim ``c``'s (in the caller's
+        transaction), and return them."""
+        tasks = Task.objects.using(self.using)
+        tasks.filter(claimable, id__in=ids).update(
+            status=TaskStatus.RUNNING,
+            attempts=F("attempts") + 1,
+            started_at=c.now,
+            locked_by=c.node_id,
+            lease_expires_at=c.lease_until,
+        )
+        rows = (
+            tasks.filter(id__in=ids, locked_by=c.node_id, status=TaskStatus.RUNNING)
+            .order_by()  # read by id, not sorted: the claim above took them in order
+            .values_list(*_STARTED_FIELDS)
+        )
+        return [started_task(row) for row in rows]
 
     def _start_returning(
         self,
@@ -788,10 +944,10 @@ class DatabaseStore(Store):
         adapt: Callable[[Any], Any] = lambda v: v,
         indexed_by: str = "",
     ) -> list[StartedTask]:
-        """Claim and start due tasks in one ``UPDATE … RETURNING`` statement (in the
-        caller's transaction); ``lock``: how the candidate rows are locked, ``adapt``:
-        the database's adapter of timestamps, ``indexed_by``: a hint after the table
-        name of the candidates' query."""
+        """Claim and start due tasks without a lock or a limit in one ``UPDATE …
+        RETURNING`` statement (in the caller's transaction); ``lock``: how the candidate
+        rows are locked, ``adapt``: the database's adapter of timestamps,
+        ``indexed_by``: a hint after the table name of the candidates' query."""
         node_id, now, limit, lease_until, _finished, serving = c
         served, served_params = served_sql(serving)
         with self.connection.cursor() as cursor:
@@ -799,7 +955,8 @@ class DatabaseStore(Store):
                 f"UPDATE {_TASK} SET status = %s, attempts = attempts + 1, started_at = %s,"
                 " locked_by = %s, lease_expires_at = %s WHERE id IN ("
                 f" SELECT id FROM {_TASK}{indexed_by} WHERE status = %s AND run_at <= %s"
-                f"  AND (locked_by IS NULL OR lease_expires_at < %s){served}"
+                f"  AND (locked_by IS NULL OR lease_expires_at < %s)"
+                f'  AND "lock" IS NULL AND max_running IS NULL{served}'
                 f"  ORDER BY priority DESC, run_at, id LIMIT %s{lock}"
                 f") RETURNING {', '.join(_STARTED_FIELDS)}",
                 [
@@ -822,31 +979,19 @@ class DatabaseStore(Store):
     _skip_locked = False
 
     def _start_in(self, c: base.Claim) -> list[StartedTask]:
-        """Claim and start due tasks, in the caller's transaction."""
-        node_id, now, limit, lease_until, _finished, serving = c
+        """Claim and start due tasks without a lock or a limit, in the caller's
+        transaction."""
+        now, limit, serving = c.now, c.limit, c.serving
         tasks = Task.objects.using(self.using)
-        claimable = self._claimable(now) & _served(serving)
+        plain = Q(lock__isnull=True, max_running__isnull=True)
+        claimable = self._claimable(now) & _served(serving) & plain
         candidates = tasks.filter(claimable)
         if self._skip_locked:
             candidates = candidates.select_for_update(skip_locked=True)
         ids = list(
             candidates.order_by("-priority", "run_at", "id").values_list("id", flat=True)[:limit]
         )
-        if not ids:
-            return []
-        tasks.filter(claimable, id__in=ids).update(
-            status=TaskStatus.RUNNING,
-            attempts=F("attempts") + 1,
-            started_at=now,
-            locked_by=node_id,
-            lease_expires_at=lease_until,
-        )
-        rows = (
-            tasks.filter(id__in=ids, locked_by=node_id, status=TaskStatus.RUNNING)
-            .order_by()  # read by id, not sorted: the claim above took them in order
-            .values_list(*_STARTED_FIELDS)
-        )
-        return [started_task(row) for row in rows]
+        return self._mark_started(c, ids, claimable) if ids else []
 
     def aborts(self, node_id: str) -> list[tuple[str, int]]:
         # Both read through their small partial index (abort_requested_at IS NOT NULL).
@@ -865,6 +1010,8 @@ class DatabaseStore(Store):
             return
         with self._fenced(node_id):
             late = self._record_in(node_id, outcomes)
+            if any(o.gated for o in outcomes):
+                self._gate_released()
         self._record_late(late)
 
     def _record_in(
@@ -967,14 +1114,18 @@ _translate(DatabaseStore, INTERFACE)  # its own methods and those it inherits
 
 #: The fields of a task :func:`insert_tasks` sets row by row, in the order of its rows
 #: (with ``key`` last when any call has one).
-_VARYING = ("token", "function", "payload", "timeout")
+_VARYING = ("token", "function", "payload", "timeout", "lock", "max_running")
 _KEYED = (*_VARYING, "key")
+#: Where a keyed row holds its key.
+_KEY_AT = len(_VARYING)
 #: Their types in :func:`_insert_unnest`'s arrays.
 _ARRAY_TYPES = {
     "token": "varchar[]",
     "function": "varchar[]",
     "payload": "bytea[]",
     "timeout": "float8[]",
+    "lock": "varchar[]",
+    "max_running": "integer[]",
     "key": "varchar[]",
 }
 #: What ``on_conflict="replace"`` moves to the new call (attempts start again from 0).
@@ -986,8 +1137,17 @@ _REPLACED = (
     "timeout",
     "queue_name",
     "priority",
+    "lock",
+    "max_running",
     *RETRY_COLUMNS,
 )
+
+
+class Probe(NamedTuple):
+    """A query and its parameters (:meth:`DatabaseStore._gated_probe`)."""
+
+    sql: str
+    params: list[Any]
 
 
 class Inserted(NamedTuple):
@@ -1019,15 +1179,21 @@ def started_task(
     return StartedTask(i, t, f, bytes(p), as_datetime(r), a, m, pr, to, columns)
 
 
+#: A call as :func:`insert_tasks` stores it: ``(function, payload, timeout, lock,
+#: max_running)``.
+TaskCall = tuple[str, bytes, float | None, str | None, int | None]
+
+
 def insert_tasks(
     using: str,
-    calls: list[tuple[str, bytes, float | None]],
+    calls: list[TaskCall],
     common: dict[str, Any],
     batch_size: int,
     keys: list[str | None] | None = None,
     on_conflict: OnConflict = OnConflict.IGNORE,
 ) -> Inserted:
-    """Insert a new pending task for each ``(function, payload, timeout)`` of ``calls``,
+    """Insert a new pending task for each ``(function, payload, timeout, lock,
+    max_running)`` of ``calls``,
     with the field values of ``common`` (``run_at``, ``max_attempts``, ``queue_name``)
     and every other field's default, ``batch_size`` rows a statement at most (fewer
     where the database takes fewer parameters); return them, saved, in order.
@@ -1054,13 +1220,13 @@ def insert_tasks(
         return _insert_keyed(connection, fields, values, calls, keys, on_conflict, batch_size)
     if not connection.features.can_return_rows_from_bulk_insert:
         tasks = [
-            Task(**{**values, "token": new_token(), "function": f, "payload": p, "timeout": t})
-            for f, p, t in calls
+            Task(**{**values, **dict(zip(_VARYING, (new_token(), *call), strict=True))})
+            for call in calls
         ]
         Task.objects.using(using).bulk_create(tasks, batch_size=batch_size)
         _read_ids(using, tasks)  # bulk_create could not set them (MySQL)
         return Inserted(tasks, frozenset())
-    rows = [(new_token(), function, payload, timeout) for function, payload, timeout in calls]
+    rows = [(new_token(), *call) for call in calls]
     returned = _insert_rows(connection, fields, values, rows, _VARYING, batch_size)
     ids = {token: pk for pk, token, *_key in returned}
     order = [f.attname for f in Task._meta.concrete_fields]
@@ -1074,7 +1240,7 @@ def _task_of(
     """The Task just inserted from ``values`` and ``row`` (its varying fields, in the
     order of ``_KEYED``); ``order``: the attribute names of Task's fields."""
     row_values = {**values, "id": pk}
-    row_values.update(zip(_KEYED, row, strict=False))  # without a key: the first four
+    row_values.update(zip(_KEYED, row, strict=False))  # without a key: all but the key
     return Task.from_db(using, order, [row_values[name] for name in order])
 
 
@@ -1194,7 +1360,7 @@ def _insert_keyed(
     connection: BaseDatabaseWrapper,
     fields: list[Any],
     values: dict[str, Any],
-    calls: list[tuple[str, bytes, float | None]],
+    calls: list[TaskCall],
     keys: list[str | None],
     on_conflict: OnConflict,
     batch_size: int,
@@ -1228,8 +1394,8 @@ def _insert_keyed(
     inserted = {token: pk for pk, token, _key in returned if token in mine}
     order = [f.attname for f in Task._meta.concrete_fields]
     task_at = {
-        j: found[pending[row[4]][0]]
-        if row[4] in pending
+        j: found[pending[row[_KEY_AT]][0]]
+        if row[_KEY_AT] in pending
         else _task_of(using, values, order, row, inserted[row[0]])
         for j, row in rows.items()
     }

@@ -21,6 +21,7 @@ import functools
 import itertools
 import secrets
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,19 +31,21 @@ from typing import Any
 from django_htask.engine import Clock, SystemClock, encode_call, parse_schedule
 from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import DuplicateKey, NodeFenced, StoreUnavailable
-from django_htask.keys import OnConflict, check_key, superseded_reason
+from django_htask.keys import OnConflict, check_key, check_lock, superseded_reason
 from django_htask.queues import DEFAULT_QUEUE, QueueFilter
 from django_htask.retry import RetryPolicy
 
 from . import base
 from .base import (
     DEFAULT_RETRY,
+    Gated,
     RetryColumns,
     RunOutcome,
     ScheduleRef,
     ScheduleRow,
     StartedTask,
     Store,
+    pick_gated,
 )
 
 __all__ = ["InMemoryStore", "NodeRecord", "ScheduleRecord", "TaskRecord"]
@@ -110,6 +113,13 @@ class TaskRecord:
     traceback: str = ""
     result: bytes | None = None
     key: str | None = None
+    lock: str | None = None
+    max_running: int | None = None
+
+    @property
+    def gated(self) -> bool:
+        """It has a lock or a limit."""
+        return self.lock is not None or self.max_running is not None
 
 
 class _Listener:
@@ -217,6 +227,8 @@ class InMemoryStore(Store):
         retry: RetryColumns = DEFAULT_RETRY,
         key: str | None = None,
         on_conflict: str = OnConflict.IGNORE,
+        lock: str | None = None,
+        max_running: int | None = None,
         **kwargs: Any,
     ) -> int:
         """A pending one-off task ``function(*args, **kwargs)``, as ``schedule()`` makes
@@ -236,6 +248,8 @@ class InMemoryStore(Store):
                 timeout=timeout,
                 retry=retry,
                 key=None if key is None else check_key(key),
+                lock=None if lock is None else check_lock(lock),
+                max_running=max_running,
             )
             held = self._pending_with(task.key)
             if held is None:
@@ -245,7 +259,16 @@ class InMemoryStore(Store):
             elif conflict is OnConflict.IGNORE:
                 return held.id
             else:
-                for name in ("function", "payload", "run_at", "max_attempts", "timeout", "retry"):
+                for name in (
+                    "function",
+                    "payload",
+                    "run_at",
+                    "max_attempts",
+                    "timeout",
+                    "retry",
+                    "lock",
+                    "max_running",
+                ):
                     setattr(held, name, getattr(task, name))
                 held.queue_name, held.priority, held.attempts = queue_name, priority, 0
                 held.locked_by = held.lease_expires_at = None
@@ -669,25 +692,47 @@ class InMemoryStore(Store):
     ) -> tuple[bool, datetime | None]:
         with self._lock:
             served = [t for t in self.tasks.values() if self._served(t, serving)]
-            due = any(self._claimable(t, now) for t in served)
+            due = any(self._claimable(t, now) and not t.gated for t in served)
+            if not due:
+                due = bool(self._choose_gated(self._due(now, serving), now, 1))
             later = [t.run_at for t in served if t.status == TaskStatus.PENDING and t.run_at > now]
             return due, min(later, default=None)
+
+    def _due(self, now: datetime, serving: base.Serving) -> list[TaskRecord]:
+        """The tasks a claim may take, in its order, with the lock held."""
+        return sorted(
+            (
+                t
+                for t in self.tasks.values()
+                if self._claimable(t, now) and self._served(t, serving)
+            ),
+            key=lambda t: (-t.priority, t.run_at, t.id),
+        )
+
+    def _choose_gated(self, due: list[TaskRecord], now: datetime, limit: int) -> list[int]:
+        """The ids of the tasks with a lock or a limit among ``due`` a claim of ``limit``
+        starts (:func:`~django_htask.store.base.pick_gated`), with the lock held."""
+        held: set[str] = set()
+        running: Counter[str] = Counter()
+        for t in self.tasks.values():
+            lease = t.lease_expires_at
+            if t.status == TaskStatus.RUNNING and lease is not None and lease >= now:
+                running[t.function] += 1
+                if t.lock is not None:
+                    held.add(t.lock)
+        gated = [Gated(t.id, t.lock, t.function, t.max_running) for t in due if t.gated]
+        return [g.id for g in pick_gated(gated, held, running, limit)]
 
     def _start_tasks(self, c: base.Claim) -> list[StartedTask]:
         node_id, now, limit, lease_until, finished, serving = c
         with self._lock:
             self._fence(node_id)
-            self._record(node_id, finished)
-            due = sorted(
-                (
-                    t
-                    for t in self.tasks.values()
-                    if self._claimable(t, now) and self._served(t, serving)
-                ),
-                key=lambda t: (-t.priority, t.run_at, t.id),
-            )[:limit]
+            released = self._record(node_id, finished)
+            due = self._due(now, serving)
+            picked = set(self._choose_gated(due, now, limit))
+            plain = [t for t in due if not t.gated][: limit - len(picked)]
             started = []
-            for task in due:
+            for task in [t for t in due if t.id in picked] + plain:
                 task.status, task.attempts, task.started_at = (
                     TaskStatus.RUNNING,
                     task.attempts + 1,
@@ -706,23 +751,32 @@ class InMemoryStore(Store):
                         task.priority,
                         task.timeout,
                         task.retry,
+                        task.gated,
                     )
                 )
-            return started
+        if released:
+            self._notify("task")
+        return started
 
     def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:
         if not outcomes:
             return
         with self._lock:
             self._fence(node_id)
-            self._record(node_id, outcomes)
+            released = self._record(node_id, outcomes)
+        if released:
+            self._notify("task")
 
-    def _record(self, node_id: str, outcomes: list[RunOutcome]) -> None:
+    def _record(self, node_id: str, outcomes: list[RunOutcome]) -> bool:
+        """Write ``outcomes``, with the lock held; return whether a task with a lock or
+        a limit ended (the others are told, as PostgreSQL's store does)."""
+        released = False
         for o in outcomes:
             if o.task_id is not None:
                 task = self.tasks.get(o.task_id)
                 if task is None or task.locked_by != node_id or task.status != TaskStatus.RUNNING:
                     continue  # reaped meanwhile: the survivors' record stands
+                released = released or task.gated
                 task.locked_by = task.lease_expires_at = None
                 task.last_error, task.traceback = o.error, o.traceback
                 if o.retry_at is not None:
@@ -741,6 +795,7 @@ class InMemoryStore(Store):
             s = self.schedules.get(schedule_id)
             if s is not None and (s.last_run_at is None or s.last_run_at <= when):
                 s.last_status, s.last_run_at = status, when
+        return released
 
     def count_pending_tasks(self) -> int:
         with self._lock:

@@ -39,7 +39,7 @@ from datetime import datetime
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_htask.keys import KEY_MAX_LENGTH
-from django_htask.models import KEY_INDEX, Schedule, Task
+from django_htask.models import GATED_PREDICATE, KEY_INDEX, Schedule, Task
 
 from . import base
 from .base import RunOutcome
@@ -127,6 +127,7 @@ class MySQLStore(LateStatuses, DatabaseStore):
         "(several nodes need PostgreSQL)"
     )
     _fence_lock = " LOCK IN SHARE MODE"
+    _gated_predicate = GATED_PREDICATE.replace("lock IS", "`lock` IS")
     _skip_locked = True
 
     def install(self) -> None:

@@ -26,6 +26,14 @@ Claims
     same statement: ``UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)``,
     so nodes claiming at once take disjoint batches without waiting. An occurrence is
     claimed by the compare-and-set of the generic store.
+Locks and limits
+    A claim weighs the due tasks with a lock or a limit first (``store/base.py``'s
+    ``pick_gated``), then takes a transaction-level advisory lock for each lock and
+    function it would start, in one order (so two claims never deadlock), and counts
+    the running holders again: READ COMMITTED shows it what a claim that held one of
+    those advisory locks committed, so two claims never both start a task of one lock
+    nor overfill a function. Writing the end of such a task notifies the others
+    (``task``), its bookkeeping being quiet otherwise.
 Reaping
     Any live node reaps, one at a time (a transaction-level advisory lock): nodes whose
     heartbeat is older than ``NODE_TIMEOUT`` are marked stopped (declared dead), what
@@ -61,7 +69,14 @@ from django_htask.retry import RetryPolicy
 
 from . import base
 from .base import _RUN_COLUMNS, RunOutcome, ScheduleRef, ScheduleRow, StartedTask
-from .database import _ROW_FIELDS, DatabaseStore, RefReader, check_fence, schedule_row
+from .database import (
+    _ROW_FIELDS,
+    DatabaseStore,
+    Probe,
+    RefReader,
+    check_fence,
+    schedule_row,
+)
 from .listen import CHANNEL, Listener, connection_params
 from .statuses import LateStatuses
 
@@ -124,6 +139,14 @@ _RUN_INSERT = (
 )
 #: What firing reads of a schedule (the fields of ``ScheduleRow``).
 _ROW_SQL = ", ".join(_ROW_FIELDS)
+
+
+def gate_key(key: str) -> int:
+    """The advisory lock key of a lock or function (``lock:…``, ``function:…``): 64
+    bits of its BLAKE2b hash, signed as PostgreSQL's ``bigint``. A collision only makes
+    two gates wait for each other."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8, person=b"htask-gate").digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def _run_rows(
@@ -286,13 +309,21 @@ class _QuietAtomic(transaction.Atomic):
     later query on that thread would fail with "the connection is closed"."""
 
     def __init__(
-        self, using: str, planner: tuple[tuple[str, str], ...] = (), fence: str | None = None
+        self,
+        using: str,
+        planner: tuple[tuple[str, str], ...] = (),
+        fence: str | None = None,
+        probe: Probe | None = None,
     ) -> None:
         super().__init__(using, savepoint=True, durable=False)
         #: Planner settings for the transaction, set by the same first statement.
         self.planner = planner
         #: The node whose transaction it is, fenced by the same first statement.
         self.fence = fence
+        #: A query whose ``EXISTS`` the fence's statement answers too (with ``fence``).
+        self.probe = probe
+        #: Its answer, once entered (None: no probe).
+        self.gated_due: bool | None = None
 
     def __enter__(self) -> None:
         from django.db import connections  # noqa: PLC0415
@@ -311,11 +342,16 @@ class _QuietAtomic(transaction.Atomic):
                 if self.fence is None:
                     cursor.execute(f"SELECT {configs}", values)
                 else:  # DatabaseStore._fence, with the settings: one round trip
+                    probe, probe_params = self.probe or (None, [])
+                    exists = "" if probe is None else f", EXISTS ({probe})"
                     cursor.execute(
-                        f"SELECT stopped_at, {configs} FROM {NODE} WHERE id = %s FOR SHARE",
-                        [*values, self.fence],
+                        f"SELECT stopped_at, {configs}{exists} FROM {NODE} WHERE id = %s FOR SHARE",
+                        [*values, *probe_params, self.fence],
                     )
-                    check_fence(self.fence, cursor.fetchone())
+                    row = cursor.fetchone()
+                    check_fence(self.fence, row)
+                    if probe is not None and row is not None:
+                        self.gated_due = bool(row[-1])
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise
@@ -360,11 +396,29 @@ class PostgresStore(LateStatuses, DatabaseStore):
     def _atomic(self) -> transaction.Atomic:
         return _QuietAtomic(self.using)
 
-    def _fenced(self, node_id: str, *, claim: bool = False) -> transaction.Atomic:
-        return _QuietAtomic(self.using, CLAIM_PLANNER if claim else (), fence=node_id)
+    def _fenced(
+        self, node_id: str, *, claim: bool = False, probe: Probe | None = None
+    ) -> _QuietAtomic:
+        planner = CLAIM_PLANNER if claim else ()
+        return _QuietAtomic(self.using, planner, fence=node_id, probe=probe)
 
     def _cursor(self) -> CursorWrapper:
         return self.connection.cursor()
+
+    def _gate_released(self) -> None:
+        """The end of a task with a lock or a limit was written: wake the other nodes
+        (the claim's transaction is quiet), at commit."""
+        self.notify("task")
+
+    def _lock_gates(self, keys: list[str]) -> bool:
+        """Take a transaction-level advisory lock for each of ``keys``, in the order of
+        their 64-bit hashes (every claim takes them in that order: no deadlock)."""
+        hashes = sorted({gate_key(key) for key in keys})
+        with self._cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k", [hashes]
+            )
+        return True
 
     def notify(self, payload: str) -> None:
         """Tell every listening node that ``payload`` (``task``, ``schedule``,

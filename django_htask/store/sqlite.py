@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_htask.models import CLAIM_INDEX, Task
+from django_htask.models import CLAIM_INDEX, GATED_INDEX, Task
 
 from . import base
 from .base import ScheduleRef, StartedTask
@@ -155,6 +155,7 @@ class SQLiteStore(DatabaseStore):
 
     vendor = "sqlite"
     single_host = True  # a SQLite file is shared by the processes of one host
+    _gated_indexed_by = f" INDEXED BY {GATED_INDEX}"
 
     def install(self) -> None:
         install(self.connection)

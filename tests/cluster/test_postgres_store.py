@@ -39,7 +39,7 @@ def make_schedule(name: str = "s", text: str = "@every 1m", **kwargs: Any) -> Sc
 
 def make_tasks(n: int, run_at: datetime = NOW, **kwargs: Any) -> list[int]:
     tasks = Task.objects.bulk_create(
-        [Task(function=ADD, run_at=run_at, **kwargs) for _ in range(n)]
+        [Task(**{"function": ADD, "run_at": run_at, **kwargs}) for _ in range(n)]
     )
     return [t.pk for t in tasks]
 
@@ -574,3 +574,62 @@ def test_a_late_status_does_not_overwrite_a_later_run(store: PostgresStore) -> N
     )
     row.refresh_from_db()
     assert (row.last_status, row.last_run_at) == (RunStatus.RUNNING, NOW + timedelta(minutes=1))
+
+
+# -- locks and limits ------------------------------------------------------------------
+def test_concurrent_claims_never_both_start_a_task_of_one_lock_or_overfill_a_limit(
+    store: PostgresStore,
+) -> None:
+    """Four store connections claim at the same instant (a barrier), 40 times over:
+    one task of the lock starts, and two of the limited function (another function:
+    a limit counts every running task of its function)."""
+    nodes = [f"n{i}" for i in range(4)]
+    register(store, *nodes)
+    for _round in range(40):
+        Task.objects.all().delete()
+        locked = set(make_tasks(4, lock="account:7"))
+        limited = set(make_tasks(6, function=f"{ADD}_limited", max_running=2))
+        barrier = threading.Barrier(len(nodes))
+        results: dict[str, list[int]] = {}
+
+        def claim(node_id: str, barrier: threading.Barrier, into: dict[str, list[int]]) -> None:
+            mine = get_store()
+            try:
+                mine.task_outlook(NOW)  # connected before the barrier
+                barrier.wait(10)
+                into[node_id] = [t.id for t in mine.start_tasks(node_id, NOW, 5, LEASE)]
+            finally:
+                mine.close()
+
+        threads = [threading.Thread(target=claim, args=(node, barrier, results)) for node in nodes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        started = [i for got in results.values() for i in got]
+        assert len(results) == len(nodes)
+        assert len(started) == len(set(started))
+        assert len(locked & set(started)) == 1, results
+        assert len(limited & set(started)) == 2, results
+
+
+def test_the_end_of_a_gated_task_notifies_the_other_nodes(
+    store: PostgresStore, listen: Callable[[float], list[str]]
+) -> None:
+    register(store, "n1")
+    gated, plain = make_tasks(1, lock="l"), make_tasks(1)
+    listen(2)
+    store.start_tasks("n1", NOW, 5, LEASE)
+    done = NOW + timedelta(seconds=1)
+
+    def ended(task_id: int, **fields: Any) -> RunOutcome:
+        return RunOutcome(
+            RunStatus.SUCCEEDED, ADD, ADD, "n1", 1, NOW, NOW, done, task_id=task_id, **fields
+        )
+
+    store.start_tasks("n1", NOW, 5, LEASE, finished=[ended(plain[0])])
+    assert listen(0.5) == []  # bookkeeping stays quiet
+    store.start_tasks("n1", NOW, 5, LEASE, finished=[ended(gated[0], gated=True)])
+    assert listen(2) == ["task"]
+    store.record("n1", [])
+    assert Task.objects.get(pk=gated[0]).status == TaskStatus.SUCCEEDED

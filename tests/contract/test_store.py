@@ -747,3 +747,94 @@ def test_a_task_handed_back_is_superseded_by_a_newer_pending_task_with_its_key(
     left = [Abandoned("interrupted", started, task_id=old, retry_at=retry_at)]
     kit.store.abandon("n1", NOW, left, dead_at, dead_at - timedelta(seconds=60))
     assert_superseded(kit, old, new)
+
+
+# -- locks and limits ------------------------------------------------------------------
+def started_ids(kit: Kit, node: str, limit: int = 10, at: datetime = NOW, **kw: Any) -> list[int]:
+    lease = at + timedelta(seconds=60)
+    return [t.id for t in kit.store.start_tasks(node, at, limit, lease, **kw)]
+
+
+def test_tasks_sharing_a_lock_start_one_at_a_time_in_due_order(kit: Kit) -> None:
+    kit.register("n1", "n2")
+    first = kit.add_tasks(1, NOW - timedelta(seconds=2), lock="account:7")
+    second = kit.add_tasks(1, NOW - timedelta(seconds=1), lock="account:7")
+    other = kit.add_tasks(1, NOW, lock="account:8")
+    assert started_ids(kit, "n1") == [*first, *other]
+    assert kit.store.task_outlook(NOW) == (False, None)  # the one waiting is not due
+    assert started_ids(kit, "n2") == []  # held on another node
+    done = [outcome({"task_id": first[0]}, gated=True)]
+    assert started_ids(kit, "n1", finished=done) == second  # in the claim writing its end
+    assert kit.task(second[0]).status == TaskStatus.RUNNING
+
+
+def test_a_lock_is_free_again_once_its_holder_s_lease_expired(kit: Kit) -> None:
+    kit.register("n1", "n2")
+    held, waiting = kit.add_tasks(2, lock="l")
+    assert [t.id for t in kit.store.start_tasks("n1", NOW, 5, LEASE)] == [held]
+    expired = LEASE + timedelta(seconds=1)
+    assert kit.store.task_outlook(LEASE) == (False, None)
+    assert kit.store.task_outlook(expired) == (True, None)
+    assert started_ids(kit, "n2", at=expired) == [waiting]
+
+
+def test_a_later_task_of_a_lock_waits_behind_one_held_by_its_function_s_limit(kit: Kit) -> None:
+    kit.register("n1")
+    busy = kit.add_tasks(1, NOW - timedelta(seconds=3), max_running=1)
+    assert started_ids(kit, "n1") == busy
+    blocked = kit.add_tasks(1, NOW - timedelta(seconds=2), lock="l", max_running=1)
+    behind = kit.add_tasks(1, NOW - timedelta(seconds=1), lock="l")
+    assert started_ids(kit, "n1") == []
+    assert kit.store.task_outlook(NOW) == (False, None)
+    done = [outcome({"task_id": busy[0]}, gated=True)]
+    assert started_ids(kit, "n1", finished=done) == blocked
+    assert kit.task(behind[0]).status == TaskStatus.PENDING
+
+
+def test_max_running_bounds_the_tasks_of_a_function_running_on_all_nodes(kit: Kit) -> None:
+    kit.register("n1", "n2")
+    ids = kit.add_tasks(5, max_running=2)
+    assert started_ids(kit, "n1", 1) == ids[:1]
+    assert started_ids(kit, "n2") == ids[1:2]
+    assert started_ids(kit, "n1") == []
+    assert kit.store.task_outlook(NOW) == (False, None)
+    done = [outcome({"task_id": ids[0]}, gated=True)]
+    assert started_ids(kit, "n1", finished=done) == ids[2:3]
+
+
+def test_gated_tasks_are_weighed_first_and_plain_ones_fill_the_rest(kit: Kit) -> None:
+    kit.register("n1")
+    plain = kit.add_tasks(3, NOW - timedelta(seconds=5))
+    locked = kit.add_tasks(2, NOW, lock="l")
+    limited = kit.add_tasks(1, NOW, max_running=3)
+    assert sorted(started_ids(kit, "n1", 4)) == sorted([locked[0], *limited, *plain[:2]])
+    assert started_ids(kit, "n1", 4) == plain[2:]  # the other locked one still waits
+    assert kit.task(locked[1]).status == TaskStatus.PENDING
+
+
+def test_a_reaped_holder_releases_its_lock(kit: Kit) -> None:
+    later = NOW + timedelta(seconds=61)
+    kit.register("dead")
+    kit.register("alive", at=later - timedelta(seconds=1))
+    held, waiting = kit.add_tasks(2, lock="l", max_attempts=1)
+    kit.store.start_tasks("dead", NOW, 5, NOW + timedelta(seconds=300))
+    assert kit.store.task_outlook(later) == (False, None)  # lease unexpired: still held
+    kit.store.heartbeat("alive", later, later + timedelta(seconds=30))
+    kit.store.reap("alive", later, later - timedelta(seconds=60), RETRY)
+    assert kit.task(held).status == TaskStatus.FAILED
+    assert started_ids(kit, "alive", at=later) == [waiting]
+
+
+def test_the_end_of_a_gated_task_is_told_to_the_other_nodes(kit: Kit) -> None:
+    if kit.memory is None:
+        pytest.skip("PostgreSQL notifies: tests/cluster/test_postgres_store.py")
+    heard: list[str] = []
+    kit.store.listen(heard.append, lambda: None, retry=1, retry_max=1, name="t")
+    kit.register("n1")
+    gated, plain = kit.add_tasks(1, lock="l"), kit.add_tasks(1)
+    kit.store.start_tasks("n1", NOW, 5, LEASE)
+    heard.clear()
+    kit.store.record("n1", [outcome({"task_id": plain[0]})])
+    assert heard == []
+    kit.store.record("n1", [outcome({"task_id": gated[0]}, gated=True)])
+    assert heard == ["task"]

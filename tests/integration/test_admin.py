@@ -625,3 +625,20 @@ def test_the_task_list_shows_keys_and_finds_a_task_by_its_key(admin_client_: Cli
     assert "1 result" in found
     change = admin_client_.get(f"{URL}task/{keyed.pk}/change/").content.decode()
     assert "reminder:42" in change and "field-key" in change
+
+
+def test_a_task_s_lock_and_limit_show_read_only_and_the_list_finds_it_by_lock(
+    admin_client_: Client,
+) -> None:
+    from django_htask import schedule
+    from tests.integration.testapp import tasks
+
+    made = schedule(tasks.serial, "a")
+    schedule(tasks.add, 1)
+    page = admin_client_.get(f"{URL}task/{made.pk}/change/")
+    admin_form = page.context["adminform"]
+    assert {"lock", "max_running"} <= set(admin_form.readonly_fields)
+    text = page.content.decode()
+    assert "testapp:serial" in text and "Max running" in text
+    found = admin_client_.get(f"{URL}task/", {"q": "testapp:serial"})
+    assert [t.pk for t in found.context["cl"].result_list] == [made.pk]

@@ -418,3 +418,27 @@ def test_intervals_are_added_up_without_following_them(
     assert timeline.per_minute[4] == 1  # 00:04:30
     assert timeline.per_minute[6] == 1  # 00:06:00
     assert not timeline.partial
+
+
+def test_the_overview_shows_what_waits_on_locks_and_limits_only_when_something_does(
+    root: Client,
+) -> None:
+    from django_htask import schedule
+    from tests.integration.testapp import tasks
+
+    assert 'id="htask-waiting"' not in root.get(OVERVIEW).content.decode()
+    schedule(tasks.add, 1, lock="account:7")
+    schedule(tasks.add, 2, lock="account:7")
+    schedule(tasks.serial, "x")
+    body = root.get(OVERVIEW).content.decode()
+    assert 'id="htask-waiting"' in body
+    rows = re.findall(
+        r'<tr class="htask-waiting" data-kind="(\w+)"><td>[^<]*</td>'
+        r"<td><code>([^<]*)</code></td><td>(\d+)</td>",
+        body,
+    )
+    assert rows == [
+        ("lock", "account:7", "2"),
+        ("lock", "testapp:serial", "1"),
+        ("limit", "tests.integration.testapp.tasks:serial", "1"),
+    ]

@@ -55,7 +55,11 @@ def test_a_function_s_own_timeout_is_each_task_s_default(fake_clock: FakeClock) 
         ((tasks.add, ("one",), {}), ArgumentError, "calls[2]: "),
         (("tests.nowhere:gone", (), {}), FunctionNotRegistered, "calls[2]: "),
         ((tasks.add, (object(),), {}), PayloadError, "calls[2]: "),
-        ((tasks.add, (1,)), TypeError, "calls[2] must be a tuple (fn, args, kwargs) or (fn, "),
+        (
+            (tasks.add, (1,)),
+            TypeError,
+            "calls[2] must be a tuple (fn, args, kwargs), (fn, args, kwargs, key) or (fn, ",
+        ),
         ((tasks.add, "12", {}), TypeError, "calls[2]: args must be a sequence"),
         ((tasks.add, (1,), [("b", 2)]), TypeError, "calls[2]: kwargs must be a mapping"),
     ],

@@ -51,6 +51,7 @@ from django_htask.operations import (
     upcoming_runs,
     validate_zone,
 )
+from django_htask.overview import waiting_on_gates
 from django_htask.queues import DEFAULT_QUEUE
 from django_htask.store.database import not_migrated
 
@@ -231,6 +232,11 @@ class Command(BaseCommand):
             .order_by("queue_name")
             .values_list("queue_name", "n")
         )
+        waiting = waiting_on_gates(now)
+        for kind, label in (("lock", "waiting on locks"), ("limit", "waiting on max_running")):
+            names = [f"{w.name} {w.count}" for w in waiting if w.kind == kind]
+            if names:
+                self.stdout.write(f"  {label}: {', '.join(names)}")
         queues = [f"{name} {n}" for name, n in by_queue]
         if len(queues) > 1 or (queues and not queues[0].startswith(f"{DEFAULT_QUEUE} ")):
             self.stdout.write(f"  pending by queue: {', '.join(queues[:SHOWN])}")

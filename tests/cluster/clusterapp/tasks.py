@@ -93,3 +93,21 @@ def fails(message: str) -> None:
     """Raise RuntimeError(message): logs ``start fails`` with its process first."""
     _log(f"start fails {os.getpid()} {time.time():.6f}\n")
     raise RuntimeError(message)
+
+
+@task
+def locked(n: int, seconds: float) -> None:
+    """A one-off job queued with a lock (tests/cluster/test_locks.py): logs ``lstart n``
+    and ``lend n`` with its process and the time."""
+    _log(f"lstart {n} {os.getpid()} {time.time():.6f}\n")
+    time.sleep(seconds)
+    _log(f"lend {n} {os.getpid()} {time.time():.6f}\n")
+
+
+@task(max_running=2)
+def limited(n: int, seconds: float) -> None:
+    """A one-off job at most two of which run at once on all the nodes: logs ``mstart
+    n`` and ``mend n`` with its process and the time."""
+    _log(f"mstart {n} {os.getpid()} {time.time():.6f}\n")
+    time.sleep(seconds)
+    _log(f"mend {n} {os.getpid()} {time.time():.6f}\n")

@@ -163,3 +163,9 @@ FLAKY_POLICY = RetryPolicy(3, kind="fixed", attempts=3, retry_on=(ConnectionErro
 def flaky_by_default(label: str, failures: int, error: str = "ConnectionError") -> str:
     """``flaky`` with a retry policy of its own."""
     return flaky(label, failures, error)
+
+
+@task(lock="testapp:serial", max_running=3)
+def serial(label: str = "") -> None:
+    """A task with a lock and a limit of its own (tests/integration/test_locks.py)."""
+    record("serial", label)

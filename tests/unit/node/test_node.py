@@ -388,3 +388,21 @@ def test_a_clean_stop_marks_the_node_stopped(
     assert node.unfinished == 0
     assert store.nodes[node.node_id].stopped_at == clock.now()
     assert RunStatus.RUNNING not in {r.status for r in store.runs.values()}
+
+
+def test_the_end_of_a_task_with_a_lock_starts_the_next_without_a_poll(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore
+) -> None:
+    jobs.running.update(now=0, most=0)
+    first = store.add_task(HOLD, "lock-1", lock="l")
+    second = store.add_task(HOLD, "lock-2", lock="l")
+    jobs.gate("lock-2")[1].set()  # the second ends as soon as it starts
+    node = make_node(workers=2, start=False, poll_interval=3600.0)
+    node.start()
+    clock.advance(0, wait=False)
+    assert jobs.gate("lock-1")[0].wait(5)
+    assert store.tasks[second].status == TaskStatus.PENDING  # a free worker, a held lock
+    jobs.gate("lock-1")[1].set()
+    clock.advance(0)  # no time passes: no poll, no timer
+    assert [store.tasks[i].status for i in (first, second)] == [TaskStatus.SUCCEEDED] * 2
+    assert jobs.running["most"] == 1

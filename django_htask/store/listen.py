@@ -98,7 +98,7 @@ class Listener(threading.Thread):
                         break
 
 
-def connection_params(using: str = "default") -> dict[str, Any]:
+def connection_params(using: str) -> dict[str, Any]:
     """``psycopg.connect`` arguments for a plain connection to the database ``using``
     (Django's, without its cursor class and adapters)."""
     params: dict[str, Any] = dict(connections[using].get_connection_params())

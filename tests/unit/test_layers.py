@@ -113,6 +113,7 @@ LAYERS = [
     ("engine",),
     (
         "conf",
+        "db",
         "signals",
         "clock",
         "notices",
@@ -130,6 +131,7 @@ LAYERS = [
         "api",
         "decorators",
         "admin",
+        "admin_database",
         "management",
         "backends",
         "checks",
@@ -145,6 +147,7 @@ LAYERS = [
         "charts",
         "display",
         "celery_beat",
+        "routers",
     ),
 ]
 

@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError, call_command, execute_from_command_line
 from django.db import connections, transaction
 from django.test import Client, override_settings
 
@@ -225,3 +225,22 @@ def test_health_overview_and_store_follow_the_alias(own: str, fake_clock: FakeCl
     assert store.using == "queue"
     assert str(connections["queue"].settings_dict["NAME"]) in store.describe()
     assert on("queue", Node).count() == 1
+
+
+# -- a node -----------------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True, databases=["default", "queue"])
+@pytest.mark.parametrize("own", ["router"], indirect=True)
+def test_runscheduler_runs_the_tasks_of_the_queue_alias(
+    own: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # On PostgreSQL the node listens on a connection to the "queue" database.
+    task = schedule(tasks.add, 2, b=3)
+    execute_from_command_line(["manage.py", "runscheduler", "--batch", "--node-id", "own-b"])
+    assert "nothing is due any more (--batch)" in capsys.readouterr().out
+    done = on("queue", Task).get(pk=task.pk)
+    assert done.status == TaskStatus.SUCCEEDED
+    assert get_result(task.token).value == 5  # type: ignore[union-attr]
+    assert on("queue", Node).filter(id="own-b").exists()
+    assert not on("default", Node).exists()
+    assert on("queue", Schedule).filter(name="testapp-minutely").exists()  # synced there
+    assert not on("default", Schedule).exists()

@@ -49,6 +49,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from . import charts, clock
+from .admin_database import SchedulerDatabaseAdmin
 from .display import defined_at, site_zone, stamp, times
 from .models import (
     Node,
@@ -310,7 +311,7 @@ class _BrokenFilter(_YesNoFilter):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ScheduleAdmin(SchedulerDatabaseAdmin):
     form = ScheduleForm
     # Fits a 1366 px screen beside the admin's sidebar and the filters: the function
     # goes under the name (when it differs), the zone is in the words and the times;
@@ -657,7 +658,7 @@ class _Traceback:
 
 
 @admin.register(Run)
-class RunAdmin(_ReadOnly, _Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
+class RunAdmin(_ReadOnly, _Traceback, SchedulerDatabaseAdmin):
     list_display = (
         "name",
         "status",
@@ -751,7 +752,7 @@ class TaskForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(Task)
-class TaskAdmin(_Traceback, admin.ModelAdmin):  # type: ignore[type-arg]
+class TaskAdmin(_Traceback, SchedulerDatabaseAdmin):
     form = TaskForm
     list_display = (
         "function",
@@ -935,7 +936,7 @@ class _AliveFilter(_YesNoFilter):
 
 
 @admin.register(Node)
-class NodeAdmin(_ReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
+class NodeAdmin(_ReadOnly, SchedulerDatabaseAdmin):
     list_display = (
         "id",
         "state",
@@ -1075,7 +1076,7 @@ def can_view_overview(user: Any) -> bool:
 
 
 @admin.register(Overview)
-class OverviewAdmin(_ReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
+class OverviewAdmin(_ReadOnly, SchedulerDatabaseAdmin):
     """*Scheduler overview* in the admin index: one read-only page, no rows of its own
     (``Overview`` is a proxy model so that the index lists the page)."""
 

@@ -11,8 +11,10 @@
 
 Arguments are checked against the function's signature here, in the caller: a wrong
 call raises (``ArgumentError``, ``FunctionNotRegistered``, ``PayloadError``) and stores
-nothing. Inside ``transaction.atomic()`` the task is an ordinary row of that
-transaction: it exists, and can fire, only once the transaction commits.
+nothing. Inside ``transaction.atomic(using=...)`` on the scheduler's database
+(``HTASK["DATABASE"]``, django_htask.db: ``"default"`` unless set or routed) the task
+is an ordinary row of that transaction: it exists, and can fire, only once the
+transaction commits. A transaction on another alias does not cover it.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError, router, transaction
+from django.db import DatabaseError, transaction
 
 from django_htask.engine import registry
 from django_htask.engine.errors import ArgumentError, FunctionNotRegistered, PayloadError
 
 from . import clock, notices
+from .db import scheduler_alias
 from .decorators import (
     check_max_running,
     check_policy,
@@ -298,7 +301,7 @@ def _store(
         default_lock, limit = gates[name]
         rows.append((policies[name], (name, payload, seconds, lock or default_lock, limit)))
     common = {"run_at": options.run_at, "queue_name": options.queue_name}
-    using = router.db_for_write(Task)
+    using = scheduler_alias()
     try:
         with transaction.atomic(using=using):
             # Consecutive calls with the same retry columns in one insert: all of them
@@ -377,7 +380,7 @@ def abort(token: str) -> AbortResult:
     to stop it (cooperatively first, by force after ``TIMEOUT_GRACE``)."""
     if cancel(token):
         return AbortResult.CANCELLED
-    using = router.db_for_write(Task)
+    using = scheduler_alias()
     running = Task.objects.using(using).filter(token=token, status=TaskStatus.RUNNING)
     asked = running.filter(abort_requested_at__isnull=True).update(abort_requested_at=clock.now())
     if asked:  # on PostgreSQL the update notifies the nodes; here, a node in this process
@@ -394,7 +397,7 @@ def cancel(token: str, *, abort: bool = False) -> bool:
     which also says which of the two happened)."""
     if abort:
         return bool(_abort(token))
-    using = router.db_for_write(Task)
+    using = scheduler_alias()
     count = (
         Task.objects.using(using)
         .filter(token=token, status=TaskStatus.PENDING)
@@ -416,7 +419,7 @@ def reschedule(
     False if the token is unknown, or the task is running or finished.
     """
     run_at = due_time(at, delay)
-    using = router.db_for_write(Task)
+    using = scheduler_alias()
     count = (
         Task.objects.using(using)
         .filter(token=token, status=TaskStatus.PENDING)
@@ -429,7 +432,7 @@ def reschedule(
 
 def get_task(token: str) -> Task | None:
     """The task with this token, or None."""
-    return Task.objects.using(router.db_for_read(Task)).filter(token=token).first()
+    return Task.objects.using(scheduler_alias()).filter(token=token).first()
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,7 +460,7 @@ def get_result(token: str) -> Result | None:
     ``PayloadError`` if its stored result cannot be read (see docs/api.md)."""
     fields = ("token", "function", "status", "result", "return_value", "last_error")
     row = (
-        Task.objects.using(router.db_for_read(Task))
+        Task.objects.using(scheduler_alias())
         .only(*fields, "attempts", "finished_at")
         .filter(token=token)
         .first()

@@ -16,7 +16,8 @@ from django.utils.module_loading import import_string
 HTASK_BACKEND = "django_htask.backends.HtaskBackend"
 
 
-def _install(using: str = "default", **kwargs: Any) -> None:
+def _install(using: str, **kwargs: Any) -> None:
+    """After ``migrate --database using``: the triggers, where the tables are."""
     from .store import install  # noqa: PLC0415
 
     install(using)

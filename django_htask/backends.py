@@ -44,7 +44,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import router, transaction
+from django.db import transaction
 from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task as DjangoTask
@@ -59,6 +59,7 @@ from django_htask.engine import registry
 from . import clock, notices
 from .api import due_time
 from .conf import get_settings, is_dotted_name
+from .db import scheduler_alias
 from .decorators import task as htask_task
 from .exceptions import RunInterrupted, TaskCancelled, UnknownDjangoTask
 from .models import MAX_ATTEMPTS_MAX, Run, RunStatus, Task, TaskStatus, new_token
@@ -223,7 +224,7 @@ class HtaskBackend(BaseTaskBackend):
             queue_name=task.queue_name,
             backend=self.alias,
         )
-        using = router.db_for_write(Task)
+        using = scheduler_alias()
         row.save(using=using)
         result: TaskResult[Any, Any] = TaskResult(
             task=task,

@@ -42,9 +42,10 @@ from datetime import datetime
 from typing import Any
 
 from django.apps import apps
-from django.db import transaction
+from django.db import router, transaction
 
 from django_htask import clock
+from django_htask.db import scheduler_alias
 from django_htask.engine import CALL_ERRORS, InvalidSchedule, parse_schedule, registry
 from django_htask.engine.schedules import format_duration
 from django_htask.models import GRACE_MAX, Origin, Schedule
@@ -160,9 +161,11 @@ def resolve_function(task: str, mapping: Mapping[str, str]) -> str | None:
 
 
 def import_celery_beat(
-    mapping: Mapping[str, str] | None = None, *, dry_run: bool = False, using: str = "default"
+    mapping: Mapping[str, str] | None = None, *, dry_run: bool = False, using: str | None = None
 ) -> ImportReport:
-    """Create a :class:`Schedule` for each of django-celery-beat's periodic tasks.
+    """Create a :class:`Schedule` for each of django-celery-beat's periodic tasks, in
+    the database ``using`` (default: the scheduler's); they are read from the database
+    the routers give django-celery-beat.
 
     ``mapping`` maps celery task names to registered functions (see
     :func:`parse_map`). A task whose name is already a schedule's is left as it is.
@@ -171,8 +174,9 @@ def import_celery_beat(
     """
     periodic_task = _periodic_task_model()
     report = ImportReport(dry_run=dry_run)
+    using = using or scheduler_alias()
     rows = (
-        periodic_task.objects.using(using)
+        periodic_task.objects.using(router.db_for_read(periodic_task))
         .select_related("crontab", "interval", "clocked", "solar")
         .order_by("name")
     )

@@ -20,10 +20,15 @@ id                     level    when
 ``django_htask.E008``  error    an ``@periodic`` declaration cannot be read (a typo in its
                                 schedule, a bad option or argument): the function, its
                                 file and line, what it was given and the error.
+``django_htask.E009``  error    ``HTASK["DATABASE"]`` names no alias of ``DATABASES``.
+``django_htask.W010``  warning  ``HTASK["DATABASE"]`` is set but the routers send
+                                django_htask's models (or migrate their tables) elsewhere:
+                                add ``django_htask.routers.HtaskRouter``.
 =====================  =======  ===========================================================
 
 W003 and W004 read the database, so they run with the ``database`` tag:
-``manage.py check --database default`` (``migrate`` runs them too). They are quiet
+``manage.py check --database ALIAS`` (``migrate`` runs them too), on the scheduler's
+database only (django_htask.db: ``HTASK["DATABASE"]``, else the routers'). They are quiet
 while the tables do not exist yet, and W004 while E001 or E002 is reported (it needs
 aware datetimes and the ``NODE_TIMEOUT`` setting).
 
@@ -42,10 +47,11 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, connections, router
+from django.db import DatabaseError, connections
 
 __all__ = [
     "check_database_rows",
+    "check_database_setting",
     "check_periodic_declarations",
     "check_settings",
     "check_sqlite_nodes",
@@ -127,6 +133,62 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 
 @checks.register()
 @_never_raises
+def check_database_setting(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[Any]:
+    from .conf import load  # noqa: PLC0415
+    from .db import unknown_alias  # noqa: PLC0415
+
+    try:
+        database = load(getattr(settings, "HTASK", None)).database
+    except ImproperlyConfigured:
+        return []  # E002
+    if database is None:
+        return []
+    problem = unknown_alias(database)
+    if problem is not None:
+        return [
+            checks.Error(
+                problem,
+                hint="name the alias of DATABASES that holds the scheduler's tables, or "
+                "remove the key to follow the routers (docs/databases.md, 'A database of "
+                "its own')",
+                obj="settings.HTASK",
+                id="django_htask.E009",
+            )
+        ]
+    return _unrouted(database)
+
+
+def _unrouted(database: str) -> list[Any]:
+    """W010: the routers send django_htask's models elsewhere than ``database``."""
+    from django.db import router  # noqa: PLC0415
+
+    from .models import Schedule  # noqa: PLC0415
+
+    routed = router.db_for_write(Schedule)
+    migrated = [
+        alias for alias in settings.DATABASES if router.allow_migrate_model(alias, Schedule)
+    ]
+    if routed == database and migrated == [database]:
+        return []
+    return [
+        checks.Warning(
+            f"HTASK['DATABASE'] is {database!r}, but the routers send django_htask's models "
+            f"to {routed!r} and migrate their tables on {', '.join(map(repr, migrated))}: "
+            "django_htask's own code uses the setting, Django's code that asks the routers "
+            "(a new instance's save(), the admin's delete confirmation, dumpdata, migrate) "
+            "does not",
+            hint="add 'django_htask.routers.HtaskRouter' to DATABASE_ROUTERS (docs/databases.md, "
+            "'A database of its own')",
+            obj="settings.DATABASE_ROUTERS",
+            id="django_htask.W010",
+        )
+    ]
+
+
+@checks.register()
+@_never_raises
 def check_periodic_declarations(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[Any]:
@@ -166,11 +228,16 @@ def _database_check(
 
 
 def _aliases(databases: Sequence[str] | None) -> list[str]:
+    """The scheduler's database if it is among ``databases`` (none while E002 or E009
+    says the setting is wrong)."""
     if not databases:
         return []
-    from .models import Schedule  # noqa: PLC0415
+    from .db import scheduler_alias  # noqa: PLC0415
 
-    wanted = router.db_for_read(Schedule) or "default"
+    try:
+        wanted = scheduler_alias()
+    except ImproperlyConfigured:
+        return []
     return [alias for alias in databases if alias == wanted]
 
 

@@ -95,6 +95,9 @@ class HtaskSettings:
     #: functions a node may import to run them (see docs/django-tasks.md). A module of
     #: an installed app needs no entry.
     django_task_modules: tuple[str, ...] = ()
+    #: The ``DATABASES`` alias of the scheduler's tables (None: the project's routers
+    #: decide, ``"default"`` without routers). See docs/databases.md.
+    database: str | None = None
 
     def dead_before(self, now: datetime) -> datetime:
         """A node whose last heartbeat is older than this, at ``now``, is dead."""
@@ -113,6 +116,12 @@ _CHOICES = {"pool": POOLS}
 
 
 def _check(key: str, value: Any, default: Any) -> Any:
+    if key.lower() == "database":
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ImproperlyConfigured(
+                f"HTASK[{key!r}] must be None or a DATABASES alias, got {value!r}"
+            )
+        return value
     if key.lower() in _OPTIONAL_SECONDS:
         if value is None:
             return None

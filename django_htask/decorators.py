@@ -51,6 +51,7 @@ from django_htask.engine.errors import short_repr
 from django_htask.engine.registry import default_name
 
 from . import notices
+from .db import scheduler_alias
 from .keys import check_lock
 from .models import (
     GRACE_RANGE,
@@ -517,8 +518,9 @@ class SyncResult:
         )
 
 
-def sync_schedules(using: str = "default") -> SyncResult:
-    """Create or update the code-defined schedules in the database.
+def sync_schedules(using: str | None = None) -> SyncResult:
+    """Create or update the code-defined schedules in the database ``using`` (default:
+    the scheduler's, django_htask.db).
 
     A code-defined schedule no longer declared is disabled and marked orphaned, never
     deleted (its runs stay). A row is saved only when something changed, so a sync
@@ -534,6 +536,7 @@ def sync_schedules(using: str = "default") -> SyncResult:
             f"{len(bad)} @periodic declaration(s) cannot be read, nothing synced: "
             + "; ".join(f"{b.function}: {b}" for b in bad)
         )
+    using = using or scheduler_alias()
     result = SyncResult()
     declared = declared_schedules()
     default_tz = getattr(settings, "TIME_ZONE", None) or "UTC"

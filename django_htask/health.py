@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, Error
+from django.db import Error
 
 from django_htask import clock
+from django_htask.db import scheduler_alias
 from django_htask.models import Node, Schedule, Task, TaskStatus
 from django_htask.operations import live_nodes
 from django_htask.store.database import not_migrated
@@ -217,15 +218,17 @@ def check_health(
     max_late: float = DEFAULT_MAX_LATE,
     node: str | None = None,
     now: datetime | None = None,
-    using: str = DEFAULT_DB_ALIAS,
+    using: str | None = None,
 ) -> Verdict:
-    """Look at the database ``using`` at ``now`` (default: the clock's now) and judge.
+    """Look at the database ``using`` (default: the scheduler's) at ``now`` (default:
+    the clock's now) and judge.
 
     ``max_late``: seconds due work may wait (:data:`DEFAULT_MAX_LATE`); ``node``: a
     node id that must be live. A database error is returned in the verdict, not raised.
     """
     max_late = parse_max_late(max_late)
     now = now or clock.now()
+    using = using or scheduler_alias()
     try:
         facts = _look(now, max_late, node, using)
     except Error as exc:

@@ -22,11 +22,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, Error, close_old_connections
+from django.db import Error, close_old_connections
 from django.db.models import Count, F, Min, Q, Sum
 
 from django_htask import clock
 from django_htask.conf import get_settings
+from django_htask.db import scheduler_alias
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.signals import run_finished, run_started
 
@@ -193,14 +194,14 @@ class DatabaseCollector:
     def __init__(
         self,
         *,
-        using: str = DEFAULT_DB_ALIAS,
+        using: str | None = None,
         window: float = WINDOW,
         refresh_connections: bool = False,
     ) -> None:
         require_prometheus()
         if not window > 0:
             raise ValueError(f"window must be > 0 seconds, got {window!r}")
-        self.using = using
+        self.using = using or scheduler_alias()
         self.window = window
         self.refresh_connections = refresh_connections
 
@@ -395,7 +396,7 @@ def _node_families(facts: _Facts, now: datetime) -> Iterator[Metric]:
     yield from (live, up, age)
 
 
-def database_registry(*, using: str = DEFAULT_DB_ALIAS, window: float = WINDOW) -> Any:
+def database_registry(*, using: str | None = None, window: float = WINDOW) -> Any:
     """A new private :class:`prometheus_client.CollectorRegistry` (never the global
     one) holding a :class:`DatabaseCollector`."""
     require_prometheus()
@@ -567,7 +568,7 @@ def serve(
     addr: str = "127.0.0.1",
     *,
     node_id: str,
-    using: str = DEFAULT_DB_ALIAS,
+    using: str | None = None,
     window: float = WINDOW,
 ) -> MetricsServer:
     """Serve, on ``addr:port`` (``port`` 0: any free one) in a thread, the metrics of

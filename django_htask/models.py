@@ -14,7 +14,7 @@ import logging
 import math
 import secrets
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured, ValidationError
@@ -23,6 +23,7 @@ from django.db.models import Q
 from django.utils.deconstruct import deconstructible
 
 from . import clock, notices
+from .db import configured_alias, scheduler_alias
 from .enums import CatchUp, Origin, Overlap, RetryJitter, RetryKind, RunStatus, TaskStatus
 from .keys import KEY_MAX_LENGTH, LOCK_MAX_LENGTH
 from .queues import DEFAULT_QUEUE
@@ -289,8 +290,26 @@ def _parse(text: str, tz: str) -> Any:
     return parse_schedule(text, tz=tz or None)
 
 
+M = TypeVar("M", bound=models.Model)
+
+
+class SchedulerManager(models.Manager[M]):
+    """The models' manager: with ``HTASK["DATABASE"]`` set, its querysets read and write
+    there unless told otherwise (``db_manager``, ``using``), router or not, so
+    ``Task.objects...`` and Django's own queries through it (a form's unique checks, the
+    admin) find the tables. A new instance's ``save()`` follows the routers: pass
+    ``using=`` or add :class:`django_htask.routers.HtaskRouter`."""
+
+    def get_queryset(self) -> models.QuerySet[M]:
+        queryset = super().get_queryset()
+        database = None if self._db else configured_alias()
+        return queryset.using(database) if database else queryset
+
+
 class Schedule(models.Model):
     """A periodic job: a registered function, its arguments and when it runs."""
+
+    objects = SchedulerManager["Schedule"]()
 
     name = models.CharField(max_length=200, unique=True)
     # db_default: producers inserting rows by raw SQL (docs/wire-format.md) may leave it out
@@ -439,7 +458,7 @@ class Schedule(models.Model):
             if update_fields is not None:
                 kwargs["update_fields"] = {*update_fields, "next_run_at"}
         super().save(*args, **kwargs)
-        using = kwargs.get("using") or self._state.db or "default"
+        using = kwargs.get("using") or self._state.db or scheduler_alias()
         self.version = (
             Schedule.objects.using(using)
             .filter(pk=self.pk)
@@ -455,7 +474,7 @@ class Schedule(models.Model):
         if self.pk is None or self.next_run_at is None:
             return True
         old = (
-            Schedule.objects.using(self._state.db or "default")
+            Schedule.objects.using(self._state.db or scheduler_alias())
             .filter(pk=self.pk)
             .values("schedule", "timezone", "enabled", "next_run_at")
             .first()
@@ -487,6 +506,8 @@ GATED_PREDICATE = "status = 'pending' AND (lock IS NOT NULL OR max_running IS NO
 
 class Task(models.Model):
     """A one-off call, scheduled for a time, cancellable by its public token."""
+
+    objects = SchedulerManager["Task"]()
 
     token = models.CharField(max_length=64, unique=True, default=new_token, editable=False)
     key = models.CharField(
@@ -639,6 +660,8 @@ class Task(models.Model):
 class Run(models.Model):
     """One execution (or a missed or skipped occurrence) of a schedule or a task."""
 
+    objects = SchedulerManager["Run"]()
+
     schedule = models.ForeignKey(
         Schedule, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
@@ -678,9 +701,10 @@ class Run(models.Model):
         return f"{self.name} {self.status}"
 
 
-def prune_runs(days: int | None = None, *, using: str = "default") -> int:
+def prune_runs(days: int | None = None, *, using: str | None = None) -> int:
     """Delete the finished runs older than ``days`` days (default: the
-    ``RUN_RETENTION_DAYS`` setting); return how many. Runs still running are kept.
+    ``RUN_RETENTION_DAYS`` setting) in the database ``using`` (default: the
+    scheduler's); return how many. Runs still running are kept.
 
     ``days=0`` deletes every finished run; with the setting at 0 (keep for ever) and no
     ``days`` given, nothing is deleted. ``runscheduler`` calls it once an hour;
@@ -695,13 +719,16 @@ def prune_runs(days: int | None = None, *, using: str = "default") -> int:
     if isinstance(days, bool) or not isinstance(days, int) or days < 0:
         raise ValueError(f"days must be an int >= 0, got {days!r}")
     cutoff = clock.now() - timedelta(days=days)
-    old = Run.objects.using(using).filter(finished_at__lt=cutoff).exclude(status=RunStatus.RUNNING)
+    old = Run.objects.using(using or scheduler_alias()).filter(finished_at__lt=cutoff)
+    old = old.exclude(status=RunStatus.RUNNING)
     deleted, _ = old.delete()
     return deleted
 
 
 class Node(models.Model):
     """A ``runscheduler`` process, alive while its heartbeat is recent."""
+
+    objects = SchedulerManager["Node"]()
 
     id = models.CharField(max_length=100, primary_key=True)
     hostname = models.CharField(max_length=255)

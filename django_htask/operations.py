@@ -31,13 +31,14 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from functools import partial
 from typing import Any
 
-from django.db import router, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from . import clock, notices
 from .conf import get_settings
+from .db import scheduler_alias
 from .models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from .store import notify_nodes
 from .store.database import put_back
@@ -186,8 +187,9 @@ def run_schedule_soon(row: Schedule) -> str:
     """Have the scheduler run ``row`` now (see the module's docstring); say how."""
     if row.enabled:
         now = clock.now()
-        with transaction.atomic():
-            Schedule.objects.filter(pk=row.pk).update(next_run_at=now)
+        using = row._state.db or scheduler_alias()
+        with transaction.atomic(using=using):
+            Schedule.objects.using(using).filter(pk=row.pk).update(next_run_at=now)
         notices.notify_local_change()
         return "is due now: the scheduler runs it within a poll interval"
     from .api import schedule  # noqa: PLC0415
@@ -213,14 +215,17 @@ def run_schedule_inline(row: Schedule, node: str | None = None) -> Run:
     node = node or new_node_id("cli")
     started_at = clock.now()
     started = schedule_run(row, node, RunStatus.RUNNING, started_at, started_at)
-    run = Run.objects.create(**started.columns())
+    using = row._state.db or scheduler_alias()
+    run = Run.objects.using(using).create(**started.columns())
     # No refresh of the connections around the call: this thread's are the caller's
     call = Call.of_run(started, bytes(row.payload))
     ended = execute(call, clock=clock.get_clock()).columns()
     for name in _ENDED:
         setattr(run, name, ended[name])
-    run.save(update_fields=_ENDED)
-    Schedule.objects.filter(pk=row.pk).update(last_run_at=started_at, last_status=run.status)
+    run.save(using=using, update_fields=_ENDED)
+    Schedule.objects.using(using).filter(pk=row.pk).update(
+        last_run_at=started_at, last_status=run.status
+    )
     level = logging.INFO if run.status == RunStatus.SUCCEEDED else logging.WARNING
     logger.log(
         level,
@@ -287,7 +292,7 @@ def send_again(
     (another one sees the task at its next poll, or through PostgreSQL's ``NOTIFY``)."""
     ids = sorted({int(pk) for pk in task_ids})
     now = now or clock.now()
-    using = using or router.db_for_write(Task)
+    using = using or scheduler_alias()
     sent: list[int] = []
     superseded: list[int] = []
     statuses: dict[int, str] = {}
@@ -361,7 +366,7 @@ def abort_runs(
     (docs/timeouts.md): told at once on PostgreSQL, else at their next poll."""
     ids = sorted({int(pk) for pk in run_ids})
     now = now or clock.now()
-    using = using or router.db_for_write(Run)
+    using = using or scheduler_alias()
     asked = 0
     with transaction.atomic(using=using):
         for i in range(0, len(ids), _CHUNK):

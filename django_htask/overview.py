@@ -55,6 +55,7 @@ from django.db.models.functions import Coalesce, Mod
 
 from . import clock
 from .conf import get_settings
+from .db import scheduler_alias
 from .models import GATED, Node, Run, RunStatus, Schedule, Task, TaskStatus
 from .operations import node_state
 
@@ -240,9 +241,11 @@ class Overview:
         return {status: totals[status] for status in OUTCOMES}
 
 
-def read_overview(now: datetime | None = None, *, using: str = "default") -> Overview:
-    """The overview at ``now`` (default: the clock's)."""
+def read_overview(now: datetime | None = None, *, using: str | None = None) -> Overview:
+    """The overview at ``now`` (default: the clock's) of the database ``using``
+    (default: the scheduler's, django_htask.db)."""
     now = now or clock.now()
+    using = using or scheduler_alias()
     hours, sampled = last_hours(now, using=using)
     return Overview(
         now=now,
@@ -263,8 +266,9 @@ def _count(queryset: QuerySet[Any], by: str) -> Subquery:
     return Subquery(grouped[:1], output_field=IntegerField())
 
 
-def nodes(now: datetime, *, using: str = "default") -> list[NodeLine]:
+def nodes(now: datetime, *, using: str | None = None) -> list[NodeLine]:
     """The :data:`NODES_SHOWN` nodes heard from last, with their work (one query)."""
+    using = using or scheduler_alias()
     mine = Task.objects.using(using).filter(locked_by=OuterRef("id"))
     runs = Run.objects.using(using).filter(node=OuterRef("id"), status=RunStatus.RUNNING, task=None)
     rows = (
@@ -292,10 +296,10 @@ def nodes(now: datetime, *, using: str = "default") -> list[NodeLine]:
     ]
 
 
-def task_counts(*, using: str = "default") -> dict[str, int]:
+def task_counts(*, using: str | None = None) -> dict[str, int]:
     """One-off tasks pending and running (index on ``status``)."""
     rows = (
-        Task.objects.using(using)
+        Task.objects.using(using or scheduler_alias())
         .filter(status__in=(TaskStatus.PENDING, TaskStatus.RUNNING))
         .order_by()
         .values_list("status")
@@ -307,14 +311,14 @@ def task_counts(*, using: str = "default") -> dict[str, int]:
 
 
 def waiting_on_gates(
-    now: datetime, *, using: str = "default", shown: int = WAITING_SHOWN
+    now: datetime, *, using: str | None = None, shown: int = WAITING_SHOWN
 ) -> list[Waiting]:
     """The locks and the limited functions with the most due tasks waiting on them
     (pending and due at ``now``: a task whose lock is free starts at the next claim),
     ``shown`` of each kind at most, busiest first. One query, through the partial index
     of the pending tasks with a lock or a limit; ``htask status`` shows the same."""
     rows = (
-        Task.objects.using(using)
+        Task.objects.using(using or scheduler_alias())
         .filter(GATED, run_at__lte=now)
         .order_by()
         .values_list("lock", "function", "max_running")
@@ -342,12 +346,13 @@ def window_start(now: datetime, hours: int = HOURS) -> datetime:
 
 
 def last_hours(
-    now: datetime, hours: int = HOURS, *, using: str = "default"
+    now: datetime, hours: int = HOURS, *, using: str | None = None
 ) -> tuple[list[Hour], bool]:
     """The runs started in each of the last ``hours`` hours (the current one last),
     by outcome, with lateness p50/p99; and whether the lateness was sampled."""
     since = window_start(now, hours)
-    recent = Run.objects.using(using).filter(started_at__gte=since).order_by()
+    recent = Run.objects.using(using or scheduler_alias()).filter(started_at__gte=since)
+    recent = recent.order_by()
     # The hour of each run as a number from a CASE over the hours' bounds (plain
     # comparisons, no date function per row); grouped by it alone, the outcomes counted
     # apart: grouped by status too, SQLite would scan the status index (the whole
@@ -408,9 +413,10 @@ def _percentile(ordered: Sequence[float], q: float) -> float | None:
 
 
 def failing_most(
-    now: datetime, hours: int = HOURS, limit: int = FAILING_SHOWN, *, using: str = "default"
+    now: datetime, hours: int = HOURS, limit: int = FAILING_SHOWN, *, using: str | None = None
 ) -> list[Failing]:
     """The schedules with the most failed runs started in the last ``hours`` hours."""
+    using = using or scheduler_alias()
     since = window_start(now, hours)
     recent = Run.objects.using(using).filter(started_at__gte=since).order_by()
     # Through the index htask_run_outcome (status, started_at). Grouped by a plain
@@ -454,7 +460,7 @@ def next_hours(
     hours: int = HOURS,
     *,
     budget: int = OCCURRENCE_BUDGET,
-    using: str = "default",
+    using: str | None = None,
 ) -> Timeline:
     """The occurrences the enabled schedules fire in the next ``hours`` hours, per
     minute from the current minute (see the module's docstring for the bounds).
@@ -468,7 +474,7 @@ def next_hours(
     horizon = start + timedelta(hours=hours)
     per_minute = [0] * (hours * 60)
     groups = (
-        Schedule.objects.using(using)
+        Schedule.objects.using(using or scheduler_alias())
         .filter(enabled=True, broken="", next_run_at__lt=horizon)
         .order_by()
         .values_list("schedule", "timezone", "next_run_at")
@@ -601,7 +607,7 @@ def _add(
 
 # -- a schedule's last runs --------------------------------------------------------------
 def recent_runs(
-    schedule_ids: Iterable[int], count: int = STRIP, *, using: str = "default"
+    schedule_ids: Iterable[int], count: int = STRIP, *, using: str | None = None
 ) -> dict[int, list[RunMark]]:
     """The last ``count`` runs of each schedule (oldest first), in one query:
     ``id IN (… UNION ALL …)`` of one ``SELECT id … ORDER BY started_at DESC LIMIT count``
@@ -610,7 +616,7 @@ def recent_runs(
     found: dict[int, list[RunMark]] = {pk: [] for pk in ids}
     if not ids:
         return found
-    runs = Run.objects.using(using)
+    runs = Run.objects.using(using or scheduler_alias())
     # One subquery compiled once, repeated per schedule: compiling a hundred through the
     # ORM would cost more than running them. Each is wrapped so that its LIMIT is
     # allowed in a UNION ALL (SQLite, PostgreSQL).

@@ -42,6 +42,15 @@ if os.environ.get("HTASK_TEST_DATABASE_URL"):  # python -m tests.pgcluster -- py
         from tests.pgcluster import database_settings
 
     DATABASES = {"default": database_settings(_url)}
+# A second database, for tests/integration/test_own_database.py (HTASK["DATABASE"],
+# django_htask.routers.HtaskRouter): another SQLite file, or another database on the
+# same throw-away server (Django creates test_<name>_queue beside test_<name>). Created
+# only for the tests that ask for it (pytest-django's ``databases=``).
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    _queue_file = os.path.join(tempfile.gettempdir(), f"htask-tests-queue-{os.getpid()}.sqlite3")
+    DATABASES["queue"] = {**DATABASES["default"], "TEST": {"NAME": _queue_file}}
+else:
+    DATABASES["queue"] = {**DATABASES["default"], "NAME": f"{DATABASES['default']['NAME']}_queue"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -11,7 +11,8 @@ import django_htask.models
 
 def install_triggers(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     # The schedule version trigger (SQLite: store/sqlite.py); idempotent, and run again
-    # after every migrate because rebuilding a SQLite table drops its triggers.
+    # after every migrate because rebuilding a SQLite table drops its triggers. Nothing
+    # on an alias the routers keep the tables out of (install checks: django_htask.db).
     from django_htask.store import install
 
     install(schema_editor.connection.alias)

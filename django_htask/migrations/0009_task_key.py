@@ -8,14 +8,18 @@ from django.db.migrations.state import StateApps
 def add_mysql_key_index(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     """MySQL and MariaDB have no partial index: a virtual column and a unique index on
     it stand for the constraint below (django_htask/store/mysql.py)."""
-    if schema_editor.connection.vendor == "mysql":
+    from django_htask.db import holds_tables  # noqa: PLC0415
+
+    if schema_editor.connection.vendor == "mysql" and holds_tables(schema_editor.connection.alias):
         from django_htask.store.mysql import add_pending_key  # noqa: PLC0415
 
         add_pending_key(schema_editor.connection)
 
 
 def drop_mysql_key_index(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    if schema_editor.connection.vendor == "mysql":
+    from django_htask.db import holds_tables  # noqa: PLC0415
+
+    if schema_editor.connection.vendor == "mysql" and holds_tables(schema_editor.connection.alias):
         from django_htask.store.mysql import drop_pending_key  # noqa: PLC0415
 
         drop_pending_key(schema_editor.connection)

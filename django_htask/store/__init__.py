@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, connections
 
+from django_htask.db import holds_tables, scheduler_alias
+
 from . import base
 from .base import *  # noqa: F403 - the store's interface and values
 
@@ -25,8 +27,10 @@ DJANGO_CONNECTIONS = base.ThreadConnections(
 )
 
 
-def get_store(using: str = "default") -> base.Store:
-    """The store for the database alias ``using``, chosen by its vendor."""
+def get_store(using: str | None = None) -> base.Store:
+    """The store for the database alias ``using`` (default: the scheduler's database,
+    django_htask.db), chosen by its vendor."""
+    using = using or scheduler_alias()
     vendor = connections[using].vendor
     if vendor == "sqlite":
         from .sqlite import SQLiteStore  # noqa: PLC0415
@@ -46,18 +50,25 @@ def get_store(using: str = "default") -> base.Store:
     )
 
 
-def install(using: str = "default") -> None:
-    """Create the database objects migrations cannot keep (triggers), if missing.
+def install(using: str | None = None) -> None:
+    """Create the database objects migrations cannot keep (triggers), if missing, on
+    ``using`` (default: the scheduler's database).
 
-    Databases without a store yet are left alone (the migrations still apply)."""
+    An alias the routers keep the scheduler's tables out of is left alone (``migrate
+    --database default`` when the tables live elsewhere), and so are databases without
+    a store yet (the migrations still apply)."""
+    using = using or scheduler_alias()
+    if not holds_tables(using):
+        return
     if connections[using].vendor in ("sqlite", "postgresql", "mysql"):
         get_store(using).install()
 
 
-def notify_nodes(using: str = "default") -> None:
+def notify_nodes(using: str | None = None) -> None:
     """Wake the nodes of the other processes now, in the caller's transaction (they
     hear it when it commits): PostgreSQL's ``NOTIFY``, for a change its triggers do not
     announce (an abort asked for on a run). Elsewhere nodes see it at their next poll."""
+    using = using or scheduler_alias()
     if connections[using].vendor == "postgresql":
         from .listen import CHANNEL  # noqa: PLC0415
 

@@ -33,6 +33,7 @@ from django.db.models import (
 from django.db.models.functions import Concat
 from django.utils import timezone
 
+from django_htask.db import scheduler_alias
 from django_htask.exceptions import DuplicateKey, NodeFenced, NotMigrated, StoreUnavailable
 from django_htask.keys import OnConflict, resolve_keys, superseded_reason
 from django_htask.models import (
@@ -227,7 +228,7 @@ def _fenced_in(
         yield
 
 
-def not_migrated(exc: Exception, using: str = "default") -> NotMigrated | None:
+def not_migrated(exc: Exception, using: str | None = None) -> NotMigrated | None:
     """The :class:`NotMigrated` that ``exc``, an error of the database ``using``, means
     when it says one of django_htask's tables does not exist; None otherwise.
 
@@ -238,7 +239,7 @@ def not_migrated(exc: Exception, using: str = "default") -> NotMigrated | None:
     table = next((name for name in match.groups() if name), "") if match else ""
     if table not in _TABLES:
         return None
-    return DatabaseStore(using)._not_migrated(f"table {table}")
+    return DatabaseStore(using)._not_migrated(f"table {table}")  # using: as the store's
 
 
 #: How often :func:`put_back` tries again when a task scheduled meanwhile took a key.
@@ -347,8 +348,9 @@ class DatabaseStore(Store):
         super().__init_subclass__(**kwargs)
         _translate(cls, INTERFACE & vars(cls).keys())
 
-    def __init__(self, using: str = "default") -> None:
-        self.using = using
+    def __init__(self, using: str | None = None) -> None:
+        #: The database alias (default: the scheduler's, django_htask.db).
+        self.using = using or scheduler_alias()
 
     @property
     def connection(self) -> BaseDatabaseWrapper:

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import connections
 
+from django_htask.db import scheduler_alias
 from django_htask.retry import Backoff, RetryPolicy
 
 __all__ = ["CHANNEL", "Listener", "connection_params"]
@@ -98,10 +99,10 @@ class Listener(threading.Thread):
                         break
 
 
-def connection_params(using: str = "default") -> dict[str, Any]:
+def connection_params(using: str | None = None) -> dict[str, Any]:
     """``psycopg.connect`` arguments for a plain connection to the database ``using``
-    (Django's, without its cursor class and adapters)."""
-    params: dict[str, Any] = dict(connections[using].get_connection_params())
+    (default: the scheduler's; Django's, without its cursor class and adapters)."""
+    params: dict[str, Any] = dict(connections[using or scheduler_alias()].get_connection_params())
     for key in ("cursor_factory", "context", "prepare_threshold"):
         params.pop(key, None)
     return params

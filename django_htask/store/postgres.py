@@ -328,7 +328,7 @@ class _QuietAtomic(transaction.Atomic):
     def __enter__(self) -> None:
         from django.db import connections  # noqa: PLC0415
 
-        connection = connections[self.using or "default"]
+        connection = connections[self.using or "default"]  # always given: _QuietAtomic(using)
         settings = [(QUIET, "on")]
         if not connection.in_atomic_block:  # the outermost block: the transaction's own
             idle_ms = round(get_settings().node_timeout * 500)  # 0: no bound
@@ -363,7 +363,7 @@ class PostgresStore(LateStatuses, DatabaseStore):
     vendor = "postgresql"
     supports_several_nodes = True
 
-    def __init__(self, using: str = "default") -> None:
+    def __init__(self, using: str | None = None) -> None:
         super().__init__(using)
         self._heartbeat_gap = timedelta(0)
         self._hold_reaping_until: datetime | None = None

@@ -123,6 +123,7 @@ LAYERS = [
     (
         "_version",
         "conf",
+        "db",
         "signals",
         "clock",
         "notices",
@@ -140,6 +141,7 @@ LAYERS = [
         "api",
         "decorators",
         "admin",
+        "admin_database",
         "management",
         "backends",
         "checks",
@@ -156,6 +158,7 @@ LAYERS = [
         "display",
         "celery_beat",
         ROOT_MODULE,
+        "routers",
     ),
 ]
 

@@ -30,16 +30,17 @@ an unknown schedule name.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, router
-from django.db.models import Count
+from django.db import DatabaseError
+from django.db.models import Count, Model, QuerySet
 
 from django_htask import clock
 from django_htask.conf import get_settings
 from django_htask.decorators import sync_schedules
 from django_htask.health import DEFAULT_MAX_LATE, check_health, parse_max_late, parse_node
+from django_htask.management.database import add_database_option, database_of
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.operations import (
     describe_schedule,
@@ -54,6 +55,8 @@ from django_htask.operations import (
 from django_htask.overview import waiting_on_gates
 from django_htask.queues import DEFAULT_QUEUE
 from django_htask.store.database import not_migrated
+
+ModelT = TypeVar("ModelT", bound=Model)
 
 #: Exit code of a run that failed.
 RUN_FAILED = 1
@@ -71,7 +74,11 @@ class Command(BaseCommand):
         "schedules, show the status, prune old runs, check health."
     )
 
+    #: The database alias of this invocation (``--database``, else django_htask.db).
+    using: str
+
     def add_arguments(self, parser: CommandParser) -> None:
+        add_database_option(parser)
         sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         listing = sub.add_parser("list", help="every schedule and its next runs")
         listing.add_argument("--runs", type=int, default=3, help="next runs shown (3)")
@@ -119,6 +126,10 @@ class Command(BaseCommand):
             help="every task failed since WHEN: a duration back (2h, 1d) or ISO 8601",
         )
 
+    def rows(self, model: type[ModelT]) -> QuerySet[ModelT]:
+        """``model``'s rows on this invocation's database."""
+        return model._default_manager.using(self.using)
+
     def execute(self, *args: Any, **options: Any) -> Any:
         if options.get("action") == "health":
             # A probe: Django's system checks may query the database (Django 6.1's
@@ -129,10 +140,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
+        self.using = database_of(options, USAGE)
         try:
             getattr(self, f"do_{action.replace('-', '_')}")(**options)
         except DatabaseError as exc:
-            missing = not_migrated(exc, router.db_for_read(Schedule))
+            missing = not_migrated(exc, self.using)
             if missing is None:
                 raise
             raise CommandError(str(missing)) from exc
@@ -141,7 +153,7 @@ class Command(BaseCommand):
     def do_list(self, runs: int, **options: Any) -> None:
         if runs < 0:
             raise CommandError(f"--runs must be >= 0, got {runs}", returncode=USAGE)
-        rows = list(Schedule.objects.order_by("name"))
+        rows = list(self.rows(Schedule).order_by("name"))
         if not rows:
             self.stdout.write("no schedules (code-defined ones appear after `htask sync`)")
             return
@@ -176,9 +188,9 @@ class Command(BaseCommand):
 
     # -- run -------------------------------------------------------------------------
     def do_run(self, name: str, **options: Any) -> None:
-        row = Schedule.objects.filter(name=name).first()
+        row = self.rows(Schedule).filter(name=name).first()
         if row is None:
-            known = list(Schedule.objects.order_by("name").values_list("name", flat=True)[:20])
+            known = list(self.rows(Schedule).order_by("name").values_list("name", flat=True)[:20])
             hint = f" (known: {', '.join(known)})" if known else " (there are none)"
             raise CommandError(f"no schedule named {name!r}{hint}", returncode=USAGE)
         run = run_schedule_inline(row)
@@ -192,7 +204,7 @@ class Command(BaseCommand):
 
     # -- sync ------------------------------------------------------------------------
     def do_sync(self, **options: Any) -> None:
-        result = sync_schedules()
+        result = sync_schedules(self.using)
         self.stdout.write(f"code-defined schedules: {result}")
         for label in ("created", "updated", "orphaned"):
             for name in getattr(result, label):
@@ -203,7 +215,7 @@ class Command(BaseCommand):
         if not hours > 0:
             raise CommandError(f"--hours must be > 0, got {hours}", returncode=USAGE)
         now = clock.now()
-        nodes = list(Node.objects.order_by("-last_heartbeat")[:50])
+        nodes = list(self.rows(Node).order_by("-last_heartbeat")[:50])
         live = [n for n in nodes if node_alive(n, now)]
         self.stdout.write(f"nodes: {len(live)} live, {len(nodes) - len(live)} dead or stopped")
         for node in nodes:
@@ -215,24 +227,26 @@ class Command(BaseCommand):
                 f"v{node.version}{serves}"
             )
         counts = dict(
-            Task.objects.filter(status__in=(TaskStatus.PENDING, TaskStatus.RUNNING))
+            self.rows(Task)
+            .filter(status__in=(TaskStatus.PENDING, TaskStatus.RUNNING))
             .values_list("status")
             .annotate(n=Count("id"))
             .values_list("status", "n")
         )
-        overdue = Task.objects.filter(status=TaskStatus.PENDING, run_at__lt=now).count()
+        overdue = self.rows(Task).filter(status=TaskStatus.PENDING, run_at__lt=now).count()
         self.stdout.write(
             f"tasks: {counts.get(TaskStatus.PENDING, 0)} pending ({overdue} overdue), "
             f"{counts.get(TaskStatus.RUNNING, 0)} running"
         )
         by_queue = (
-            Task.objects.filter(status=TaskStatus.PENDING)
+            self.rows(Task)
+            .filter(status=TaskStatus.PENDING)
             .values_list("queue_name")
             .annotate(n=Count("id"))
             .order_by("queue_name")
             .values_list("queue_name", "n")
         )
-        waiting = waiting_on_gates(now)
+        waiting = waiting_on_gates(now, using=self.using)
         for kind, label in (("lock", "waiting on locks"), ("limit", "waiting on max_running")):
             names = [f"{w.name} {w.count}" for w in waiting if w.kind == kind]
             if names:
@@ -240,16 +254,16 @@ class Command(BaseCommand):
         queues = [f"{name} {n}" for name, n in by_queue]
         if len(queues) > 1 or (queues and not queues[0].startswith(f"{DEFAULT_QUEUE} ")):
             self.stdout.write(f"  pending by queue: {', '.join(queues[:SHOWN])}")
-        broken = list(Schedule.objects.exclude(broken="").order_by("name")[: SHOWN + 1])
-        enabled = Schedule.objects.filter(enabled=True, broken="").count()
+        broken = list(self.rows(Schedule).exclude(broken="").order_by("name")[: SHOWN + 1])
+        enabled = self.rows(Schedule).filter(enabled=True, broken="").count()
         self.stdout.write(f"schedules: {enabled} enabled, {len(broken)} broken")
         for row in broken[:SHOWN]:
             self.stdout.write(f"  {row.name}: broken: {row.broken}")
         if len(broken) > SHOWN:
-            more = Schedule.objects.exclude(broken="").count() - SHOWN
+            more = self.rows(Schedule).exclude(broken="").count() - SHOWN
             self.stdout.write(f"  … and {more} more (the admin's schedule list filters them)")
         since = now - timedelta(hours=hours)
-        failed = Run.objects.filter(status=RunStatus.FAILED, finished_at__gte=since)
+        failed = self.rows(Run).filter(status=RunStatus.FAILED, finished_at__gte=since)
         self.stdout.write(f"failures in the last {hours:g}h: {failed.count()}")
         for run in failed.order_by("-finished_at")[:SHOWN]:
             when = f"{run.finished_at:%Y-%m-%d %H:%M:%S}" if run.finished_at else "?"
@@ -267,7 +281,7 @@ class Command(BaseCommand):
             self.stdout.write("RUN_RETENTION_DAYS is 0: runs are kept for ever")
             return
         cutoff = clock.now() - timedelta(days=days)
-        old = Run.objects.filter(finished_at__lt=cutoff).exclude(status=RunStatus.RUNNING)
+        old = self.rows(Run).filter(finished_at__lt=cutoff).exclude(status=RunStatus.RUNNING)
         count, _ = old.delete()
         self.stdout.write(f"deleted {count} runs finished before {cutoff:%Y-%m-%d %H:%M}")
 
@@ -279,7 +293,7 @@ class Command(BaseCommand):
                 node = parse_node(node, "--node")
         except ValueError as exc:
             raise CommandError(str(exc), returncode=USAGE) from exc
-        verdict = check_health(max_late=seconds, node=node)
+        verdict = check_health(max_late=seconds, node=node, using=self.using)
         if not verdict.healthy:
             self.stderr.write(verdict.line())
             raise SystemExit(UNHEALTHY)  # one line, no "CommandError:" prefix (cf. --check)
@@ -295,7 +309,8 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(f"--failed-since: {exc}", returncode=USAGE) from exc
             ids = list(
-                Task.objects.filter(status=TaskStatus.FAILED, finished_at__gte=cutoff)
+                self.rows(Task)
+                .filter(status=TaskStatus.FAILED, finished_at__gte=cutoff)
                 .order_by("pk")
                 .values_list("pk", flat=True)
             )
@@ -303,14 +318,14 @@ class Command(BaseCommand):
                 self.stdout.write(f"no task failed since {cutoff:%Y-%m-%d %H:%M:%S %Z}")
                 return
         else:
-            known = set(Task.objects.filter(pk__in=ids).values_list("pk", flat=True))
+            known = set(self.rows(Task).filter(pk__in=ids).values_list("pk", flat=True))
             unknown = [pk for pk in ids if pk not in known]
             if unknown:
                 raise CommandError(
                     f"no task with id {', '.join(map(str, unknown))}: nothing sent",
                     returncode=USAGE,
                 )
-        result = send_again(ids)
+        result = send_again(ids, using=self.using)
         for pk, status in sorted(result.not_failed.items()):
             self.stderr.write(f"task {pk} is {status}, not failed: left alone")
         for pk in result.superseded:
@@ -325,7 +340,7 @@ class Command(BaseCommand):
         from django_htask.celery_beat import import_celery_beat, parse_map  # noqa: PLC0415
 
         try:
-            report = import_celery_beat(parse_map(mapping), dry_run=dry_run)
+            report = import_celery_beat(parse_map(mapping), dry_run=dry_run, using=self.using)
         except ImportError as exc:
             raise CommandError(str(exc), returncode=USAGE) from exc
         except ValueError as exc:

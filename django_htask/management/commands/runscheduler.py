@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -24,9 +25,11 @@ from django_htask.apps import HTASK_BACKEND, is_htask_backend
 from django_htask.conf import POOLS, HtaskSettings, get_settings
 from django_htask.decorators import sync_schedules
 from django_htask.exceptions import InvalidSchedule, NotMigrated
+from django_htask.management.database import add_database_option, database_of
 from django_htask.models import Node as NodeRow
 from django_htask.node import Node, NodeStats, StartAborted
 from django_htask.queues import QueueFilter
+from django_htask.store import get_store
 
 if TYPE_CHECKING:
     from django_htask.metrics import MetricsServer
@@ -52,6 +55,7 @@ class Command(BaseCommand):
             "--workers", type=int, default=s.workers, help=f"worker threads ({s.workers})"
         )
         parser.add_argument("--node-id", default=None, help="this node's id (host-pid-random)")
+        add_database_option(parser)
         parser.add_argument(
             "--poll-interval",
             type=float,
@@ -163,6 +167,7 @@ class Command(BaseCommand):
         backend: str | None = options["backend"]
         if backend is not None:
             self._check_backend(backend)
+        using = database_of(options)
         metrics_port: int | None = options["metrics_port"]
         if metrics_port is not None:
             if not 0 <= metrics_port <= PORT_MAX:
@@ -184,6 +189,7 @@ class Command(BaseCommand):
             backend=backend,
             max_tasks=max_tasks,
             batch=options["batch"],
+            store=get_store(using),
         )
         metrics: MetricsServer | None = None
         if metrics_port is not None:
@@ -191,7 +197,7 @@ class Command(BaseCommand):
 
             addr: str = options["metrics_addr"]
             try:
-                metrics = serve(metrics_port, addr, node_id=node.node_id)
+                metrics = serve(metrics_port, addr, node_id=node.node_id, using=using)
             except OSError as exc:
                 raise CommandError(
                     f"--metrics-port: cannot serve metrics on {addr}:{metrics_port}: {exc}"
@@ -211,7 +217,9 @@ class Command(BaseCommand):
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             try:
-                stats = node.start(sync=None if options["no_sync"] else sync_schedules)
+                stats = node.start(
+                    sync=None if options["no_sync"] else functools.partial(sync_schedules, using)
+                )
             except StartAborted:
                 self.stdout.write("stopped before the database could be reached.")
                 return

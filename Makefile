@@ -63,7 +63,8 @@ pytest: $(STAMP) system-deps
 # The suite again on Django 6.0 (Python 3.12, on SQLite) and 6.1 (Python 3.13, on a
 # throw-away PostgreSQL): each Django version on one database, each database on 5.2 and
 # a 6.x. HTASK_COMPAT leaves out what the Django version changes nothing in (the tests
-# that import no Django, the process-level fault tests): tests/conftest.py, ONCE_ONLY.
+# that import no Django, the process-level fault tests; on PostgreSQL, as in the main
+# PostgreSQL pass, the tests that use no database too): tests/conftest.py, ONCE_ONLY.
 compat: $(STAMP) system-deps
 	@test -n "$(TOX_PYTHONS)" || { echo "make compat: no Python 3.12/3.13 under $(PYENV_ROOT)/versions (Django 6 needs them)"; exit 1; }
 	HTASK_COMPAT=1 $(BIN)/tox -e py312-django60 --discover $(TOX_PYTHONS) -- -m "not postgres"

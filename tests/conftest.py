@@ -87,7 +87,8 @@ def _left_out(config: pytest.Config, item: pytest.Item) -> bool:
     """Whether this pass leaves ``item`` out (see :func:`pytest_collection_modifyitems`)."""
     if os.environ.get("HTASK_COMPAT"):
         path = item.path.relative_to(config.rootpath).as_posix()
-        return path.startswith(ONCE_ONLY)
+        if path.startswith(ONCE_ONLY):
+            return True
     if not os.environ.get("HTASK_TEST_DATABASE_URL"):
         return False
     if pass_vendor() == "mysql" and item.get_closest_marker("postgres") is not None:
@@ -102,8 +103,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
       ran in the SQLite pass and would give the same result; the MariaDB pass too, and
       not the tests marked ``postgres`` either;
     - a compatibility pass (``HTASK_COMPAT=1``: another Django version, on one database)
-      runs all the tests but those that import no Django and the process-level fault
-      tests (:data:`ONCE_ONLY`), whatever its database."""
+      leaves out the tests that import no Django and the process-level fault tests
+      (:data:`ONCE_ONLY`); on a database server it also runs only the tests that use
+      the database, as the main server passes do (the compatibility pass on SQLite,
+      Django 6.0, runs the others on Django 6)."""
     dropped = [item for item in items if _left_out(config, item)]
     if not dropped:
         return
@@ -119,7 +122,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     dropped = config.stash.get(_LEFT_OUT, 0)
     if not dropped:
         return
-    if os.environ.get("HTASK_COMPAT"):
+    if os.environ.get("HTASK_COMPAT") and os.environ.get("HTASK_TEST_DATABASE_URL"):
+        why = (
+            "that import no Django, test process faults or use no database (the main "
+            "pass and the compatibility pass on SQLite run them)"
+        )
+    elif os.environ.get("HTASK_COMPAT"):
         why = "that import no Django or test process faults (the main pass runs them)"
     elif pass_vendor() == "mysql":
         why = "that use no database or need PostgreSQL (the SQLite and PostgreSQL passes run them)"

@@ -263,6 +263,19 @@ def _as_schedule(schedule: object) -> SupportsNextAfter:
 
 
 # -- the runner -----------------------------------------------------------------------
+def _unrun(entry: _Entry, plan: Plan, to_run: list[datetime]) -> list[tuple[_Entry, datetime, str]]:
+    """The occurrences of ``plan`` that run in no run of their own, and why: folded
+    into the run of the latest (``catch_up="latest"``), or jumped over past the
+    catch-up limit (one for all of them, at the first)."""
+    into = f"folded into the run of {to_run[-1].isoformat()}" if to_run else "folded"
+    unrun = [(entry, when, into) for when in plan.folded]
+    if plan.dropped is not None:
+        until = "" if plan.next is None else f" to before {plan.next.isoformat()}"
+        why = f"missed: every occurrence from {plan.dropped.isoformat()}{until} (catch_up_limit)"
+        unrun.append((entry, plan.dropped, why))
+    return unrun
+
+
 class Cron:
     """Runs functions on schedules (robfig/cron v3's ``Cron``) on an engine Scheduler.
 
@@ -566,6 +579,8 @@ class Cron:
         runs: _Runs = deque()
         arms: list[tuple[_Entry, datetime, int | None]] = []
         missed: list[tuple[_Entry, datetime]] = []
+        #: Occurrences that did not run of their own, each with why (folded, dropped).
+        unrun: list[tuple[_Entry, datetime, str]] = []
         broken: list[tuple[_Entry, datetime, Exception]] = []
         with self._lock:
             if not self._running:
@@ -603,6 +618,8 @@ class Cron:
                     runs.append((entry, to_run))
                 if plan.missed:
                     missed.extend([(entry, when) for when in plan.missed])
+                if plan.folded or plan.dropped is not None:
+                    unrun += _unrun(entry, plan, to_run)
                 if nxt is not None:
                     arms.append((entry, nxt, next_key))
             self._active += handed_out
@@ -624,6 +641,9 @@ class Cron:
                 pass  # no room for helpers: this thread runs the rest
         for entry, when in missed:
             self._skip_missed(entry, when, now)
+        for entry, when, reason in unrun:
+            late = (now - when).total_seconds()
+            self._emit(RunEvent("skipped", entry.id, entry.name, when, late, reason=reason))
         self._drain(runs, arming)
 
     def _arm_next(self, arming: _Arming) -> None:

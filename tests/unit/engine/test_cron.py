@@ -665,3 +665,35 @@ def test_a_hook_added_while_a_job_runs_hears_of_that_run(clock: FakeClock, cron:
     assert event.lateness == 0.0
     assert event.duration == pytest.approx(0.5)
     assert cron.stop().wait(5)
+
+
+def test_folded_and_dropped_occurrences_emit_skipped(clock: FakeClock) -> None:
+    """Nothing silent: under ``catch_up="latest"`` the occurrences folded into the one
+    run each emit ``skipped`` saying which run took them, and those jumped over past
+    ``catch_up_limit`` one ``skipped`` at the first, saying up to where."""
+    scheduler = Scheduler(workers=1, clock=clock)
+    cron = Cron(scheduler=scheduler, catch_up_limit=2)
+    events: list[RunEvent] = []
+    cron.on("skipped", events.append)
+    seen: list[datetime] = []
+    release = threading.Event()
+    scheduler.call_soon(release.wait, 10)
+    cron.add(IntervalSchedule(10, anchor=T0), lambda: seen.append(clock.now()))
+    cron.start()
+    clock.advance(65, wait=False)  # due: 10 and 20 (the limit); 30 to 60 jumped over
+    release.set()
+    clock.advance(0)
+    assert seen == [T0 + timedelta(seconds=65)]  # one run, for 20
+    at = secs(10, 20, 30, 70)
+    assert [(e.scheduled, e.reason) for e in events] == [
+        (at[0], f"folded into the run of {at[1].isoformat()}"),
+        (
+            at[2],
+            f"missed: every occurrence from {at[2].isoformat()} to before "
+            f"{at[3].isoformat()} (catch_up_limit)",
+        ),
+    ]
+    assert events[0].lateness == 55.0
+    assert cron.entries()[0].next == at[3]
+    assert cron.stop().wait(5)
+    scheduler.close()

@@ -30,7 +30,9 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.base import ModelState
 from django.db.models.functions import Concat
+from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 
 from django_htask.db import scheduler_alias
@@ -1240,10 +1242,23 @@ def _task_of(
     using: str, values: dict[str, Any], order: list[str], row: tuple[Any, ...], pk: int
 ) -> Task:
     """The Task just inserted from ``values`` and ``row`` (its varying fields, in the
-    order of ``_KEYED``); ``order``: the attribute names of Task's fields."""
+    order of ``_KEYED``); ``order``: the attribute names of Task's fields.
+
+    What ``Task.from_db`` makes, without ``Model.__init__``'s work per field (a third of
+    ``schedule_many``'s time per task, ``bench/enqueue.py``): the values set directly,
+    as ``__init__`` would set them (no field of Task has a descriptor that
+    converts), unless something listens to Task's ``pre_init`` or ``post_init``
+    signals, which then get the usual ``from_db``."""
     row_values = {**values, "id": pk}
     row_values.update(zip(_KEYED, row, strict=False))  # without a key: all but the key
-    return Task.from_db(using, order, [row_values[name] for name in order])
+    if pre_init.has_listeners(Task) or post_init.has_listeners(Task):
+        return Task.from_db(using, order, [row_values[name] for name in order])
+    task = Task.__new__(Task)
+    state = ModelState()
+    state.adding, state.db = False, using
+    row_values["_state"] = state
+    task.__dict__.update(row_values)
+    return task
 
 
 def _insert_rows(

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 
 from django_htask import aschedule_many, schedule_many, task
@@ -161,3 +162,34 @@ def test_the_async_twin(fake_clock: FakeClock) -> None:
     thread.join(30)
     [[stored]] = got
     assert Task.objects.get().token == stored.token
+
+
+def _fields(task: Task) -> dict[str, Any]:
+    return {f.attname: getattr(task, f.attname) for f in Task._meta.concrete_fields}
+
+
+def test_the_tasks_returned_are_the_rows_stored_and_post_init_still_fires() -> None:
+    """The returned tasks are made without ``Model.__init__`` (store/database.py,
+    ``_task_of``): each holds its row's values exactly, is saved (not adding, on its
+    database) and can be saved again; with a ``post_init`` receiver on Task, they are
+    made the usual way and the receiver sees each."""
+    stored = schedule_many([(tasks.add, (n,), {"b": 2}) for n in range(3)])
+    for task_ in stored:
+        row = Task.objects.get(pk=task_.pk)
+        assert _fields(task_) == _fields(row)
+        assert (task_._state.adding, task_._state.db) == (False, row._state.db)
+    stored[0].priority = 5
+    stored[0].save(update_fields=["priority"])
+    assert Task.objects.get(pk=stored[0].pk).priority == 5
+    seen: list[Task] = []
+
+    def receiver(sender: type[Task], instance: Task, **kwargs: Any) -> None:
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=Task)
+    try:
+        again = schedule_many([(tasks.add, (n,), {"b": 2}) for n in range(2)])
+    finally:
+        post_init.disconnect(receiver, sender=Task)
+    assert [t.pk for t in again] == [t.pk for t in seen[-2:]]
+    assert [_fields(t) for t in again] == [_fields(Task.objects.get(pk=t.pk)) for t in again]

@@ -48,7 +48,13 @@ if os.environ.get("HTASK_TEST_DATABASE_URL"):  # python -m tests.pgcluster -- py
 # only for the tests that ask for it (pytest-django's ``databases=``).
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     _queue_file = os.path.join(tempfile.gettempdir(), f"htask-tests-queue-{os.getpid()}.sqlite3")
-    DATABASES["queue"] = {**DATABASES["default"], "TEST": {"NAME": _queue_file}}
+    # A file, not ":memory:", even where the tests that set it up do not run: the
+    # process pool refuses an in-memory database among those it hands its processes.
+    DATABASES["queue"] = {
+        **DATABASES["default"],
+        "NAME": _queue_file,
+        "TEST": {"NAME": _queue_file},
+    }
 else:
     DATABASES["queue"] = {**DATABASES["default"], "NAME": f"{DATABASES['default']['NAME']}_queue"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -119,8 +119,11 @@ def execute(
     refresh: Callable[[], object] | None = None,
     guard: RunGuard | None = None,
     max_result: int = DEFAULT_MAX_SIZE,
+    on_start: Callable[[], object] = lambda: None,
 ) -> RunOutcome:
     """Make ``call``: the registered function with the arguments it holds; never raises.
+    ``on_start`` is called as the run's duration starts counting (the supervisor arms
+    the run's timeout there, so that a run stopped by it never lasts less than it).
 
     Whatever the function raises ends the run failed, ``SystemExit`` and
     ``KeyboardInterrupt`` included (they end only this run, not the process). The run
@@ -143,6 +146,7 @@ def execute(
     name, function = call.name, call.function
     run_started.send_robust(sender=Run, **info)
     t0 = clock.monotonic()
+    on_start()
     status = RunStatus.SUCCEEDED
     error = tb = ""
     retryable = False

@@ -123,7 +123,6 @@ class Supervisor:
             if self.processes is not None:
                 outcome = self.processes.execute(key, call, guard, start_timer)
             else:
-                start_timer()
                 max_result = ctx.settings.result_max_bytes
                 outcome = execute(
                     call,
@@ -131,6 +130,7 @@ class Supervisor:
                     refresh=ctx.connections.refresh,
                     guard=guard,
                     max_result=max_result,
+                    on_start=start_timer,
                 )
         finally:
             for timer in timers:

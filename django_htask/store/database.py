@@ -1233,32 +1233,36 @@ def insert_tasks(
     rows = [(new_token(), *call) for call in calls]
     returned = _insert_rows(connection, fields, values, rows, _VARYING, batch_size)
     ids = {token: pk for pk, token, *_key in returned}
-    order = [f.attname for f in Task._meta.concrete_fields]
-    tasks = [_task_of(using, values, order, row, ids[row[0]]) for row in rows]
+    task_of = _task_maker(using, values)
+    tasks = [task_of(row, ids[row[0]]) for row in rows]
     return Inserted(tasks, frozenset())
 
 
-def _task_of(
-    using: str, values: dict[str, Any], order: list[str], row: tuple[Any, ...], pk: int
-) -> Task:
-    """The Task just inserted from ``values`` and ``row`` (its varying fields, in the
-    order of ``_KEYED``); ``order``: the attribute names of Task's fields.
+def _task_maker(using: str, values: dict[str, Any]) -> Callable[[tuple[Any, ...], int], Task]:
+    """Make the Tasks just inserted with the field values of ``values``: called with
+    a row (its varying fields, in the order of ``_KEYED``) and its id.
 
     What ``Task.from_db`` makes, without ``Model.__init__``'s work per field (a third of
     ``schedule_many``'s time per task, ``bench/enqueue.py``): the values set directly,
     as ``__init__`` would set them (no field of Task has a descriptor that
     converts), unless something listens to Task's ``pre_init`` or ``post_init``
-    signals, which then get the usual ``from_db``."""
-    row_values = {**values, "id": pk}
-    row_values.update(zip(_KEYED, row, strict=False))  # without a key: all but the key
-    if pre_init.has_listeners(Task) or post_init.has_listeners(Task):
-        return Task.from_db(using, order, [row_values[name] for name in order])
-    task = Task.__new__(Task)
-    state = ModelState()
-    state.adding, state.db = False, using
-    row_values["_state"] = state
-    task.__dict__.update(row_values)
-    return task
+    signals, which then get the usual ``from_db`` (looked up once per insert)."""
+    order = [f.attname for f in Task._meta.concrete_fields]
+    listened = pre_init.has_listeners(Task) or post_init.has_listeners(Task)
+
+    def task_of(row: tuple[Any, ...], pk: int) -> Task:
+        row_values = {**values, "id": pk}
+        row_values.update(zip(_KEYED, row, strict=False))  # without a key: all but the key
+        if listened:
+            return Task.from_db(using, order, [row_values[name] for name in order])
+        task = Task.__new__(Task)
+        state = ModelState()
+        state.adding, state.db = False, using
+        row_values["_state"] = state
+        task.__dict__.update(row_values)
+        return task
+
+    return task_of
 
 
 def _insert_rows(
@@ -1273,7 +1277,6 @@ def _insert_rows(
     """Insert ``rows`` (the ``varying`` fields of each, the others from ``values``),
     ``tail`` after each statement's rows (a conflict clause); return the rows the
     statements return: ``(id, token)``, and ``key`` with keys."""
-    by_name = {f.attname: f for f in fields}
     # Each field's value as the database takes it: once for the common ones.
     fixed = {
         f.attname: f.get_db_prep_save(values[f.attname], connection)
@@ -1289,8 +1292,7 @@ def _insert_rows(
         return _insert_unnest(
             connection, fields, fixed, rows, min(batch_size, len(rows)), varying, tail + returning
         )
-    index = {name: i for i, name in enumerate(varying)}
-    prep = {name: by_name[name].get_db_prep_save for name in varying}
+    params_of = _row_params(connection, fields, fixed, varying)
     per_statement = max(1, min(batch_size, connection.ops.bulk_batch_size(fields, rows)))
     columns = ", ".join(qn(f.attname if f.column is None else f.column) for f in fields)
     head = f"INSERT INTO {qn(Task._meta.db_table)} ({columns}) VALUES "
@@ -1301,14 +1303,32 @@ def _insert_rows(
             batch = rows[start : start + per_statement]
             params: list[Any] = []
             for row in batch:
-                for f in fields:
-                    i = index.get(f.attname)
-                    params.append(
-                        fixed[f.attname] if i is None else prep[f.attname](row[i], connection)
-                    )
+                params += params_of(row)
             cursor.execute(head + ", ".join([one] * len(batch)) + tail + returning, params)
             returned += cursor.fetchall()
     return returned
+
+
+def _row_params(
+    connection: BaseDatabaseWrapper,
+    fields: list[Any],
+    fixed: dict[str, Any],
+    varying: tuple[str, ...],
+) -> Callable[[tuple[Any, ...]], list[Any]]:
+    """The parameters of one row of a ``VALUES`` list, in the order of ``fields``: the
+    prepared common values of ``fixed``, and a row's ``varying`` fields prepared."""
+    index = {name: i for i, name in enumerate(varying)}
+    prep = {f.attname: f.get_db_prep_save for f in fields if f.attname in index}
+
+    def params_of(row: tuple[Any, ...]) -> list[Any]:
+        return [
+            fixed[f.attname]
+            if (i := index.get(f.attname)) is None
+            else prep[f.attname](row[i], connection)
+            for f in fields
+        ]
+
+    return params_of
 
 
 def _insert_each(
@@ -1324,8 +1344,7 @@ def _insert_each(
     ``RETURNING`` after ``ON DUPLICATE KEY UPDATE``, so one row a statement, each
     giving the id of the row it inserted or of the pending row it met
     (``LAST_INSERT_ID(id)`` in the clause), then the rows are read back by id."""
-    by_name = {f.attname: f for f in fields}
-    index = {name: i for i, name in enumerate(varying)}
+    params_of = _row_params(connection, fields, fixed, varying)
     qn = connection.ops.quote_name
     columns = ", ".join(qn(f.column) for f in fields)
     sql = (
@@ -1335,15 +1354,7 @@ def _insert_each(
     ids: list[int] = []
     with connection.cursor() as cursor:
         for row in rows:
-            cursor.execute(
-                sql,
-                [
-                    fixed[f.attname]
-                    if f.attname not in index
-                    else by_name[f.attname].get_db_prep_save(row[index[f.attname]], connection)
-                    for f in fields
-                ],
-            )
+            cursor.execute(sql, params_of(row))
             ids.append(cursor.lastrowid)
     found = Task.objects.using(connection.alias).filter(id__in=ids).order_by()
     return list(found.values_list(*returned_columns))
@@ -1409,11 +1420,11 @@ def _insert_keyed(
     using = connection.alias
     found = Task.objects.using(using).in_bulk([pk for pk, _token in pending.values()])
     inserted = {token: pk for pk, token, _key in returned if token in mine}
-    order = [f.attname for f in Task._meta.concrete_fields]
+    task_of = _task_maker(using, values)
     task_at = {
         j: found[pending[row[_KEY_AT]][0]]
         if row[_KEY_AT] in pending
-        else _task_of(using, values, order, row, inserted[row[0]])
+        else task_of(row, inserted[row[0]])
         for j, row in rows.items()
     }
     kept = frozenset(found) if on_conflict is OnConflict.IGNORE else frozenset()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import itertools
 import os
 import re
@@ -212,6 +213,15 @@ def served_sql(serving: base.Serving) -> tuple[str, list[Any]]:
         parts.append(f"queue_name {column_in} ({', '.join(['%s'] * len(names))})")
         params += sorted(names)
     return "".join(f" AND {p}" for p in parts), params
+
+
+def gate_key(key: str) -> int:
+    """The key of a lock or function (``lock:…``, ``function:…``) that claims lock to
+    serialise its claims (PostgreSQL's advisory lock key; MySQL's gate row is chosen
+    by it): 64 bits of its BLAKE2b hash, signed as PostgreSQL's ``bigint``. A
+    collision only makes two gates wait for each other."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8, person=b"htask-gate").digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def check_fence(node_id: str, row: tuple[Any, ...] | None) -> None:

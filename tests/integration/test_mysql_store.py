@@ -29,6 +29,7 @@ from tests.integration.store_checks import (
     running_run,
     succeeded,
 )
+from tests.mariadbcluster import connect
 
 pytestmark = [
     pytest.mark.skipif(
@@ -51,17 +52,7 @@ def store() -> MySQLStore:
 @pytest.fixture
 def other_client() -> Iterator[Any]:
     """A connection of another client (not Django's), in a transaction of its own."""
-    import MySQLdb  # only in the MariaDB pass: mysqlclient may be missing elsewhere
-
-    settings = connection.settings_dict
-    client = MySQLdb.connect(
-        host=settings["HOST"],
-        port=int(settings["PORT"]),
-        user=settings["USER"],
-        password=settings["PASSWORD"],
-        database=settings["NAME"],
-        autocommit=False,
-    )
+    client = connect(connection.settings_dict, autocommit=False)
     yield client
     client.rollback()
     client.close()

@@ -15,16 +15,13 @@ tests.mariadbcluster -- pytest``), the only pass that runs it.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from tests.acceptance.conftest import Scheduler, wait_until
+from tests.acceptance.conftest import wait_until
+from tests.cluster.conftest import MariaDBNodesSite as Site
 from tests.cluster.kill_checks import (
     each_occurrence_once,
     each_task_once_but_the_killed_nodes,
@@ -32,48 +29,14 @@ from tests.cluster.kill_checks import (
     start_work,
     stop,
 )
-from tests.cluster.site import MariaDBSite
-from tests.mariadbcluster import connect, database_settings
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.slow]
 
-SETTINGS = "tests.cluster.settings"
-DATABASE = "htask_nodes"
 SCHEDULES = 30
 TASKS = 600
 WINDOW = 24.0
 #: How soon after the kill every schedule must fire again.
 RESUMED_WITHIN = timedelta(seconds=10)
-
-
-class Site(MariaDBSite):
-    def node(self) -> Scheduler:
-        scheduler = Scheduler(Path("unused"), ["--workers", "8"], self.env)
-        scheduler.wait_ready(60)
-        return scheduler
-
-
-def _server(statement: str) -> None:
-    """Run ``statement`` on the pass's server, outside any database."""
-    conn = connect(database_settings(os.environ["HTASK_TEST_DATABASE_URL"]), database=False)
-    try:
-        conn.cursor().execute(statement)
-    finally:
-        conn.close()
-
-
-@pytest.fixture
-def site(tmp_path: Path) -> Iterator[Site]:
-    server = os.environ["HTASK_TEST_DATABASE_URL"]
-    url = server.rsplit("/", 1)[0] + f"/{DATABASE}"
-    _server(f"DROP DATABASE IF EXISTS {DATABASE}")
-    _server(f"CREATE DATABASE {DATABASE} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
-    site = Site(SimpleNamespace(url=url), tmp_path / "jobs.log", SETTINGS)  # type: ignore[arg-type]
-    site.django(
-        "from django.core.management import call_command\ncall_command('migrate', verbosity=0)"
-    )
-    yield site
-    _server(f"DROP DATABASE IF EXISTS {DATABASE}")
 
 
 def _utc(at: datetime) -> datetime:
@@ -87,9 +50,10 @@ def _now(site: Site, code: str = "") -> datetime:
     return _utc(datetime.fromisoformat(out.strip().splitlines()[-1]))
 
 
-def test_three_nodes_one_killed_lose_nothing_and_run_nothing_twice(site: Site) -> None:
+def test_three_nodes_one_killed_lose_nothing_and_run_nothing_twice(mariadb_site: Site) -> None:
+    site = mariadb_site
     start = _utc(start_work(site, SCHEDULES, TASKS, WINDOW))
-    nodes = [site.node() for _ in range(3)]
+    nodes = [site.node("--workers", "8") for _ in range(3)]
     t0 = time.monotonic()
     try:
         killed_pid, killed_node = kill_first(site, nodes, t0 + WINDOW / 3)

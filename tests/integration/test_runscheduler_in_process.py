@@ -27,3 +27,21 @@ def test_the_banner_names_the_database_and_no_limit_on_nodes(
     out = capsys.readouterr().out
     assert f"  database:  {connection.vendor} " in out
     assert "nodes:" not in out
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="MySQL/MariaDB's isolation level")
+@pytest.mark.django_db(transaction=True)
+def test_runscheduler_refuses_to_start_on_mysql_unless_it_reads_committed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    try:
+        with pytest.raises(SystemExit):  # a CommandError, said on stderr
+            execute_from_command_line(["manage.py", "runscheduler", "--batch", "--no-sync"])
+        err = capsys.readouterr().err
+        assert "runs transactions at REPEATABLE-READ: django-htask needs READ COMMITTED" in err
+        assert "DATABASES['default']['OPTIONS']['isolation_level']" in err
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")

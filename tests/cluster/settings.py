@@ -7,7 +7,8 @@ edits seen quickly are seen through LISTEN/NOTIFY (on PostgreSQL).
 ``HTASK_CLUSTER_DEFAULTS=1`` keeps
 django-htask's own defaults instead (what a user gets); ``HTASK_CLUSTER_SHUTDOWN`` sets
 ``SHUTDOWN_TIMEOUT``, ``HTASK_CLUSTER_RETRY_BACKOFF`` ``RETRY_BACKOFF``,
-``HTASK_CLUSTER_NODE_TIMEOUT`` ``NODE_TIMEOUT``.
+``HTASK_CLUSTER_NODE_TIMEOUT`` ``NODE_TIMEOUT``, ``HTASK_CLUSTER_POLL``
+``POLL_INTERVAL``.
 """
 
 import os
@@ -48,6 +49,8 @@ if os.environ.get("HTASK_CLUSTER_RETRY_BACKOFF"):
     HTASK["RETRY_BACKOFF"] = float(os.environ["HTASK_CLUSTER_RETRY_BACKOFF"])
 if os.environ.get("HTASK_CLUSTER_NODE_TIMEOUT"):
     HTASK["NODE_TIMEOUT"] = float(os.environ["HTASK_CLUSTER_NODE_TIMEOUT"])
+if os.environ.get("HTASK_CLUSTER_POLL"):
+    HTASK["POLL_INTERVAL"] = float(os.environ["HTASK_CLUSTER_POLL"])
 if os.environ.get("HTASK_CLUSTER_MAX_ABANDONED"):
     HTASK["MAX_ABANDONED_THREADS"] = int(os.environ["HTASK_CLUSTER_MAX_ABANDONED"])
 LOGGING = {

@@ -9,8 +9,8 @@ id                     level    when
                                 value of the wrong type.
 ``django_htask.W003``  warning  schedules or pending tasks in the database name functions
                                 that are not registered (they would fail when due).
-``django_htask.W004``  warning  several live ``runscheduler`` nodes share a SQLite database,
-                                or a MySQL/MariaDB one (one node there for now).
+``django_htask.W004``  warning  several live ``runscheduler`` nodes share a SQLite database
+                                (PostgreSQL, MySQL and MariaDB take several).
 ``django_htask.E005``  error    the django.tasks backend is configured but ``django_htask``
                                 is not in ``INSTALLED_APPS`` (checked by the backend).
 ``django_htask.E006``  error    the backend's ``OPTIONS["MAX_ATTEMPTS"]`` is not an int from
@@ -283,7 +283,6 @@ def check_database_rows(databases: Sequence[str] | None) -> list[Any]:
 #: The databases whose store runs one node (W004), by vendor: their name, and why.
 _ONE_NODE = {
     "sqlite": ("SQLite", "SQLite is for one node"),
-    "mysql": ("MySQL/MariaDB", "django-htask runs one node on MySQL/MariaDB for now"),
 }
 
 
@@ -314,8 +313,8 @@ def check_sqlite_nodes(databases: Sequence[str] | None) -> list[Any]:
                 checks.Warning(
                     f"{len(live)} live scheduler nodes share the {name} database "
                     f"{alias!r} ({', '.join(live)}): {why}",
-                    hint=f"run one runscheduler per {name} database, or use PostgreSQL "
-                    "for several nodes",
+                    hint=f"run one runscheduler per {name} database, or use PostgreSQL, "
+                    "MySQL or MariaDB for several nodes",
                     id="django_htask.W004",
                 )
             )

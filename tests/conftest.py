@@ -28,14 +28,25 @@ def pass_vendor() -> str:
     return "mysql" if url.startswith(("mysql:", "mariadb:")) else "postgresql"
 
 
+#: The markers of tests that need one database server: the pass they run in, and how
+#: to run it.
+SERVER_MARKERS = {
+    "postgres": ("postgresql", "PostgreSQL", "tests.pgcluster"),
+    "mariadb": ("mysql", "MariaDB", "tests.mariadbcluster"),
+}
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Tests marked ``postgres`` run in the PostgreSQL pass (``python -m tests.pgcluster
-    -- pytest``, the second run of ``make pytest``). The MariaDB pass deselects them
+    -- pytest``, the second run of ``make pytest``), those marked ``mariadb`` in the
+    MariaDB pass (the third). The other server's pass deselects them
     (:func:`pytest_collection_modifyitems`); elsewhere they are skipped, or fail when
-    ``CI=true`` so a CI without PostgreSQL cannot pass by skipping them."""
-    if item.get_closest_marker("postgres") is None or pass_vendor() == "postgresql":
+    ``CI=true`` so a CI without the server cannot pass by skipping them."""
+    marker = next((m for m in SERVER_MARKERS if item.get_closest_marker(m)), None)
+    if marker is None or pass_vendor() == SERVER_MARKERS[marker][0]:
         return
-    reason = "needs PostgreSQL: run it as `python -m tests.pgcluster -- pytest`"
+    _vendor, server, module = SERVER_MARKERS[marker]
+    reason = f"needs {server}: run it as `python -m {module} -- pytest`"
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"{reason} (CI=true, so this is a failure, not a skip)")
     pytest.skip(reason)
@@ -54,12 +65,12 @@ DATABASE_FIXTURES = frozenset(
 
 
 def uses_test_database(item: pytest.Item) -> bool:
-    """Whether a test reads or writes the test database (or PostgreSQL of its own): a
-    ``django_db`` or ``postgres`` mark, a database fixture, or a Django test case that
+    """Whether a test reads or writes the test database (or a server of its own): a
+    ``django_db``, ``postgres`` or ``mariadb`` mark, a database fixture, or a Django test case that
     has a database. The others — the engine's unit tests, the acceptance tests on
     SQLite files of their own, the browser tests of the example project — give the same
     result on every database."""
-    if item.get_closest_marker("django_db") or item.get_closest_marker("postgres"):
+    if any(item.get_closest_marker(m) for m in ("django_db", *SERVER_MARKERS)):
         return True
     if DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())):
         return True
@@ -91,8 +102,9 @@ def _left_out(config: pytest.Config, item: pytest.Item) -> bool:
             return True
     if not os.environ.get("HTASK_TEST_DATABASE_URL"):
         return False
-    if pass_vendor() == "mysql" and item.get_closest_marker("postgres") is not None:
-        return True  # they test PostgreSQL itself: the PostgreSQL pass runs them
+    for marker, (vendor, _server, _module) in SERVER_MARKERS.items():
+        if pass_vendor() != vendor and item.get_closest_marker(marker) is not None:
+            return True  # they test that server itself: its own pass runs them
     return not uses_test_database(item)
 
 
@@ -100,8 +112,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Run each test in as few passes as gives all it can tell (``make test``):
 
     - the main PostgreSQL pass runs only the tests that use the database: the others
-      ran in the SQLite pass and would give the same result; the MariaDB pass too, and
-      not the tests marked ``postgres`` either;
+      ran in the SQLite pass and would give the same result; the MariaDB pass too;
+      neither runs the tests marked for the other's server (``postgres``, ``mariadb``);
     - a compatibility pass (``HTASK_COMPAT=1``: another Django version, on one database)
       leaves out the tests that import no Django and the process-level fault tests
       (:data:`ONCE_ONLY`); on a database server it also runs only the tests that use
@@ -132,7 +144,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     elif pass_vendor() == "mysql":
         why = "that use no database or need PostgreSQL (the SQLite and PostgreSQL passes run them)"
     else:
-        why = "that use no database (the SQLite pass runs them)"
+        why = "that use no database or need MariaDB (the SQLite and MariaDB passes run them)"
     terminalreporter.write_line(f"{dropped} tests {why} were deselected")
 
 

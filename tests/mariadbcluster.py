@@ -35,7 +35,7 @@ from typing import Any
 
 from tests.throwaway import ThrowAwayServer, free_port, run_command, url_settings
 
-__all__ = ["MariaDBServer", "MariaDBUnavailable", "database_settings", "find_binary"]
+__all__ = ["MariaDBServer", "MariaDBUnavailable", "connect", "database_settings", "find_binary"]
 
 #: Seconds the server has to answer after it is started, or to end after a shutdown.
 START_TIMEOUT = 60.0
@@ -56,6 +56,21 @@ def database_settings(url: str) -> dict[str, Any]:
         "OPTIONS": {"charset": CHARSET},
         "TEST": {"CHARSET": CHARSET, "COLLATION": COLLATION},
     }
+
+
+def connect(settings: dict[str, Any], *, database: bool = True, autocommit: bool = True) -> Any:
+    """A mysqlclient connection, another client than Django's, to the server of the
+    ``DATABASES`` entry ``settings`` (to its database unless ``database`` is False)."""
+    import MySQLdb  # only in the MariaDB pass: mysqlclient may be missing elsewhere
+
+    return MySQLdb.connect(
+        host=settings["HOST"],
+        port=int(settings["PORT"]),
+        user=settings["USER"],
+        password=settings["PASSWORD"],
+        autocommit=autocommit,
+        **({"database": settings["NAME"]} if database else {}),
+    )
 
 
 def find_binary(name: str) -> Path:

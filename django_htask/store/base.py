@@ -406,9 +406,6 @@ class Store(abc.ABC):
     #: Several nodes may share it: each holds its share of the schedules and stands by
     #: for another share (:meth:`live_nodes`), and hears of changes (:meth:`listen`).
     supports_several_nodes: bool = False
-    #: Said by ``runscheduler``'s banner when several nodes could be started on this
-    #: database but must not be yet ("" when there is nothing to say).
-    nodes_note: str = ""
 
     def listen(
         self,

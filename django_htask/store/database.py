@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import itertools
 import os
 import re
@@ -212,6 +213,15 @@ def served_sql(serving: base.Serving) -> tuple[str, list[Any]]:
         parts.append(f"queue_name {column_in} ({', '.join(['%s'] * len(names))})")
         params += sorted(names)
     return "".join(f" AND {p}" for p in parts), params
+
+
+def gate_key(key: str) -> int:
+    """The key of a lock or function (``lock:…``, ``function:…``) that claims lock to
+    serialise its claims (PostgreSQL's advisory lock key; MySQL's gate row is chosen
+    by it): 64 bits of its BLAKE2b hash, signed as PostgreSQL's ``bigint``. A
+    collision only makes two gates wait for each other."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8, person=b"htask-gate").digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def check_fence(node_id: str, row: tuple[Any, ...] | None) -> None:
@@ -648,14 +658,16 @@ class DatabaseStore(Store):
                 changes.update(status=TaskStatus.FAILED, finished_at=now)
                 count += mine.update(**changes)
         Run.objects.using(self.using).bulk_create(runs)
-        count += tasks.filter(lost, status=TaskStatus.PENDING, locked_by__isnull=False).update(
-            locked_by=None, lease_expires_at=None
-        )
-        count += (
-            Run.objects.using(self.using)
-            .filter(status=RunStatus.RUNNING)
-            .exclude(node__in=live.values("id"))
-            .update(
+        # Rows found by a plain read first, then written by id: an UPDATE that scans
+        # would lock, on MySQL/MariaDB, rows it then leaves alone (the live nodes'
+        # tasks and runs, which their nodes are writing), and deadlock with them.
+        held = Q(lost, status=TaskStatus.PENDING, locked_by__isnull=False)
+        if ids := list(tasks.filter(held).values_list("id", flat=True)):
+            count += tasks.filter(held, id__in=ids).update(locked_by=None, lease_expires_at=None)
+        all_runs = Run.objects.using(self.using)
+        cut = all_runs.filter(status=RunStatus.RUNNING).exclude(node__in=live.values("id"))
+        if ids := list(cut.values_list("id", flat=True)):
+            count += all_runs.filter(id__in=ids, status=RunStatus.RUNNING).update(
                 status=RunStatus.FAILED,
                 finished_at=now,
                 error=Case(
@@ -664,7 +676,6 @@ class DatabaseStore(Store):
                     output_field=TextField(),
                 ),
             )
-        )
         return count
 
     # -- schedules -------------------------------------------------------------------

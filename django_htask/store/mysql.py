@@ -1,8 +1,19 @@
-"""What is particular to MySQL and MariaDB: the version triggers, the claim's row locks.
+"""What is particular to MySQL and MariaDB: the version triggers, row locks for the
+claims, the reaper and the locks and limits, and the isolation level they need.
 
 MariaDB 10.6 or later, MySQL 8.0 or later (both have ``FOR UPDATE SKIP LOCKED``).
-One node a database for now (:attr:`MySQLStore.supports_several_nodes` is False):
-there is no ``LISTEN``, so a node sees an edit at its next poll, as on SQLite.
+Several nodes may share a database, as on PostgreSQL, but there is no ``LISTEN``: a
+node sees an edit, a task handed back or a node gone at its next poll or heartbeat.
+
+Isolation
+    The node's connection must run READ COMMITTED, Django's default on MySQL (the
+    ``isolation_level`` option): a claim of a lock counts the running holders again
+    once it holds the lock's row (below), and only READ COMMITTED lets that read see
+    what the claim before it committed. Under REPEATABLE READ the count would come
+    from the snapshot of the transaction's first read, taken before the lock: two
+    claims could both start a task of one lock. A node refuses to start otherwise
+    (:meth:`MySQLStore.check_migrated`). The compare-and-set of an occurrence and the
+    claims' ``UPDATE`` re-read the row they lock, at every level.
 
 Versions
     As on SQLite, a schedule's ``version`` comes from a one-row counter table, bumped
@@ -23,9 +34,28 @@ Keys
     a unique index on it is the pending-key index. A keyed call is one ``INSERT … ON
     DUPLICATE KEY UPDATE`` a row (no ``RETURNING`` there), which locks the pending row
     it meets as PostgreSQL's ``ON CONFLICT`` does.
+Locks and limits
+    Row locks of the counter table stand for PostgreSQL's advisory locks: a claim of
+    tasks with a lock or a limit locks ``FOR UPDATE`` the rows ``gate:0000`` to
+    ``gate:1023`` that its locks and functions hash to (:data:`GATE_SLOTS`; a
+    collision only makes two gates wait for each other), in one statement in key
+    order, then counts the holders again. InnoDB releases them at commit or rollback,
+    as PostgreSQL's transaction-level advisory locks, and detects a deadlock among
+    them (a session's ``GET_LOCK`` would outlive a failed transaction, and a wait
+    between it and a row lock is no deadlock InnoDB sees).
+Reaping
+    One reaper at a time: the reaper locks the counter's ``reaper`` row ``FOR UPDATE
+    SKIP LOCKED`` (no row: another node is reaping; see
+    :mod:`~django_htask.store.reaping`); a node starting under the id of one that did
+    not stop waits for that row instead.
 Fencing
     A node's writes read its own node row ``LOCK IN SHARE MODE`` first (both MySQL and
-    MariaDB understand it) and check it is not declared dead.
+    MariaDB understand it) and check it is not declared dead. The reaper declares a
+    node dead with an ``UPDATE`` of that row, which waits for the shared lock: a write
+    in flight commits first, and the node's writes after it are refused. InnoDB then
+    reads the row again, so a heartbeat committed meanwhile keeps the node alive. The
+    heartbeat locks its row ``FOR UPDATE`` at once (no shared lock to upgrade, which
+    would deadlock with a reaper waiting on it).
 
 Creating a trigger needs the ``TRIGGER`` privilege; with binary logging on, also
 ``SUPER`` or ``log_bin_trust_function_creators = 1``. :func:`install` runs after every
@@ -34,23 +64,42 @@ Creating a trigger needs the ``TRIGGER`` privilege; with binary logging on, also
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_htask.keys import KEY_MAX_LENGTH
-from django_htask.models import GATED_PREDICATE, KEY_INDEX, Schedule, Task
+from django_htask.models import GATED_PREDICATE, KEY_INDEX, Node, Schedule, Task
 
 from . import base
 from .base import RunOutcome
-from .database import DatabaseStore
+from .database import DatabaseStore, check_fence, gate_key
+from .reaping import SharedReaper
 from .statuses import LateStatuses
 
-__all__ = ["MySQLStore", "add_pending_key", "drop_pending_key", "install"]
+__all__ = ["GATE_SLOTS", "MySQLStore", "add_pending_key", "drop_pending_key", "install"]
 
 COUNTER = "django_htask_counter"
 SCHEDULE = Schedule._meta.db_table
 TASK = Task._meta.db_table
+NODE = Node._meta.db_table
+#: The counter's row the reaper locks.
+REAPER = "reaper"
+#: How many counter rows the locks and functions of claims hash to (``gate:0000`` …).
+GATE_SLOTS = 1024
+#: The rows :func:`install` makes in the counter table besides the version's.
+LOCK_ROWS = (REAPER, *(f"gate:{slot:04d}" for slot in range(GATE_SLOTS)))
+#: The isolation level a node's connection must run at (see the module), as the server
+#: names it.
+ISOLATION = "READ-COMMITTED"
+
+
+def gate_row(key: str) -> str:
+    """The counter's row that claims of the lock or function ``key`` lock."""
+    return f"gate:{gate_key(key) % GATE_SLOTS:04d}"
+
+
 #: A virtual column, the key of a pending task (NULL otherwise), and a unique index on
 #: it: MySQL and MariaDB have no partial index, so this is the pending-key index there
 #: (named as it is elsewhere, so a clash reads the same). Not a field of the model:
@@ -90,6 +139,17 @@ def install(connection: BaseDatabaseWrapper) -> None:
             f"INSERT IGNORE INTO {COUNTER} (name, value) "
             f"SELECT 'schedule', COALESCE(MAX(version), 0) FROM {SCHEDULE}"
         )
+        # Counted first: an INSERT IGNORE meeting a row a claim holds waits for it.
+        cursor.execute(
+            f"SELECT COUNT(*) FROM {COUNTER} WHERE name = %s OR name LIKE %s", [REAPER, "gate:%"]
+        )
+        row = cursor.fetchone()
+        if row is None or row[0] < len(LOCK_ROWS):
+            cursor.execute(
+                f"INSERT IGNORE INTO {COUNTER} (name, value) VALUES "
+                + ", ".join(["(%s, 0)"] * len(LOCK_ROWS)),
+                list(LOCK_ROWS),
+            )
         cursor.execute(
             "SELECT trigger_name FROM information_schema.triggers "
             "WHERE trigger_schema = DATABASE() AND event_object_table = %s",
@@ -117,21 +177,83 @@ def drop_pending_key(connection: BaseDatabaseWrapper) -> None:
         cursor.execute(f"ALTER TABLE {TASK} DROP INDEX {KEY_INDEX}, DROP COLUMN {PENDING_KEY}")
 
 
-class MySQLStore(LateStatuses, DatabaseStore):
-    """One node on MySQL or MariaDB: the ORM store, with the version triggers above and
-    claims that skip the rows another transaction is claiming."""
+class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
+    """Several nodes on MySQL or MariaDB: the ORM store, with the version triggers
+    above, claims that skip the rows another transaction is claiming, and row locks of
+    the counter table for the reaper and the locks and limits (see the module)."""
 
     vendor = "mysql"
-    nodes_note = (
-        "one node on MySQL/MariaDB for now: run one runscheduler per database "
-        "(several nodes need PostgreSQL)"
-    )
+    supports_several_nodes = True
     _fence_lock = " LOCK IN SHARE MODE"
     _gated_predicate = GATED_PREDICATE.replace("lock IS", "`lock` IS")
     _skip_locked = True
 
     def install(self) -> None:
         install(self.connection)
+
+    def check_migrated(self) -> None:
+        """As the generic check, and the connection's isolation level must be READ
+        COMMITTED (see the module): ImproperlyConfigured, naming the level, otherwise."""
+        super().check_migrated()
+        mariadb = getattr(self.connection, "mysql_is_mariadb", False)  # the MySQL backend's
+        variable = "tx_isolation" if mariadb else "transaction_isolation"
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT @@SESSION.{variable}")
+            row = cursor.fetchone()
+        level = str(row[0]) if row else "?"
+        if level.upper() != ISOLATION:
+            raise ImproperlyConfigured(
+                f"the database {self.describe()!r} runs transactions at {level}: "
+                "django-htask needs READ COMMITTED on MySQL/MariaDB (a claim of a lock "
+                "must see what the claim before it committed); set "
+                f"DATABASES[{self.using!r}]['OPTIONS']['isolation_level'] to "
+                "'read committed' (Django's default) or remove it"
+            )
+
+    # -- several nodes: row locks of the counter table ----------------------------------
+    def _try_lock_reaper(self) -> bool:
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT name FROM {COUNTER} WHERE name = %s FOR UPDATE SKIP LOCKED", [REAPER]
+            )
+            return cursor.fetchone() is not None
+
+    def _lock_reaper(self) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT name FROM {COUNTER} WHERE name = %s FOR UPDATE", [REAPER])
+
+    def _lock_gates(self, keys: list[str]) -> bool:
+        """Lock the counter rows of ``keys`` until the transaction ends, in their order
+        (every claim takes them in that order: no deadlock)."""
+        rows = sorted({gate_row(key) for key in keys})
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT name FROM {COUNTER} WHERE name IN ({', '.join(['%s'] * len(rows))}) "
+                "ORDER BY name FOR UPDATE",
+                rows,
+            )
+        return True
+
+    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
+        """Record the heartbeat and renew this node's leases. The node's row is locked
+        ``FOR UPDATE`` at once (the fence: see the module); a node declared dead stays
+        dead (NodeFenced)."""
+        adapt = self.connection.ops.adapt_datetimefield_value
+        with self._atomic(), self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT stopped_at, last_heartbeat FROM {NODE} WHERE id = %s FOR UPDATE",
+                [node_id],
+            )
+            row = cursor.fetchone()
+            check_fence(node_id, row)
+            assert row is not None
+            cursor.execute(
+                f"UPDATE {NODE} SET last_heartbeat = %s WHERE id = %s", [adapt(now), node_id]
+            )
+            renewed = self._renew_leases(node_id, lease_until)
+        last: datetime = row[1]
+        self._heartbeat_after(now - (last if last.tzinfo else last.replace(tzinfo=UTC)))
+        return renewed
 
     def _record_in(
         self, node_id: str, outcomes: list[RunOutcome]

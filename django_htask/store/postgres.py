@@ -55,7 +55,7 @@ import hashlib
 import json
 import logging
 import sys
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -65,7 +65,6 @@ from django.db.backends.utils import CursorWrapper
 from django_htask.conf import get_settings
 from django_htask.engine.clock import from_us
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
-from django_htask.retry import RetryPolicy
 
 from . import base
 from .base import _RUN_COLUMNS, RunOutcome, ScheduleRef, ScheduleRow, StartedTask
@@ -75,9 +74,11 @@ from .database import (
     Probe,
     RefReader,
     check_fence,
+    gate_key,
     schedule_row,
 )
 from .listen import CHANNEL, Listener, connection_params
+from .reaping import SharedReaper
 from .statuses import LateStatuses
 
 __all__ = ["CHANNEL", "PostgresStore", "install"]
@@ -139,14 +140,6 @@ _RUN_INSERT = (
 )
 #: What firing reads of a schedule (the fields of ``ScheduleRow``).
 _ROW_SQL = ", ".join(_ROW_FIELDS)
-
-
-def gate_key(key: str) -> int:
-    """The advisory lock key of a lock or function (``lock:…``, ``function:…``): 64
-    bits of its BLAKE2b hash, signed as PostgreSQL's ``bigint``. A collision only makes
-    two gates wait for each other."""
-    digest = hashlib.blake2b(key.encode(), digest_size=8, person=b"htask-gate").digest()
-    return int.from_bytes(digest, "big", signed=True)
 
 
 def _run_rows(
@@ -357,16 +350,11 @@ class _QuietAtomic(transaction.Atomic):
             raise
 
 
-class PostgresStore(LateStatuses, DatabaseStore):
+class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
     """The store for several nodes on one PostgreSQL database (see the module)."""
 
     vendor = "postgresql"
     supports_several_nodes = True
-
-    def __init__(self, using: str | None = None) -> None:
-        super().__init__(using)
-        self._heartbeat_gap = timedelta(0)
-        self._hold_reaping_until: datetime | None = None
 
     def install(self) -> None:
         install(self.connection)
@@ -487,50 +475,25 @@ class PostgresStore(LateStatuses, DatabaseStore):
                 self._fence(node_id)  # raises: declared dead, or gone
             renewed = self._renew_leases(node_id, lease_until)
         assert row is not None
-        self._heartbeat_gap = now - row[0]
+        self._heartbeat_after(now - row[0])
         return renewed
 
     def _lock_reaper(self) -> None:
         with self._cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK])
 
-    def reap(self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
-        """As the generic reaper, one node at a time (the others skip), and the other
-        nodes are notified.
-
-        A node whose own last heartbeat came late (more than half the node timeout:
-        most likely the database was away for everyone) waits one node timeout before
-        reaping, so that the others have the time to come back too."""
-        timeout = now - dead_before
-        if self._heartbeat_gap > timeout / 2:
-            self._hold_reaping_until = now + timeout
-            self._heartbeat_gap = timedelta(0)
-        if self._hold_reaping_until is not None and now < self._hold_reaping_until:
-            return 0
-        with self._atomic(), self._cursor() as cursor:
+    def _try_lock_reaper(self) -> bool:
+        with self._cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [REAPER_LOCK])
             row = cursor.fetchone()
-            if row is None or not row[0]:
-                return 0
-            self._fence(node_id)
-            cursor.execute(
-                f"SELECT id FROM {NODE} WHERE stopped_at IS NULL AND last_heartbeat < %s",
-                [dead_before],
-            )
-            dead = [r[0] for r in cursor.fetchall()]
-            count = self._reap(now, dead_before, retry)
-            for dead_id in dead:
-                logger.warning(
-                    "node %s marked dead (no heartbeat since before %s)",
-                    dead_id,
-                    dead_before.isoformat(),
-                    extra={"action": "node_dead", "node": dead_id},
-                )
-            if count > len(dead):
-                self.notify("task")
-            if dead:
-                self.notify("node")
-        return count
+        return row is not None and bool(row[0])
+
+    def _reaped(self, count: int, dead: list[str]) -> None:
+        """Tell the other nodes of the tasks handed back and the nodes gone."""
+        if count > len(dead):
+            self.notify("task")
+        if dead:
+            self.notify("node")
 
     # -- firing ------------------------------------------------------------------------
     # A fire reads the schedule, may ask whether its runs go on elsewhere, and claims the

@@ -1,5 +1,6 @@
 """Fixtures for the multi-node tests on PostgreSQL: other clients of the server, and
-the site of the tests with real ``runscheduler`` processes (``site``)."""
+the site of the tests with real ``runscheduler`` processes (``site``); on MariaDB, the
+same site (``mariadb_site``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.acceptance.conftest import Scheduler
-from tests.cluster.site import ClusterSite
+from tests.cluster.site import ClusterSite, MariaDBSite
 
 SETTINGS = "tests.cluster.settings"
 TABLES = "django_htask_run, django_htask_task, django_htask_schedule, django_htask_node"
@@ -120,7 +121,63 @@ def site(database: str, tmp_path: Path) -> Iterator[Site]:
     site = Site(database, tmp_path / "jobs.log")
     site.sql(f"TRUNCATE {TABLES}")
     yield site
+    _kill_nodes(site)
+
+
+def _kill_nodes(site: Site) -> None:
     for node in site.started:
         if node.process.poll() is None:
             node.process.send_signal(signal.SIGCONT)
         node.kill()
+
+
+class MariaDBNodesSite(Site, MariaDBSite):
+    """The site on MariaDB: SQL through mysqlclient, and nodes polling every 0.5 s
+    (there is no NOTIFY to tell them of new tasks or a lock freed; at PostgreSQL's 5 s
+    one node would run every task of a lock alone)."""
+
+    def __init__(self, url: str, log: Path) -> None:
+        super().__init__(url, log)
+        self.env["HTASK_CLUSTER_POLL"] = "0.5"
+
+
+#: The database of the multi-node tests on the MariaDB pass's server.
+MARIADB_DATABASE = "htask_nodes"
+
+
+def _mariadb_server(statement: str) -> None:
+    """Run ``statement`` on the MariaDB pass's server, outside any database."""
+    from tests.mariadbcluster import connect, database_settings
+
+    conn = connect(database_settings(os.environ["HTASK_TEST_DATABASE_URL"]), database=False)
+    try:
+        conn.cursor().execute(statement)
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def mariadb_database() -> Iterator[str]:
+    """:data:`MARIADB_DATABASE` on the suite's MariaDB server, made afresh and migrated
+    once for each module that uses it."""
+    server = os.environ["HTASK_TEST_DATABASE_URL"]
+    url = server.rsplit("/", 1)[0] + f"/{MARIADB_DATABASE}"
+    _mariadb_server(f"DROP DATABASE IF EXISTS {MARIADB_DATABASE}")
+    _mariadb_server(
+        f"CREATE DATABASE {MARIADB_DATABASE} CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+    )
+    site = MariaDBSite(SimpleNamespace(url=url), Path("unused"), SETTINGS)  # type: ignore[arg-type]
+    site.django(
+        "from django.core.management import call_command\ncall_command('migrate', verbosity=0)"
+    )
+    yield url
+    _mariadb_server(f"DROP DATABASE IF EXISTS {MARIADB_DATABASE}")
+
+
+@pytest.fixture
+def mariadb_site(mariadb_database: str, tmp_path: Path) -> Iterator[MariaDBNodesSite]:
+    site = MariaDBNodesSite(mariadb_database, tmp_path / "jobs.log")
+    for table in TABLES.split(", "):  # one table a statement, the referencing ones first
+        site.sql(f"DELETE FROM {table}")
+    yield site
+    _kill_nodes(site)

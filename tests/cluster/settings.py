@@ -1,16 +1,19 @@
 """Settings for ``runscheduler`` nodes run by the multi-node acceptance tests.
 
-The database comes from ``HTASK_CLUSTER_DB_URL``. Heartbeats, leases and the node
+The database comes from ``HTASK_CLUSTER_DB_URL`` (PostgreSQL, or MariaDB for a
+``mysql://`` URL). Heartbeats, leases and the node
 timeout are short so a killed node is noticed within seconds; the poll is slow, so
-edits seen quickly are seen through LISTEN/NOTIFY. ``HTASK_CLUSTER_DEFAULTS=1`` keeps
+edits seen quickly are seen through LISTEN/NOTIFY (on PostgreSQL).
+``HTASK_CLUSTER_DEFAULTS=1`` keeps
 django-htask's own defaults instead (what a user gets); ``HTASK_CLUSTER_SHUTDOWN`` sets
 ``SHUTDOWN_TIMEOUT``, ``HTASK_CLUSTER_RETRY_BACKOFF`` ``RETRY_BACKOFF``,
-``HTASK_CLUSTER_NODE_TIMEOUT`` ``NODE_TIMEOUT``.
+``HTASK_CLUSTER_NODE_TIMEOUT`` ``NODE_TIMEOUT``, ``HTASK_CLUSTER_POLL``
+``POLL_INTERVAL``.
 """
 
 import os
 
-from tests.pgcluster import database_settings
+from tests import mariadbcluster, pgcluster
 
 SECRET_KEY = "cluster-tests-only"
 USE_TZ = True
@@ -21,11 +24,10 @@ INSTALLED_APPS = [
     "django_htask",
     "tests.cluster.clusterapp",
 ]
-DATABASES = {
-    "default": database_settings(
-        os.environ.get("HTASK_CLUSTER_DB_URL", "postgresql://postgres@127.0.0.1/htask")
-    )
-}
+URL = os.environ.get("HTASK_CLUSTER_DB_URL", "postgresql://postgres@127.0.0.1/htask")
+#: PostgreSQL, or MariaDB for a mysql:// URL (tests/cluster/test_mariadb_nodes.py).
+SERVER = mariadbcluster if URL.startswith(("mysql:", "mariadb:")) else pgcluster
+DATABASES = {"default": SERVER.database_settings(URL)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 HTASK = {
     "WORKERS": 8,
@@ -47,6 +49,8 @@ if os.environ.get("HTASK_CLUSTER_RETRY_BACKOFF"):
     HTASK["RETRY_BACKOFF"] = float(os.environ["HTASK_CLUSTER_RETRY_BACKOFF"])
 if os.environ.get("HTASK_CLUSTER_NODE_TIMEOUT"):
     HTASK["NODE_TIMEOUT"] = float(os.environ["HTASK_CLUSTER_NODE_TIMEOUT"])
+if os.environ.get("HTASK_CLUSTER_POLL"):
+    HTASK["POLL_INTERVAL"] = float(os.environ["HTASK_CLUSTER_POLL"])
 if os.environ.get("HTASK_CLUSTER_MAX_ABANDONED"):
     HTASK["MAX_ABANDONED_THREADS"] = int(os.environ["HTASK_CLUSTER_MAX_ABANDONED"])
 LOGGING = {

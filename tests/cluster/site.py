@@ -1,6 +1,6 @@
-"""A Django site on a throw-away PostgreSQL, driven from outside: Django code run in a
-subprocess, SQL on a connection of its own. Shared by the 3-node acceptance test and
-``bench/cluster.py``."""
+"""A Django site on a throw-away PostgreSQL (or MariaDB: :class:`MariaDBSite`), driven
+from outside: Django code run in a subprocess, SQL on a connection of its own. Shared
+by the 3-node acceptance tests and ``bench/cluster.py``."""
 
 from __future__ import annotations
 
@@ -57,3 +57,19 @@ class ClusterSite:
     def one(self, query: str, *params: Any) -> Any:
         """The first column of the first row."""
         return self.sql(query, *params)[0][0]
+
+
+class MariaDBSite(ClusterSite):
+    """The same on MariaDB (``pg`` has the server's ``mysql://`` URL): SQL through
+    mysqlclient, in autocommit."""
+
+    def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
+        from tests.mariadbcluster import connect, database_settings
+
+        conn = connect(database_settings(self.pg.url))
+        try:
+            cursor = conn.cursor()
+            cursor.execute(query, params or None)
+            return list(cursor.fetchall()) if cursor.description else []
+        finally:
+            conn.close()

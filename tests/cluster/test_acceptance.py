@@ -12,10 +12,8 @@ PostgreSQL pass of the suite.
 
 from __future__ import annotations
 
-import itertools
 import signal
 import time
-from collections import Counter, defaultdict
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -23,6 +21,14 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.conftest import Scheduler, wait_until
+from tests.cluster.kill_checks import (
+    TICK,
+    each_occurrence_once,
+    each_task_once_but_the_killed_nodes,
+    kill_first,
+    start_work,
+    stop,
+)
 from tests.cluster.site import ClusterSite
 from tests.cluster.test_occurrences import assert_one_row_per_occurrence, now, two_nodes_firing
 from tests.pgcluster import PostgresCluster, PostgresUnavailable
@@ -33,8 +39,6 @@ SETTINGS = "tests.cluster.settings"
 SCHEDULES = 200
 TASKS = 2_000
 WINDOW = 30.0
-TICK = "tests.cluster.clusterapp.tasks:tick"
-JOB = "tests.cluster.clusterapp.tasks:job"
 EDITED_RUNS = (
     "SELECT r.started_at FROM django_htask_run r "
     "JOIN django_htask_schedule s ON s.id = r.schedule_id "
@@ -76,36 +80,11 @@ def site(pg: PostgresCluster, tmp_path: Path) -> Site:
 
 
 def test_three_nodes_a_kill_and_a_restart(site: Site) -> None:
-    start = datetime.fromisoformat(
-        site.django(
-            f"""
-from datetime import timedelta
-from django_htask import clock
-from django_htask.engine import registry
-from django_htask.models import Schedule, Task
-for i in range({SCHEDULES}):
-    s = Schedule(name=f"tick-{{i}}", function="{TICK}", schedule="@every 1s",
-                 overlap="allow", catch_up="all", grace=None)
-    s.save()
-now = clock.now()
-Task.objects.bulk_create(
-    Task(function="{JOB}", payload=registry.check_call("{JOB}", (n,), {{}}),
-         run_at=now + timedelta(seconds={WINDOW} * n / {TASKS}), max_attempts=3)
-    for n in range({TASKS})
-)
-print(now.isoformat())
-"""
-        ).strip()
-    )
+    start = start_work(site, SCHEDULES, TASKS, WINDOW)
     nodes = [site.node() for _ in range(3)]
     t0 = time.monotonic()
     try:
-        time.sleep(max(0.0, WINDOW / 3 - (time.monotonic() - t0)))
-        victim = nodes[0]
-        victim.send(signal.SIGKILL)
-        victim.wait_exit(10)
-        killed_pid = victim.process.pid
-        (killed_node,) = site.sql("SELECT id FROM django_htask_node WHERE pid = %s", killed_pid)[0]
+        killed_pid, killed_node = kill_first(site, nodes, t0 + WINDOW / 3)
         time.sleep(max(0.0, 2 * WINDOW / 3 - (time.monotonic() - t0)))
         site.pg.restart(down_for=1.0)
         time.sleep(max(0.0, WINDOW - (time.monotonic() - t0)))
@@ -149,56 +128,16 @@ print(now.isoformat())
         assert survivors_ok, [n.stderr[-3000:] for n in nodes[1:]]
         _edits_are_acted_on_within_a_second(site)
     finally:
-        for node in nodes[1:]:
-            node.send(signal.SIGTERM)
-        for node in nodes[1:]:
-            node.wait_exit(30)
-        for node in nodes:
-            for stream in (node.process.stdout, node.process.stderr):
-                if stream is not None:
-                    stream.close()
+        stop(nodes)
     errors = "".join(n.stderr for n in nodes[1:])
     assert "database unavailable" in errors  # the restart was felt, and survived
     assert "marked dead" in errors
 
     # -- schedules: each occurrence in the window exactly once -------------------------
-    runs = site.sql(
-        "SELECT r.schedule_id, r.scheduled_for, r.status, r.node, r.error "
-        "FROM django_htask_run r JOIN django_htask_schedule s ON s.id = r.schedule_id "
-        "WHERE s.name LIKE 'tick-%%'"
-    )
-    per_schedule: dict[int, list[datetime]] = defaultdict(list)
-    for schedule_id, scheduled_for, status, node, error in runs:
-        per_schedule[schedule_id].append(scheduled_for)
-        assert status in ("succeeded", "failed"), (status, error)
-        if status == "failed":  # only runs cut short by the kill
-            assert "stopped answering" in error and node == killed_node, (node, killed_node)
-    assert len(per_schedule) == SCHEDULES
-    for schedule_id, times in per_schedule.items():
-        times.sort()
-        assert len(set(times)) == len(times), f"schedule {schedule_id} ran twice"
-        gaps = {b - a for a, b in itertools.pairwise(times)}
-        assert gaps == {timedelta(seconds=1)}, f"schedule {schedule_id} missed: {gaps}"
-        assert times[0] <= start + timedelta(seconds=1)
-        assert times[-1] >= end - timedelta(seconds=5)  # fires lag a little under load
-    assert sum(len(t) for t in per_schedule.values()) >= SCHEDULES * (WINDOW - 5)
-
+    started = each_occurrence_once(site, SCHEDULES, start, end, killed_node)
+    assert sum(len(t) for t in started.values()) >= SCHEDULES * (WINDOW - 5)
     # -- tasks: each at least once, twice only if the killed node held it ---------------
-    executions: dict[int, list[int]] = defaultdict(list)
-    for line in site.log.read_text().splitlines():
-        n, pid = line.split()
-        executions[int(n)].append(int(pid))
-    assert sorted(executions) == list(range(TASKS))
-    again = {n: pids for n, pids in executions.items() if len(pids) > 1}
-    assert all(pids[:-1] == [killed_pid] * (len(pids) - 1) for pids in again.values()), again
-    task_runs = Counter(
-        r[0]
-        for r in site.sql(
-            "SELECT task_id FROM django_htask_run WHERE task_id IS NOT NULL "
-            "AND status = 'succeeded'"
-        )
-    )
-    assert len(task_runs) == TASKS and set(task_runs.values()) == {1}
+    each_task_once_but_the_killed_nodes(site, TASKS, killed_pid)
 
 
 def _edits_are_acted_on_within_a_second(site: Site) -> None:

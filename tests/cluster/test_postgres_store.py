@@ -17,7 +17,10 @@ from django_htask.retry import RetryPolicy
 from django_htask.store import RunOutcome, get_store
 from django_htask.store.postgres import REAPER_LOCK, PostgresStore
 from tests.integration.store_checks import (
+    a_node_back_from_a_long_gap_waits_a_timeout_before_reaping,
+    a_node_is_declared_dead_only_after_its_write_in_flight_commits,
     claims_skip_locked_rows,
+    concurrent_claims_respect_locks_and_limits,
     concurrent_claims_take_disjoint_batches,
     every_kind_of_write_raises_the_version,
     running_run,
@@ -267,20 +270,14 @@ def test_writes_of_a_node_declared_dead_are_refused(store: PostgresStore) -> Non
 def test_a_node_is_declared_dead_only_after_its_write_in_flight_commits(
     store: PostgresStore, other_client: Callable[..., Any]
 ) -> None:
-    """The fence is the database's: a node's write transaction locks its node row, so
-    a reaper declaring it dead waits for that transaction; after it, writes are refused."""
     register(store, "n1")
     reaper = other_client()
     reaper.execute("SET lock_timeout = '300ms'")
-    declare = "UPDATE django_htask_node SET stopped_at = now() WHERE id = 'n1'"
-    with store._atomic():
-        store._fence("n1")  # what every write of the node begins with
-        with pytest.raises(Exception, match="lock timeout"):
-            reaper.execute(declare)
-    reaper.execute(declare)  # once the node's transaction is over
-    make_tasks(1)
-    with pytest.raises(NodeFenced):
-        store.start_tasks("n1", NOW, 1, LEASE)
+    a_node_is_declared_dead_only_after_its_write_in_flight_commits(
+        store,
+        lambda: reaper.execute("UPDATE django_htask_node SET stopped_at = now() WHERE id = 'n1'"),
+        "lock timeout",
+    )
 
 
 def test_a_node_frozen_inside_a_write_holds_the_reaper_back_for_half_node_timeout_only(
@@ -444,17 +441,7 @@ def test_a_node_declared_dead_stays_dead(listen: Callable[[float], list[str]]) -
 def test_a_node_back_from_a_long_gap_waits_a_timeout_before_reaping() -> None:
     a = PostgresStore()
     register(a, "a", "b")
-    timeout = timedelta(seconds=60)
-    back = NOW + timedelta(seconds=100)  # the database was away for 100 s
-    for seconds in range(0, 60, 10):  # heartbeats every 10 s again from then on
-        now = back + timedelta(seconds=seconds)
-        a.heartbeat("a", now, now + timeout)
-        a.reap("a", now, now - timeout, RETRY)
-        assert Node.objects.get(id="b").stopped_at is None  # b gets the time to come back
-    after = back + timeout
-    a.heartbeat("a", after, after + timeout)
-    a.reap("a", after, after - timeout, RETRY)
-    assert Node.objects.get(id="b").stopped_at == after  # b did not come back
+    a_node_back_from_a_long_gap_waits_a_timeout_before_reaping(a)
 
 
 # -- a connection lost, a lock held by another client ----------------------------------
@@ -580,37 +567,7 @@ def test_a_late_status_does_not_overwrite_a_later_run(store: PostgresStore) -> N
 def test_concurrent_claims_never_both_start_a_task_of_one_lock_or_overfill_a_limit(
     store: PostgresStore,
 ) -> None:
-    """Four store connections claim at the same instant (a barrier), 40 times over:
-    one task of the lock starts, and two of the limited function (another function:
-    a limit counts every running task of its function)."""
-    nodes = [f"n{i}" for i in range(4)]
-    register(store, *nodes)
-    for _round in range(40):
-        Task.objects.all().delete()
-        locked = set(make_tasks(4, lock="account:7"))
-        limited = set(make_tasks(6, function=f"{ADD}_limited", max_running=2))
-        barrier = threading.Barrier(len(nodes))
-        results: dict[str, list[int]] = {}
-
-        def claim(node_id: str, barrier: threading.Barrier, into: dict[str, list[int]]) -> None:
-            mine = get_store()
-            try:
-                mine.task_outlook(NOW)  # connected before the barrier
-                barrier.wait(10)
-                into[node_id] = [t.id for t in mine.start_tasks(node_id, NOW, 5, LEASE)]
-            finally:
-                mine.close()
-
-        threads = [threading.Thread(target=claim, args=(node, barrier, results)) for node in nodes]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
-        started = [i for got in results.values() for i in got]
-        assert len(results) == len(nodes)
-        assert len(started) == len(set(started))
-        assert len(locked & set(started)) == 1, results
-        assert len(limited & set(started)) == 2, results
+    concurrent_claims_respect_locks_and_limits(store, make_tasks, rounds=40)
 
 
 def test_the_end_of_a_gated_task_notifies_the_other_nodes(

@@ -1,6 +1,6 @@
 """Checks of what the PostgreSQL and the MySQL/MariaDB stores both do (versions set by
-a trigger, claims that skip locked rows), shared by tests/cluster/test_postgres_store.py
-and tests/integration/test_mysql_store.py."""
+a trigger, claims that skip locked rows, what several nodes need), shared by
+tests/cluster/test_postgres_store.py and tests/integration/test_mysql_store.py."""
 
 from __future__ import annotations
 
@@ -8,14 +8,19 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from django.db import connection
 
-from django_htask.models import Run, RunStatus, Schedule, Task
+from django_htask.exceptions import NodeFenced
+from django_htask.models import Node, Run, RunStatus, Schedule, Task
+from django_htask.retry import RetryPolicy
 from django_htask.store import RunOutcome, Store, get_store
+from django_htask.store.database import DatabaseStore
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = NOW + timedelta(seconds=60)
 ADD = "tests.integration.testapp.tasks:add"
+RETRY = RetryPolicy(10, 60)
 
 
 def running_run(schedule: Schedule) -> Run:
@@ -109,3 +114,75 @@ def concurrent_claims_take_disjoint_batches(ids: list[int]) -> None:
     assert sorted(everything) == sorted(ids)  # each task once, none left
     owners = dict(Task.objects.values_list("id", "locked_by"))
     assert all(owners[i] == node for node, got in results.items() for i in got)
+
+
+def a_node_back_from_a_long_gap_waits_a_timeout_before_reaping(a: Store) -> None:
+    """Node a (of a and b, registered at NOW) comes back after the database was away
+    for 100 s: it reaps nothing for one node timeout, then declares b dead."""
+    timeout = timedelta(seconds=60)
+    back = NOW + timedelta(seconds=100)
+    for seconds in range(0, 60, 10):  # heartbeats every 10 s again from then on
+        now = back + timedelta(seconds=seconds)
+        a.heartbeat("a", now, now + timeout)
+        a.reap("a", now, now - timeout, RETRY)
+        assert Node.objects.get(id="b").stopped_at is None  # b gets the time to come back
+    after = back + timeout
+    a.heartbeat("a", after, after + timeout)
+    a.reap("a", after, after - timeout, RETRY)
+    assert Node.objects.get(id="b").stopped_at == after  # b did not come back
+
+
+def concurrent_claims_respect_locks_and_limits(
+    store: Store, make_tasks: Callable[..., list[int]], rounds: int
+) -> None:
+    """Four nodes claim at the same instant (a barrier), each on a store connection of
+    its own, ``rounds`` times over: one task of the lock starts, and two of the limited
+    function (another function: a limit counts every running task of its function)."""
+    nodes = [f"n{i}" for i in range(4)]
+    for n, node_id in enumerate(nodes):
+        store.register_node(node_id, "host", n + 1, "0", NOW)
+    for _round in range(rounds):
+        Task.objects.all().delete()
+        locked = set(make_tasks(4, lock="account:7"))
+        limited = set(make_tasks(6, function=f"{ADD}_limited", max_running=2))
+        barrier = threading.Barrier(len(nodes))
+        results: dict[str, list[int]] = {}
+
+        def claim(node_id: str, barrier: threading.Barrier, into: dict[str, list[int]]) -> None:
+            mine = get_store()
+            try:
+                mine.task_outlook(NOW)  # connected before the barrier
+                barrier.wait(10)
+                into[node_id] = [t.id for t in mine.start_tasks(node_id, NOW, 5, LEASE)]
+            finally:
+                mine.close()
+
+        threads = [threading.Thread(target=claim, args=(node, barrier, results)) for node in nodes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        started = [i for got in results.values() for i in got]
+        assert len(results) == len(nodes)
+        assert len(started) == len(set(started))
+        assert len(locked & set(started)) == 1, results
+        assert len(limited & set(started)) == 2, results
+
+
+def a_node_is_declared_dead_only_after_its_write_in_flight_commits(
+    store: DatabaseStore, declare: Callable[[], None], timed_out: str
+) -> None:
+    """The fence is the database's: node n1's (registered) write transaction locks its
+    node row, so ``declare``, another client marking n1 dead (with a short lock
+    timeout), fails with ``timed_out`` while it lasts; after it, n1's writes are
+    refused."""
+    with store._atomic():
+        store._fence("n1")  # what every write of the node begins with
+        with pytest.raises(Exception, match=timed_out):
+            declare()
+    declare()  # once the node's transaction is over
+    Task.objects.create(function=ADD, run_at=NOW)
+    with pytest.raises(NodeFenced):
+        store.start_tasks("n1", NOW, 1, LEASE)
+    with pytest.raises(NodeFenced):
+        store.heartbeat("n1", NOW, LEASE)

@@ -1,26 +1,35 @@
-"""The MySQL/MariaDB store's own parts: the version triggers and the claims that skip
-locked rows (the store contract, tests/contract, covers the rest on every database)."""
+"""The MySQL/MariaDB store's own parts: the version triggers, the claims that skip
+locked rows, and what several nodes need (one reaper, the fence, locks and limits
+across claims, READ COMMITTED); the store contract, tests/contract, covers the rest on
+every database."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
 
-from django_htask.models import Run, RunStatus, Schedule, Task
+from django_htask.models import Node, Run, RunStatus, Schedule, Task
 from django_htask.store import get_store
-from django_htask.store.mysql import TRIGGERS, MySQLStore
+from django_htask.store.mysql import GATE_SLOTS, TRIGGERS, MySQLStore, gate_row
 from tests.integration.store_checks import (
     NOW,
+    RETRY,
+    a_node_back_from_a_long_gap_waits_a_timeout_before_reaping,
+    a_node_is_declared_dead_only_after_its_write_in_flight_commits,
     claims_skip_locked_rows,
+    concurrent_claims_respect_locks_and_limits,
     concurrent_claims_take_disjoint_batches,
     every_kind_of_write_raises_the_version,
     running_run,
     succeeded,
 )
+from tests.mariadbcluster import connect
 
 pytestmark = [
     pytest.mark.skipif(
@@ -43,17 +52,7 @@ def store() -> MySQLStore:
 @pytest.fixture
 def other_client() -> Iterator[Any]:
     """A connection of another client (not Django's), in a transaction of its own."""
-    import MySQLdb  # only in the MariaDB pass: mysqlclient may be missing elsewhere
-
-    settings = connection.settings_dict
-    client = MySQLdb.connect(
-        host=settings["HOST"],
-        port=int(settings["PORT"]),
-        user=settings["USER"],
-        password=settings["PASSWORD"],
-        database=settings["NAME"],
-        autocommit=False,
-    )
+    client = connect(connection.settings_dict, autocommit=False)
     yield client
     client.rollback()
     client.close()
@@ -66,9 +65,16 @@ def make_schedule(name: str = "s") -> Schedule:
     return row
 
 
-def make_tasks(n: int) -> list[int]:
-    tasks = Task.objects.bulk_create([Task(function=ADD, run_at=NOW) for _ in range(n)])
+def make_tasks(n: int, **fields: Any) -> list[int]:
+    tasks = Task.objects.bulk_create(
+        [Task(**{"function": ADD, "run_at": NOW, **fields}) for _ in range(n)]
+    )
     return [t.pk for t in tasks]
+
+
+def register(store: MySQLStore, *node_ids: str) -> None:
+    for n, node_id in enumerate(node_ids):
+        store.register_node(node_id, "host", n + 1, "0", NOW)
 
 
 def version_of(pk: int) -> int:
@@ -196,3 +202,103 @@ def test_a_last_status_leaves_the_version_alone(store: MySQLStore) -> None:
     assert (row.last_status, row.version) == (RunStatus.SUCCEEDED, before)
     Schedule.objects.filter(pk=row.pk).update(grace=2)
     assert version_of(row.pk) > before
+
+
+# -- several nodes -----------------------------------------------------------------------
+def test_install_makes_the_rows_the_reaper_and_the_gates_lock_once(store: MySQLStore) -> None:
+    store.install()
+    store.install()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM django_htask_counter WHERE name <> 'schedule'")
+        names = sorted(r[0] for r in cursor.fetchall())
+    assert names == sorted(["reaper", *(f"gate:{i:04d}" for i in range(GATE_SLOTS))])
+    assert gate_row("lock:account:7") in names
+    assert gate_row("lock:account:7") != gate_row("lock:account:8")
+
+
+def test_a_node_refuses_to_start_unless_its_connection_reads_committed(
+    store: MySQLStore,
+) -> None:
+    store.check_migrated()
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    try:
+        with pytest.raises(ImproperlyConfigured, match=r"at REPEATABLE-READ: .* READ COMMITTED"):
+            store.check_migrated()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+
+
+def test_only_one_reaper_at_a_time(store: MySQLStore, other_client: Any) -> None:
+    register(store, "dead", "alive")
+    make_tasks(1)
+    store.start_tasks("dead", NOW, 10, NOW + timedelta(seconds=1))
+    other_client.cursor().execute(
+        "SELECT name FROM django_htask_counter WHERE name = 'reaper' FOR UPDATE"
+    )
+    later = NOW + timedelta(seconds=120)
+    Node.objects.filter(id="alive").update(last_heartbeat=later)
+    assert store.reap("alive", later, later - timedelta(seconds=60), RETRY) == 0  # skipped
+    other_client.rollback()
+    assert store.reap("alive", later, later - timedelta(seconds=60), RETRY) == 2
+
+
+def test_a_node_is_declared_dead_only_after_its_write_in_flight_commits(
+    store: MySQLStore, other_client: Any
+) -> None:
+    register(store, "n1")
+    reaper = other_client.cursor()
+    reaper.execute("SET SESSION innodb_lock_wait_timeout = 1")
+
+    def declare() -> None:
+        reaper.execute("UPDATE django_htask_node SET stopped_at = NOW() WHERE id = 'n1'")
+        other_client.commit()
+
+    a_node_is_declared_dead_only_after_its_write_in_flight_commits(
+        store, declare, "Lock wait timeout"
+    )
+
+
+def test_a_heartbeat_committed_while_the_reaper_waits_keeps_the_node_alive(
+    store: MySQLStore, other_client: Any
+) -> None:
+    """The reaper's ``UPDATE`` waits for the row a heartbeat holds, then reads it
+    again: the node, late when the reaper began, is alive when it gets the row."""
+    register(store, "late", "reaper")
+    later = NOW + timedelta(seconds=120)
+    Node.objects.filter(id="reaper").update(last_heartbeat=later)
+    beat = other_client.cursor()
+    beat.execute(
+        "UPDATE django_htask_node SET last_heartbeat = %s WHERE id = 'late'",
+        [later.replace(tzinfo=None)],
+    )
+    reaped: list[int] = []
+
+    def reap() -> None:
+        mine = MySQLStore()
+        try:
+            reaped.append(mine.reap("reaper", later, later - timedelta(seconds=60), RETRY))
+        finally:
+            mine.close()
+
+    thread = threading.Thread(target=reap)
+    thread.start()
+    thread.join(0.5)
+    assert thread.is_alive()  # waiting for the heartbeat's row
+    other_client.commit()
+    thread.join(10)
+    assert reaped == [0]
+    assert Node.objects.get(id="late").stopped_at is None
+
+
+def test_a_node_back_from_a_long_gap_waits_a_timeout_before_reaping() -> None:
+    a = MySQLStore()
+    register(a, "a", "b")
+    a_node_back_from_a_long_gap_waits_a_timeout_before_reaping(a)
+
+
+def test_concurrent_claims_never_both_start_a_task_of_one_lock_or_overfill_a_limit(
+    store: MySQLStore,
+) -> None:
+    concurrent_claims_respect_locks_and_limits(store, make_tasks, rounds=20)

@@ -18,12 +18,30 @@ def test_execute_from_command_line_inside_a_program_returns(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_banner_says_when_the_database_takes_one_node_for_now(
+def test_the_banner_names_the_database_and_no_limit_on_nodes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """SQLite's one node is said by a system check (W004); PostgreSQL, MySQL and
+    MariaDB take several nodes: the banner has nothing to add."""
     execute_from_command_line(["manage.py", "runscheduler", "--batch", "--no-sync"])
     out = capsys.readouterr().out
-    if connection.vendor == "mysql":
-        assert "  nodes:     one node on MySQL/MariaDB for now" in out
-    else:  # SQLite says it in a system check (W004), PostgreSQL takes several
-        assert "nodes:" not in out
+    assert f"  database:  {connection.vendor} " in out
+    assert "nodes:" not in out
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="MySQL/MariaDB's isolation level")
+@pytest.mark.django_db(transaction=True)
+def test_runscheduler_refuses_to_start_on_mysql_unless_it_reads_committed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    try:
+        with pytest.raises(SystemExit):  # a CommandError, said on stderr
+            execute_from_command_line(["manage.py", "runscheduler", "--batch", "--no-sync"])
+        err = capsys.readouterr().err
+        assert "runs transactions at REPEATABLE-READ: django-htask needs READ COMMITTED" in err
+        assert "DATABASES['default']['OPTIONS']['isolation_level']" in err
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")

@@ -348,8 +348,7 @@ class Command(BaseCommand):
             f"django-htask {__version__} scheduler\n"
             f"  node:      {node.node_id}\n"
             f"  database:  {node.store.describe()}\n"
-            + (f"  nodes:     {node.store.nodes_note}\n" if node.store.nodes_note else "")
-            + f"  workers:   {Command._workers(node, workers)}\n"
+            f"  workers:   {Command._workers(node, workers)}\n"
             f"  queues:    {queues}{mode}\n"
             f"  poll:      every {poll:g}s\n"
             f"  loaded:    {stats.schedules} schedules, {stats.pending_tasks} pending "

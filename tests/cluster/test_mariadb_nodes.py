@@ -1,0 +1,86 @@
+"""Three ``runscheduler`` nodes on one MariaDB: one killed with SIGKILL under a stream
+of one-off tasks and ``@every 1s`` schedules (issue 26's "done when").
+
+30 schedules ``@every 1s`` (every occurrence caught up) run for 24 s beside 600
+one-off tasks due over the same window; the first node is killed a third of the way
+in. Then: every task ran, and only tasks the killed node held ran twice; every
+occurrence in the window has exactly one row; and every schedule fires again within
+10 s of the kill (MariaDB has no LISTEN: the survivors fire the schedules they stand
+by for a node that missed one, then learn of its death from the heartbeats and the
+reaper).
+
+It uses a database of its own on the server of the MariaDB pass (``python -m
+tests.mariadbcluster -- pytest``), the only pass that runs it.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.acceptance.conftest import wait_until
+from tests.cluster.conftest import MariaDBNodesSite as Site
+from tests.cluster.kill_checks import (
+    each_occurrence_once,
+    each_task_once_but_the_killed_nodes,
+    kill_first,
+    start_work,
+    stop,
+)
+
+pytestmark = [pytest.mark.mariadb, pytest.mark.slow]
+
+SCHEDULES = 30
+TASKS = 600
+WINDOW = 24.0
+#: How soon after the kill every schedule must fire again.
+RESUMED_WITHIN = timedelta(seconds=10)
+
+
+def _utc(at: datetime) -> datetime:
+    """``at`` as MySQLdb reads a datetime column: naive, in UTC."""
+    return at.astimezone(UTC).replace(tzinfo=None)
+
+
+def _now(site: Site, code: str = "") -> datetime:
+    """Run ``code`` in a subprocess, then read the clock there (naive UTC)."""
+    out = site.django(f"{code}\nfrom django_htask import clock\nprint(clock.now().isoformat())")
+    return _utc(datetime.fromisoformat(out.strip().splitlines()[-1]))
+
+
+def test_three_nodes_one_killed_lose_nothing_and_run_nothing_twice(mariadb_site: Site) -> None:
+    site = mariadb_site
+    start = _utc(start_work(site, SCHEDULES, TASKS, WINDOW))
+    nodes = [site.node("--workers", "8") for _ in range(3)]
+    t0 = time.monotonic()
+    try:
+        killed_pid, killed_node = kill_first(site, nodes, t0 + WINDOW / 3)
+        killed_at = _utc(datetime.now(UTC))
+        time.sleep(max(0.0, WINDOW - (time.monotonic() - t0)))
+        end = _now(
+            site,
+            "from django_htask.models import Schedule\nSchedule.objects.update(enabled=False)",
+        )
+        wait_until(
+            lambda: (
+                site.one("SELECT count(*) FROM django_htask_task WHERE status <> 'succeeded'") == 0
+            ),
+            60,
+            "every task to succeed",
+        )
+        wait_until(
+            lambda: site.one("SELECT count(*) FROM django_htask_run WHERE status = 'running'") == 0,
+            30,
+            "no run left running",
+        )
+        assert all(n.process.poll() is None for n in nodes[1:]), [n.stderr for n in nodes[1:]]
+    finally:
+        stop(nodes)
+    assert f"node {killed_node} marked dead" in "".join(n.stderr for n in nodes[1:])
+    started = each_occurrence_once(site, SCHEDULES, start, end, killed_node)
+    again = [min(t for t in times if t > killed_at) for times in started.values()]
+    resumed = max(again) - killed_at
+    assert resumed <= RESUMED_WITHIN, f"a schedule fired again only {resumed} after the kill"
+    each_task_once_but_the_killed_nodes(site, TASKS, killed_pid)

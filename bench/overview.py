@@ -234,7 +234,7 @@ def bench(repeat: int) -> None:
 
     from django_htask import clock
     from django_htask.admin.overview import data as overview
-    from django_htask.admin.runs import recent_runs
+    from django_htask.admin.strip import recent_runs
     from django_htask.models import Run, Schedule
 
     user = User.objects.filter(username="bench").first() or User.objects.create_superuser(

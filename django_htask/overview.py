@@ -2,7 +2,8 @@
 (``django_htask.overview.waiting_on_gates``): they are read in
 :mod:`django_htask.admin.overview.data` (the upcoming occurrences counted in
 :mod:`~django_htask.admin.overview.timeline`, a schedule's last runs in
-:mod:`django_htask.admin.runs`), and named here too."""
+:mod:`django_htask.admin.strip`), and named here too. Nothing imported here registers
+a ModelAdmin, so it works in a project without ``django.contrib.admin``."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from .admin.overview.data import (
     waiting_on_gates,
 )
 from .admin.overview.timeline import OCCURRENCE_BUDGET, Timeline
-from .admin.runs import STRIP, RunMark, recent_runs
+from .admin.strip import STRIP, RunMark, recent_runs
 
 __all__ = [
     "FAILING_SHOWN",

@@ -11,8 +11,9 @@ Schedules (:mod:`.schedules`)
     disable.
 Runs (:mod:`.runs`)
     read-only, with status, duration, node, error and traceback.
-    Each schedule's last 20 runs are a strip of coloured marks linking to the runs (a
-    column of the list, read for the whole page in one query, and on its page).
+    Each schedule's last 20 runs are a strip of coloured marks linking to the runs
+    (:mod:`.strip`: a column of the list, read for the whole page in one query, and on
+    its page).
 Tasks (:mod:`.tasks`)
     status, due time, attempts, last error; a pending task's time can be changed;
     actions: cancel, send again (failed ones).
@@ -28,18 +29,25 @@ Every state-changing action is an admin action (a POST with the CSRF token) that
 needs the model's *change* permission.
 
 Importing this package (``django.contrib.admin``'s autodiscovery does) registers the
-ModelAdmins: each module below registers its own.
+ModelAdmins, each module its own, where ``django.contrib.admin`` is installed: a
+project without the admin still imports the package, through ``django_htask.overview``
+(``htask status`` reads its tasks waiting from :mod:`.overview.data`), and registers
+nothing then (the admin's site does not exist without its app).
 """
 
 from __future__ import annotations
 
+from django.apps import apps
+
 from .forms import ScheduleForm, TaskForm
-from .nodes import NodeAdmin
 from .overview.layout import can_view_overview
-from .overview.views import OverviewAdmin
-from .runs import RunAdmin
-from .schedules import ScheduleAdmin
-from .tasks import TaskAdmin
+
+if apps.is_installed("django.contrib.admin"):
+    from .nodes import NodeAdmin
+    from .overview.views import OverviewAdmin
+    from .runs import RunAdmin
+    from .schedules import ScheduleAdmin
+    from .tasks import TaskAdmin
 
 __all__ = [
     "NodeAdmin",

@@ -26,7 +26,7 @@ from .common import RETRY_FIELDS, YesNoFilter, first_line
 from .display import defined_at, times
 from .forms import ScheduleForm, safe_call
 from .preview import preview, preview_box
-from .runs import STRIP, RunMark, recent_runs, run_strip
+from .strip import STRIP, RunMark, recent_runs, run_strip
 
 __all__ = ["ScheduleAdmin", "code_note"]
 

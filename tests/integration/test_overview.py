@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django_htask.admin.overview import data as overview_data
 from django_htask.admin.overview import timeline as overview_timeline
 from django_htask.admin.overview.data import next_hours, read_overview
-from django_htask.admin.runs import recent_runs
+from django_htask.admin.strip import recent_runs
 from django_htask.engine import FakeClock, IntervalSchedule, parse_schedule
 from django_htask.models import Run, RunStatus, Schedule, Task, TaskStatus
 from tests.integration.node_rows import node_row

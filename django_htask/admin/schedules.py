@@ -284,7 +284,7 @@ def code_note(obj: Schedule) -> SafeString:
 # -- a schedule's last runs ------------------------------------------------------------
 class _ScheduleChangeList(ChangeList):
     """The schedule list, with the last runs of every schedule on the page read in one
-    query (:func:`~django_htask.overview.recent_runs`), not one per row."""
+    query (:func:`~django_htask.admin.strip.recent_runs`), not one per row."""
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)

@@ -8,7 +8,7 @@ the timeline's grouping) and M runs (default 1M, spread over the last D days, de
 test client as a logged-in superuser:
 
 1. the overview page (``/admin/django_htask/overview/``): the whole request, then each
-   part of :func:`django_htask.overview.read_overview` alone;
+   part of :func:`django_htask.admin.overview.data.read_overview` alone;
 2. the schedule list (first page, 100 rows, each with its strip of 20 runs), and one
    schedule's change page;
 3. the number of queries of each page, and SQLite's plan of the strip query (does it
@@ -232,7 +232,9 @@ def bench(repeat: int) -> None:
     from django.db import connection
     from django.test import Client
 
-    from django_htask import clock, overview
+    from django_htask import clock
+    from django_htask.admin.overview import data as overview
+    from django_htask.admin.strip import recent_runs
     from django_htask.models import Run, Schedule
 
     user = User.objects.filter(username="bench").first() or User.objects.create_superuser(
@@ -295,7 +297,7 @@ def bench(repeat: int) -> None:
         f"partial: {timeline.partial})"
     )
     ids = list(Schedule.objects.order_by("name").values_list("pk", flat=True)[:100])
-    show("strips of 100 schedules", timed(lambda: overview.recent_runs(ids), repeat))
+    show("strips of 100 schedules", timed(lambda: recent_runs(ids), repeat))
 
     print("\n3. plan of the strip query (one schedule's part)")
     query = Run.objects.filter(schedule_id=ids[0]).order_by("-started_at", "-id").values("id")[:20]

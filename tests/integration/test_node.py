@@ -309,7 +309,7 @@ def test_the_occurrences_not_run_are_counted_by_the_overview_and_the_metrics(
 ) -> None:
     """Five occurrences folded into the run of the sixth (``catch_up="latest"``): the
     overview and the metrics count them as skipped, beside the one run."""
-    from django_htask.overview import read_overview
+    from django_htask.admin.overview.data import read_overview
     from tests.integration.test_metrics import scrape, value
 
     row = make_schedule(text="@every 1m", overlap="allow")

@@ -14,10 +14,12 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from django_htask import overview
+from django_htask.admin.overview import data as overview_data
+from django_htask.admin.overview import timeline as overview_timeline
+from django_htask.admin.overview.data import next_hours, read_overview
+from django_htask.admin.strip import recent_runs
 from django_htask.engine import FakeClock, IntervalSchedule, parse_schedule
 from django_htask.models import Run, RunStatus, Schedule, Task, TaskStatus
-from django_htask.overview import next_hours, read_overview, recent_runs
 from tests.integration.node_rows import node_row
 
 pytestmark = pytest.mark.django_db
@@ -146,7 +148,7 @@ def test_runs_per_hour_by_outcome(root: Client, fake_clock: FakeClock) -> None:
     ]:
         run(row, status, now + timedelta(minutes=minutes))
     run(row, RunStatus.RUNNING, now)  # the current hour
-    hours, sampled = overview.last_hours(now)
+    hours, sampled = overview_data.last_hours(now)
     assert not sampled
     assert len(hours) == 24
     assert hours[0].start == now - timedelta(hours=23)
@@ -177,7 +179,7 @@ def test_lateness_p50_and_p99_per_hour(root: Client, fake_clock: FakeClock) -> N
     run(row, RunStatus.MISSED, started, late=5000)  # not started: not in the lateness
     for seconds in range(10, 0, -1):  # 1 .. 10 s late, in the 22:00 hour
         run(row, RunStatus.FAILED, started - timedelta(hours=1), late=seconds)
-    hours, sampled = overview.last_hours(now)
+    hours, sampled = overview_data.last_hours(now)
     hour = hours[-2]
     assert hour.start.hour == 23
     assert (hour.p50, hour.p99, hour.lateness_runs) == (50.0, 99.0, 100)
@@ -192,12 +194,12 @@ def test_lateness_p50_and_p99_per_hour(root: Client, fake_clock: FakeClock) -> N
 def test_lateness_is_sampled_above_the_bound(
     fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(overview, "LATENESS_SAMPLE", 10)
+    monkeypatch.setattr(overview_data, "LATENESS_SAMPLE", 10)
     now = fake_clock.now()
     row = make("busy")
     for seconds in range(1, 41):
         run(row, RunStatus.SUCCEEDED, now - timedelta(minutes=30), late=seconds)
-    hours, sampled = overview.last_hours(now)
+    hours, sampled = overview_data.last_hours(now)
     assert sampled
     assert hours[-2].counts["succeeded"] == 40  # counts are exact
     assert hours[-2].lateness_runs == 10  # every 4th run by id
@@ -215,7 +217,7 @@ def test_the_schedules_failing_most(root: Client, fake_clock: FakeClock) -> None
     run(never, RunStatus.SUCCEEDED, now - timedelta(minutes=5))
     for i in range(5):  # a one-off task's failures: not a schedule's
         run(None, RunStatus.FAILED, now - timedelta(minutes=i + 1))
-    failing = overview.failing_most(now)
+    failing = overview_data.failing_most(now)
     assert [(f.name, f.failed, f.runs) for f in failing] == [("often", 3, 4), ("sometimes", 1, 1)]
     page = root.get(OVERVIEW).content.decode()
     table = page[page.index('id="htask-failing"') :]
@@ -409,7 +411,7 @@ def test_intervals_are_added_up_without_following_them(
     make("ninety", "@every 90s")  # 00:01:30 .. 23:58:30
     calls = []
     timeline = next_hours(now, budget=2000)
-    monkeypatch.setattr(overview, "_add", lambda *args: calls.append(args))
+    monkeypatch.setattr(overview_timeline, "_add", lambda *args: calls.append(args))
     next_hours(now, budget=2000)
     assert len(calls) == 2  # each group's first occurrence: the rest by arithmetic
     assert timeline.total == 2 * 287 + 959

@@ -18,12 +18,12 @@ from django.db import connections, transaction
 from django.test import Client, override_settings
 
 from django_htask import cancel, get_result, schedule
+from django_htask.admin.overview.data import read_overview
 from django_htask.db import holds_tables, scheduler_alias
 from django_htask.decorators import sync_schedules
 from django_htask.engine import FakeClock
 from django_htask.health import check_health
 from django_htask.models import Node, Run, Schedule, Task, TaskStatus
-from django_htask.overview import read_overview
 from django_htask.routers import HtaskRouter
 from django_htask.store import get_store
 from tests.integration.node_rows import node_row

@@ -154,8 +154,6 @@ LAYERS = [
         "views",
         "urls",
         "overview",
-        "charts",
-        "display",
         "celery_beat",
         ROOT_MODULE,
         "routers",

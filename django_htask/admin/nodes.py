@@ -1,0 +1,90 @@
+"""Nodes in the admin: live, dead or stopped from the heartbeat, with the work each
+holds (counted as the overview counts it, :func:`~.overview.data.with_work`)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest
+from django.template.defaultfilters import pluralize
+from django.utils.safestring import SafeString
+
+from django_htask.admin_database import SchedulerDatabaseAdmin
+from django_htask.models import Node
+from django_htask.operations import live_nodes, node_state
+
+from .common import ReadOnly, YesNoFilter
+from .display import times
+from .overview.data import with_work
+
+__all__ = ["NodeAdmin"]
+
+
+class _AliveFilter(YesNoFilter):
+    title = "state"
+    parameter_name = "alive"
+    answers = ("live", "dead or stopped")
+
+    def matching(self) -> Q:
+        return live_nodes()
+
+
+@admin.register(Node)
+class NodeAdmin(ReadOnly, SchedulerDatabaseAdmin):
+    list_display = (
+        "id",
+        "state",
+        "hostname",
+        "pid",
+        "heartbeat",
+        "running",
+        "started",
+        "version",
+    )
+    list_filter = (_AliveFilter,)
+    search_fields = ("id", "hostname")
+    readonly_fields = (
+        "id",
+        "state",
+        "hostname",
+        "pid",
+        "started_at",
+        "last_heartbeat",
+        "stopped_at",
+        "version",
+        "running_tasks",
+        "running_runs",
+    )
+    fields = readonly_fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Node]:
+        return with_work(super().get_queryset(request))
+
+    class Media:
+        css = {"all": ("django_htask/admin.css",)}
+
+    @admin.display(description="last heartbeat", ordering="last_heartbeat")
+    def heartbeat(self, obj: Node) -> SafeString:
+        return times(obj.last_heartbeat)
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: Node) -> SafeString:
+        return times(obj.started_at)
+
+    @admin.display(description="state")
+    def state(self, obj: Node) -> str:
+        return node_state(obj)
+
+    @admin.display(description="running")
+    def running(self, obj: Node) -> str:
+        """Its work in one column: ``2 tasks, 1 schedule run``."""
+        tasks, runs = self.running_tasks(obj), self.running_runs(obj)
+        return f"{tasks} task{pluralize(tasks)}, {runs} schedule run{pluralize(runs)}"
+
+    @admin.display(description="running tasks")
+    def running_tasks(self, obj: Node) -> int:
+        return int(getattr(obj, "n_running_tasks", 0) or 0)
+
+    @admin.display(description="running schedule runs")
+    def running_runs(self, obj: Node) -> int:
+        return int(getattr(obj, "n_running_runs", 0) or 0)

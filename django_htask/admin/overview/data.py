@@ -1,0 +1,428 @@
+"""The overview's data: every query the admin's overview page reads (the node list's
+counts and ``htask status``'s tasks waiting too), in a few bounded queries.
+
+:func:`read_overview`
+    the nodes, the last 24 hours (runs per hour by outcome, lateness p50/p99 per
+    hour, the schedules failing most) and the next 24 hours (upcoming occurrences
+    per minute, counted by :mod:`~django_htask.admin.overview.timeline`).
+:func:`with_work`
+    nodes with the work each holds (the overview and the node list).
+
+Every query is bounded so that 100k schedules and 1M runs stay fast (see "Queries at
+scale" in ``docs/admin.md`` and ``bench/overview.py``):
+
+- the runs of the last 24 h are counted by the database, grouped by hour and status,
+  through the index on ``Run.started_at``; lateness percentiles are computed here from
+  at most :data:`LATENESS_SAMPLE` rows (every k-th run by id when there are more);
+- the next 24 h are computed from each enabled schedule's stored ``next_run_at``
+  (index ``htask_sched_due``) and its text: schedules sharing text, zone and
+  ``next_run_at`` are counted once (a ``GROUP BY``), within a budget of steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypedDict, cast
+
+from django.db.models import Case, Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models.functions import Coalesce, Mod
+
+from django_htask import clock
+from django_htask.conf import get_settings
+from django_htask.db import scheduler_alias
+from django_htask.models import GATED, Node, Run, RunStatus, Schedule, Task, TaskStatus
+from django_htask.operations import node_state
+
+from .timeline import OCCURRENCE_BUDGET, Timeline, count_occurrences, timeline_start
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+__all__ = [
+    "FAILING_SHOWN",
+    "HOURS",
+    "LATENESS_SAMPLE",
+    "NODES_SHOWN",
+    "OUTCOMES",
+    "WAITING_SHOWN",
+    "Failing",
+    "Hour",
+    "NodeLine",
+    "Overview",
+    "Waiting",
+    "next_hours",
+    "read_overview",
+    "waiting_on_gates",
+    "with_work",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Hours looked back and ahead.
+HOURS = 24
+#: Schedules listed as failing most.
+FAILING_SHOWN = 10
+#: Nodes listed (the most recent heartbeats first).
+NODES_SHOWN = 50
+#: Runs read, at most, for the lateness percentiles of the last 24 h.
+LATENESS_SAMPLE = 10_000
+#: The busiest locks and limited functions shown with tasks waiting on them, at most.
+WAITING_SHOWN = 5
+#: The outcomes of runs, in the order the charts stack them.
+OUTCOMES = (
+    RunStatus.SUCCEEDED,
+    RunStatus.FAILED,
+    RunStatus.MISSED,
+    RunStatus.SKIPPED,
+    RunStatus.RUNNING,
+)
+#: Outcomes whose lateness (started minus scheduled) is a scheduler's delay; a missed
+#: or skipped occurrence is recorded when it is noticed, not started.
+_STARTED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.RUNNING)
+
+
+@dataclass(frozen=True)
+class NodeLine:
+    """A node as the overview lists it: its state, heartbeat age and work."""
+
+    id: str
+    hostname: str
+    pid: int
+    state: str  # live, dead, stopped
+    heartbeat_age: float  # seconds
+    queues: str
+    leased_tasks: int  # tasks it holds (locked_by), whatever their status
+    running_tasks: int
+    running_runs: int  # schedule runs it is running
+
+    @property
+    def heartbeat_text(self) -> str:
+        """The heartbeat's age in words: ``4.2 s``, ``12 min``, ``3 h``, ``2 days``."""
+        age = self.heartbeat_age
+        if age < 90:
+            return f"{age:.1f} s"
+        if age < 90 * 60:
+            return f"{age / 60:.0f} min"
+        if age < 48 * 3600:
+            return f"{age / 3600:.0f} h"
+        return f"{age / 86400:.0f} days"
+
+
+@dataclass(frozen=True)
+class Hour:
+    """One hour of the last 24: runs started in it by outcome, and their lateness."""
+
+    start: datetime
+    counts: dict[str, int]
+    p50: float | None  # seconds from due to started, of runs started in the hour
+    p99: float | None
+    lateness_runs: int  # the runs the percentiles were computed from
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class Failing:
+    """A schedule with failed runs in the last 24 h."""
+
+    schedule_id: int
+    name: str
+    failed: int
+    runs: int  # all its runs in the window
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Due tasks waiting on a lock (``kind`` ``"lock"``) or on a function's
+    ``max_running`` (``"limit"``): ``name`` is the lock or the function."""
+
+    kind: str
+    name: str
+    count: int
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Everything the overview page shows, read at ``now``."""
+
+    now: datetime
+    nodes: list[NodeLine]
+    node_timeout: float
+    hours: list[Hour]
+    failing: list[Failing]
+    timeline: Timeline
+    lateness_sampled: bool = False
+    tasks: dict[str, int] = field(default_factory=dict)
+    waiting: list[Waiting] = field(default_factory=list)
+
+    @property
+    def live_nodes(self) -> int:
+        return sum(1 for n in self.nodes if n.state == "live")
+
+    @property
+    def runs_total(self) -> dict[str, int]:
+        totals: Counter[str] = Counter()
+        for hour in self.hours:
+            totals.update(hour.counts)
+        return {status: totals[status] for status in OUTCOMES}
+
+
+def read_overview(now: datetime | None = None, *, using: str | None = None) -> Overview:
+    """The overview at ``now`` (default: the clock's) of the database ``using``
+    (default: the scheduler's, django_htask.db)."""
+    now = now or clock.now()
+    using = using or scheduler_alias()
+    hours, sampled = last_hours(now, using=using)
+    return Overview(
+        now=now,
+        nodes=nodes(now, using=using),
+        node_timeout=get_settings().node_timeout,
+        hours=hours,
+        failing=failing_most(now, using=using),
+        timeline=next_hours(now, using=using),
+        lateness_sampled=sampled,
+        tasks=task_counts(using=using),
+        waiting=waiting_on_gates(now, using=using),
+    )
+
+
+# -- nodes -------------------------------------------------------------------------------
+def _count(queryset: QuerySet[Any], by: str) -> Subquery:
+    """A correlated ``COUNT(*)`` (None when nothing matches)."""
+    grouped = queryset.order_by().values(by).annotate(c=Count("pk")).values("c")
+    return Subquery(grouped[:1], output_field=IntegerField())
+
+
+class NodeWork(TypedDict):
+    """The counts :func:`with_work` adds to each node (None for 0)."""
+
+    n_running_tasks: int | None
+    n_running_runs: int | None
+    n_leased: int | None  # only with ``leased=True``
+
+
+def with_work(
+    nodes: QuerySet[Node], *, leased: bool = False
+) -> QuerySet[WithAnnotations[Node, NodeWork]]:
+    """``nodes``, each annotated with what it runs: ``n_running_tasks`` (a node holds
+    no task it has not started) and ``n_running_runs`` (schedule runs); with
+    ``leased``, ``n_leased`` too (the tasks it holds, whatever their status). Each is
+    None when it is 0."""
+    mine = Task.objects.using(nodes.db).filter(locked_by=OuterRef("id"))
+    runs = Run.objects.using(nodes.db).filter(node=OuterRef("id"), status=RunStatus.RUNNING)
+    counts = {
+        "n_running_tasks": _count(mine.filter(status=TaskStatus.RUNNING), "locked_by"),
+        "n_running_runs": _count(runs.filter(task=None), "node"),
+    }
+    if leased:
+        counts["n_leased"] = _count(mine, "locked_by")
+    # The annotations' names come from a dict, which the stubs' plugin cannot follow.
+    return cast("QuerySet[WithAnnotations[Node, NodeWork]]", nodes.annotate(**counts))
+
+
+def nodes(now: datetime, *, using: str | None = None) -> list[NodeLine]:
+    """The :data:`NODES_SHOWN` nodes heard from last, with their work (one query)."""
+    rows = with_work(Node.objects.using(using or scheduler_alias()), leased=True)
+    return [
+        NodeLine(
+            id=row.id,
+            hostname=row.hostname,
+            pid=row.pid,
+            state=node_state(row, now),
+            heartbeat_age=max(0.0, (now - row.last_heartbeat).total_seconds()),
+            queues=row.queues,
+            leased_tasks=row.n_leased or 0,
+            running_tasks=row.n_running_tasks or 0,
+            running_runs=row.n_running_runs or 0,
+        )
+        for row in rows.order_by("-last_heartbeat")[:NODES_SHOWN]
+    ]
+
+
+def task_counts(*, using: str | None = None) -> dict[str, int]:
+    """One-off tasks pending and running (index on ``status``)."""
+    rows = (
+        Task.objects.using(using or scheduler_alias())
+        .filter(status__in=(TaskStatus.PENDING, TaskStatus.RUNNING))
+        .order_by()
+        .values_list("status")
+        .annotate(n=Count("id"))
+    )
+    counts = {TaskStatus.PENDING.value: 0, TaskStatus.RUNNING.value: 0}
+    counts.update({str(status): n for status, n in rows})
+    return counts
+
+
+def waiting_on_gates(
+    now: datetime, *, using: str | None = None, shown: int = WAITING_SHOWN
+) -> list[Waiting]:
+    """The locks and the limited functions with the most due tasks waiting on them
+    (pending and due at ``now``: a task whose lock is free starts at the next claim),
+    ``shown`` of each kind at most, busiest first. One query, through the partial index
+    of the pending tasks with a lock or a limit; ``htask status`` shows the same."""
+    rows = (
+        Task.objects.using(using or scheduler_alias())
+        .filter(GATED, run_at__lte=now)
+        .order_by()
+        .values_list("lock", "function", "max_running")
+        .annotate(n=Count("id"))
+    )
+    locks: Counter[str] = Counter()
+    limits: Counter[str] = Counter()
+    for lock, function, max_running, n in rows:
+        if lock is not None:
+            locks[lock] += n
+        if max_running is not None:
+            limits[function] += n
+    return [
+        Waiting(kind, name, n)
+        for kind, counts in (("lock", locks), ("limit", limits))
+        for name, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:shown]
+    ]
+
+
+# -- the last 24 hours -------------------------------------------------------------------
+def window_start(now: datetime, hours: int = HOURS) -> datetime:
+    """The start of the first of ``hours`` whole hours ending with the current one."""
+    top = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return top - timedelta(hours=hours - 1)
+
+
+def last_hours(
+    now: datetime, hours: int = HOURS, *, using: str | None = None
+) -> tuple[list[Hour], bool]:
+    """The runs started in each of the last ``hours`` hours (the current one last),
+    by outcome, with lateness p50/p99; and whether the lateness was sampled."""
+    since = window_start(now, hours)
+    recent = Run.objects.using(using or scheduler_alias()).filter(started_at__gte=since)
+    recent = recent.order_by()
+    # The hour of each run as a number from a CASE over the hours' bounds (plain
+    # comparisons, no date function per row); grouped by it alone, the outcomes counted
+    # apart: grouped by status too, SQLite would scan the status index (the whole
+    # table) rather than the range of started_at.
+    hour = Case(
+        *[
+            When(started_at__lt=since + timedelta(hours=i + 1), then=Value(i))
+            for i in range(hours - 1)
+        ],
+        default=Value(hours - 1),
+        output_field=IntegerField(),
+    )
+    counts: dict[int, Counter[str]] = {}
+    per_hour = (
+        recent.annotate(hour=hour)
+        .values("hour")
+        .annotate(**{str(s): Count("id", filter=Q(status=s)) for s in OUTCOMES})
+    )
+    for row in per_hour:
+        values: dict[str, Any] = dict(row)
+        counts[values.pop("hour")] = Counter(values)
+    started = sum(c[s] for c in counts.values() for s in _STARTED)
+    timed = recent.filter(status__in=_STARTED, scheduled_for__isnull=False)
+    step = math.ceil(started / LATENESS_SAMPLE) if started > LATENESS_SAMPLE else 1
+    if step > 1:
+        timed = timed.alias(bucket=Mod("id", step)).filter(bucket=0)
+    lateness: dict[int, list[float]] = {}
+    for index, started_at, scheduled_for in timed.annotate(hour=hour).values_list(
+        "hour", "started_at", "scheduled_for"
+    ):
+        if started_at is None or scheduled_for is None:  # excluded by the filter
+            continue
+        delay = max(0.0, (started_at - scheduled_for).total_seconds())
+        lateness.setdefault(index, []).append(delay)
+    result = []
+    for i in range(hours):
+        start = since + timedelta(hours=i)
+        late = sorted(lateness.get(i, []))
+        by_status = counts.get(i, Counter())
+        result.append(
+            Hour(
+                start=start,
+                counts={status: by_status[status] for status in OUTCOMES},
+                p50=_percentile(late, 0.50),
+                p99=_percentile(late, 0.99),
+                lateness_runs=len(late),
+            )
+        )
+    return result, step > 1
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile of sorted values, nearest rank (None for no values)."""
+    if not ordered:
+        return None
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
+
+
+def failing_most(
+    now: datetime, hours: int = HOURS, limit: int = FAILING_SHOWN, *, using: str | None = None
+) -> list[Failing]:
+    """The schedules with the most failed runs started in the last ``hours`` hours."""
+    using = using or scheduler_alias()
+    since = window_start(now, hours)
+    recent = Run.objects.using(using).filter(started_at__gte=since).order_by()
+    # Through the index htask_run_outcome (status, started_at). Grouped by a plain
+    # schedule_id, SQLite would rather scan the whole of htask_run_recent in schedule
+    # order (to group without sorting) than sort the few failures: COALESCE hides that
+    # order from it. Tasks' runs (no schedule, 0 here) are dropped after.
+    top = [
+        {"schedule_id": row["sid"], "failed": row["failed"]}
+        for row in recent.filter(status=RunStatus.FAILED)
+        .values(sid=Coalesce("schedule_id", 0))
+        .annotate(failed=Count("id"))
+        .order_by("-failed", "sid")[: limit + 1]
+        if row["sid"]
+    ][:limit]
+    # All runs of those few only (index htask_run_recent), not of every schedule.
+    totals = dict(
+        recent.filter(schedule_id__in=[r["schedule_id"] for r in top])
+        .values_list("schedule_id")
+        .annotate(n=Count("id"))
+    )
+    rows = [{**r, "runs": totals.get(r["schedule_id"], r["failed"])} for r in top]
+    names = dict(
+        Schedule.objects.using(using)
+        .filter(pk__in=[r["schedule_id"] for r in rows])
+        .values_list("pk", "name")
+    )
+    return [
+        Failing(
+            schedule_id=r["schedule_id"],
+            name=names.get(r["schedule_id"], f"#{r['schedule_id']}"),
+            failed=r["failed"],
+            runs=r["runs"],
+        )
+        for r in rows
+    ]
+
+
+# -- the next 24 hours -------------------------------------------------------------------
+def next_hours(
+    now: datetime,
+    hours: int = HOURS,
+    *,
+    budget: int = OCCURRENCE_BUDGET,
+    using: str | None = None,
+) -> Timeline:
+    """The occurrences the enabled schedules fire in the next ``hours`` hours, per
+    minute from the current minute: the schedules sharing text, zone and
+    ``next_run_at`` read as one group, counted by
+    :func:`~django_htask.admin.overview.timeline.count_occurrences`."""
+    horizon = timeline_start(now) + timedelta(hours=hours)
+    groups = (
+        Schedule.objects.using(using or scheduler_alias())
+        .filter(enabled=True, broken="", next_run_at__lt=horizon)
+        .order_by()
+        .values_list("schedule", "timezone", "next_run_at")
+        .annotate(n=Count("id"))
+        .order_by("next_run_at")
+    )
+    return count_occurrences(groups, now, hours, budget)

@@ -1,0 +1,214 @@
+"""One-off tasks in the admin: status, due time, attempts, last error, the call and
+what it returned; a pending task's time can be changed; actions: cancel, abort, send
+again (failed ones)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pprint
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from django_htask.admin_database import SchedulerDatabaseAdmin
+from django_htask.models import Task, TaskStatus
+from django_htask.operations import send_again
+
+from .common import RETRY_FIELDS, Traceback, first_line
+from .display import times
+from .forms import TaskForm
+
+__all__ = ["TaskAdmin"]
+
+logger = logging.getLogger(__name__)
+
+#: Characters of a task's result its page shows (the rest is cut, and counted).
+RESULT_SHOWN = 2000
+
+
+@admin.register(Task)
+class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
+    form = TaskForm
+    list_display = (
+        "function",
+        "short_key",
+        "status",
+        "due",
+        "queue_name",
+        "tries",
+        "short_error",
+    )
+    list_filter = ("status", "queue_name", "run_at")
+    search_fields = ("function", "token", "key", "lock", "last_error")
+    date_hierarchy = "run_at"
+    actions = ("cancel_tasks", "abort_tasks", "send_tasks_again")
+    _info = (
+        "function",
+        "status",
+        "call",
+        "token",
+        "key",
+        "lock",
+        "max_running",
+        "attempts",
+        *RETRY_FIELDS,
+        "timeout",
+        "priority",
+        "queue_name",
+        "backend",
+        "locked_by",
+        "started_at",
+        "lease_expires_at",
+        "abort_requested_at",
+        "last_error",
+        "traceback_text",
+        "returned",
+        "created_at",
+        "finished_at",
+    )
+
+    class Media:
+        css = {"all": ("django_htask/admin.css",)}
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="due", ordering="run_at")
+    def due(self, obj: Task) -> SafeString:
+        return times(obj.run_at)
+
+    @admin.display(description="attempts", ordering="attempts")
+    def tries(self, obj: Task) -> str:
+        """Attempts made, of the most allowed: ``1 of 3``."""
+        return f"{obj.attempts} of {obj.max_attempts}"
+
+    def get_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
+        return ("run_at", *self._info)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return _TaskChangeList
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
+        if obj is not None and obj.status == TaskStatus.PENDING:
+            return self._info
+        return ("run_at", *self._info)
+
+    @admin.display(description="key", ordering="key", empty_value="")
+    def short_key(self, obj: Task) -> str | None:
+        """The key, cut to fit a column (the change page shows all of it)."""
+        return None if obj.key is None else first_line(obj.key, 40)
+
+    @admin.display(description="last error")
+    def short_error(self, obj: Task) -> str:
+        return first_line(obj.last_error)
+
+    @admin.display(description="call")
+    def call(self, obj: Task) -> str:
+        try:
+            args, kwargs = obj.call
+        except ValueError as exc:
+            return f"undecodable payload: {exc}"
+        return (
+            f"args={json.dumps(list(args), default=str)} kwargs={json.dumps(kwargs, default=str)}"
+        )
+
+    @admin.display(description="result")
+    def returned(self, obj: Task) -> SafeString | str:
+        """What the function returned, decoded, as Python prints it (cut past
+        :data:`RESULT_SHOWN` characters)."""
+        if obj.status != TaskStatus.SUCCEEDED or (obj.result is None and obj.return_value is None):
+            return "-"
+        try:
+            value = obj.result_value()
+        except ValueError as exc:
+            return f"undecodable result: {exc}"
+        text = pprint.pformat(value, width=100, compact=True)
+        if len(text) > RESULT_SHOWN:
+            cut = len(text) - RESULT_SHOWN
+            text = f"{text[:RESULT_SHOWN]}\n… ({cut} more characters)"
+        size = f" ({len(obj.result)} bytes encoded)" if obj.result is not None else ""
+        return format_html("<pre>{}</pre>{}", text, size)
+
+    def save_model(self, request: HttpRequest, obj: Task, form: Any, change: bool) -> None:
+        from django_htask.api import reschedule  # noqa: PLC0415
+
+        moved = change and "run_at" in form.changed_data
+        if moved and not reschedule(obj.token, at=obj.run_at):
+            self.message_user(
+                request,
+                f"task {obj.pk} is no longer pending ({_status_now(obj)}): not moved",
+                messages.ERROR,
+            )
+
+    def _report(self, request: HttpRequest, done: str, refused: int, why: str) -> None:
+        """What an action did; and, as a warning, how many rows it refused and why."""
+        self.message_user(request, done, messages.SUCCESS)
+        if refused:
+            self.message_user(request, f"{refused} {why}", messages.WARNING)
+
+    @admin.action(description="Cancel the selected pending tasks", permissions=["change"])
+    def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        from django_htask.api import cancel  # noqa: PLC0415
+
+        done = skipped = 0
+        for token in queryset.values_list("token", flat=True):
+            if cancel(token):
+                done += 1
+            else:
+                skipped += 1
+        refused = "task(s) not cancelled: already running or finished"
+        self._report(request, f"{done} task(s) cancelled", skipped, refused)
+
+    @admin.action(
+        description="Abort the selected tasks (running: stopped; pending: cancelled)",
+        permissions=["change"],
+    )
+    def abort_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        from django_htask.api import AbortResult, abort  # noqa: PLC0415
+
+        results = [abort(token) for token in queryset.values_list("token", flat=True)]
+        asked = results.count(AbortResult.REQUESTED)
+        cancelled = results.count(AbortResult.CANCELLED)
+        done = f"abort asked for {asked} running task(s), {cancelled} pending task(s) cancelled"
+        missed = results.count(AbortResult.NOT_FOUND)
+        self._report(request, done, missed, "task(s) not aborted: already finished")
+
+    @admin.action(description="Send the selected failed tasks again", permissions=["change"])
+    def send_tasks_again(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        """Failed tasks only: pending again now, with a fresh attempt count; their runs
+        are kept (:func:`~django_htask.operations.send_again`)."""
+        result = send_again(queryset.values_list("pk", flat=True))
+        sent, refused = f"{len(result.sent)} failed task(s) sent again", "task(s) not sent again"
+        self._report(request, sent, len(result.not_failed), f"{refused}: they had not failed")
+        if result.superseded:
+            self.message_user(
+                request,
+                f"{len(result.superseded)} {refused}: a newer pending task has their key "
+                "(they are cancelled, superseded by it)",
+                messages.WARNING,
+            )
+        if result.sent:
+            logger.info(
+                "send again: %d task(s) by %s",
+                len(result.sent),
+                request.user,
+                extra={"action": "admin_send_again"},
+            )
+
+
+def _status_now(obj: Task) -> str:
+    return str(Task.objects.filter(pk=obj.pk).values_list("status", flat=True).first())
+
+
+class _TaskChangeList(ChangeList):
+    """The task list, without the results (up to ``RESULT_MAX_BYTES`` a row), which
+    only a task's own page shows."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        return super().get_queryset(request, exclude_parameters).defer("result", "return_value")

@@ -502,6 +502,8 @@ KEY_PREDICATE = '"key" IS NOT NULL AND "status" = \'pending\''
 GATED = Q(status="pending") & (Q(lock__isnull=False) | Q(max_running__isnull=False))
 GATED_INDEX = "htask_task_gated"
 GATED_PREDICATE = "status = 'pending' AND (lock IS NOT NULL OR max_running IS NOT NULL)"
+#: The tasks a node holds (``locked_by`` set).
+HOLDER_INDEX = "htask_task_holder"
 
 
 class Task(models.Model):
@@ -509,7 +511,7 @@ class Task(models.Model):
 
     objects = SchedulerManager["Task"]()
 
-    token = models.CharField(max_length=64, unique=True, default=new_token, editable=False)
+    token = models.CharField(max_length=64, default=new_token, editable=False)
     key = models.CharField(
         max_length=KEY_MAX_LENGTH,
         null=True,
@@ -536,9 +538,8 @@ class Task(models.Model):
     function = models.CharField(max_length=300)
     payload = models.BinaryField(default=b"", editable=False)
     run_at = models.DateTimeField(db_index=True)
-    status = models.CharField(
-        max_length=16, choices=TaskStatus.choices, default=TaskStatus.PENDING, db_index=True
-    )
+    # Not indexed on its own: the indexes below begin with it (see Meta).
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
     max_attempts = _max_attempts("runs in all, retries included (1 to 1000)")
     retry_backoff = models.FloatField(
@@ -565,7 +566,7 @@ class Task(models.Model):
         help_text="among tasks due together, a higher priority starts first (-100 to 100)",
     )
     timeout = _timeout()
-    locked_by = models.CharField(max_length=100, blank=True, null=True, db_index=True)
+    locked_by = models.CharField(max_length=100, blank=True, null=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     abort_requested_at = _abort_requested_at()
     started_at = models.DateTimeField(
@@ -605,6 +606,12 @@ class Task(models.Model):
             # The pending tasks with a lock or a limit, in the claim's order: a claim
             # looks for them here first, and finds none at once when there are none.
             models.Index(fields=("-priority", "run_at", "id"), condition=GATED, name=GATED_INDEX),
+            # The tasks a node holds (its heartbeat renews their leases): partial, so
+            # that queuing a task, which no node holds yet, does not write it. On
+            # MySQL/MariaDB, which have no partial index, migration 0013 adds a plain one.
+            models.Index(
+                fields=("locked_by",), condition=Q(locked_by__isnull=False), name=HOLDER_INDEX
+            ),
         )
         constraints = (
             _constraint("task", "max_attempts", 1, MAX_ATTEMPTS_MAX),
@@ -618,6 +625,10 @@ class Task(models.Model):
                 condition=Q(key__isnull=False, status="pending"),
                 name=KEY_INDEX,
             ),
+            # A constraint rather than unique=True, which on PostgreSQL also builds a
+            # second index for LIKE (varchar_pattern_ops) that no query uses and every
+            # task queued would write.
+            models.UniqueConstraint(fields=("token",), name="htask_task_token"),
         )
 
     def __str__(self) -> str:

@@ -70,7 +70,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_htask.keys import KEY_MAX_LENGTH
-from django_htask.models import GATED_PREDICATE, KEY_INDEX, Node, Schedule, Task
+from django_htask.models import GATED_PREDICATE, HOLDER_INDEX, KEY_INDEX, Node, Schedule, Task
 
 from . import base
 from .base import RunOutcome
@@ -175,6 +175,19 @@ def drop_pending_key(connection: BaseDatabaseWrapper) -> None:
     """Undo :func:`add_pending_key` (migration 0009 unapplied)."""
     with connection.cursor() as cursor:
         cursor.execute(f"ALTER TABLE {TASK} DROP INDEX {KEY_INDEX}, DROP COLUMN {PENDING_KEY}")
+
+
+def add_holder_index(connection: BaseDatabaseWrapper) -> None:
+    """A plain index on ``locked_by`` for the partial ``htask_task_holder`` (migration
+    0013)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE INDEX {HOLDER_INDEX} ON {TASK} (locked_by)")
+
+
+def drop_holder_index(connection: BaseDatabaseWrapper) -> None:
+    """Undo :func:`add_holder_index` (migration 0013 unapplied)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP INDEX {HOLDER_INDEX} ON {TASK}")
 
 
 class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):

@@ -604,7 +604,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
 
         The tasks are found by id only: whether this node still runs one is checked
         with ``IS NOT DISTINCT FROM``, which no index serves. Written with ``=``, the
-        planner may read them through the status or ``locked_by`` index instead, every
+        planner may read them through an index that begins with the status instead, every
         task marked running since the last vacuum, when stale statistics make those
         look like a row or two (see :data:`CLAIM_PLANNER`)."""
         with self._cursor() as cursor:

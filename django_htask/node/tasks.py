@@ -97,27 +97,33 @@ class TaskDispatch:
             self.on_dispatched()
 
     def _dispatch(self) -> None:
-        while True:
-            outcomes = self.ctx.results.take()
-            if any(o.gated for o in outcomes):
-                self.due = True  # its end, written first, may let a waiting task start
-            free = self.free() if self.due else 0
-            if free <= 0 and not outcomes:
-                return
-            started: list[StartedTask] = []
-            step = functools.partial(self._start, max(free, 0), outcomes, started)
-            if not self.ctx.control.guarded(step, "task claim", retry=self.request):
-                return
-            if any(o.retry_at is not None for o in outcomes):
-                self.ctx.control.guarded(self.watch, "look for tasks")
-            if free > 0 and len(started) < free:
-                self.due = False  # none left: until a poll, a wake-up or a timer
-            if not started:
-                return
-            self.ctx.running.add_tasks(started)
-            self.claimed += len(started)
-            for task in started:  # highest priority first
-                self.ctx.jobs.call_soon(self._job, task)
+        """One round: write the results waiting, claim, start. If it started tasks, the
+        next round is asked for rather than run here, so that the control thread's
+        other work (timers, wake-ups, the schedules) goes on between rounds: with a
+        steady stream of tasks finishing one by one (worker processes), a loop here
+        never ended, and the heartbeat thread, seeing the control thread in one call
+        past NODE_TIMEOUT, stopped renewing the leases."""
+        outcomes = self.ctx.results.take()
+        if any(o.gated for o in outcomes):
+            self.due = True  # its end, written first, may let a waiting task start
+        free = self.free() if self.due else 0
+        if free <= 0 and not outcomes:
+            return
+        started: list[StartedTask] = []
+        step = functools.partial(self._start, max(free, 0), outcomes, started)
+        if not self.ctx.control.guarded(step, "task claim", retry=self.request):
+            return
+        if any(o.retry_at is not None for o in outcomes):
+            self.ctx.control.guarded(self.watch, "look for tasks")
+        if free > 0 and len(started) < free:
+            self.due = False  # none left: until a poll, a wake-up or a timer
+        if not started:
+            return
+        self.ctx.running.add_tasks(started)
+        self.claimed += len(started)
+        for task in started:  # highest priority first
+            self.ctx.jobs.call_soon(self._job, task)
+        self.request.request()  # more may have finished meanwhile
 
     def _start(self, free: int, finished: list[RunOutcome], into: list[StartedTask]) -> None:
         ctx = self.ctx

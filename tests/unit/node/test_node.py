@@ -4,6 +4,7 @@ clock moves time, and jobs that must be running wait on events."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -186,6 +187,57 @@ def test_tasks_are_claimed_only_as_workers_take_them(
     jobs.gate("claims")[1].set()
     clock.advance(0)
     assert {store.tasks[i].status for i in ids} == {TaskStatus.SUCCEEDED}
+
+
+def test_each_claim_is_a_call_of_its_own_on_the_control_thread(
+    clock: FakeClock, calls: Any
+) -> None:
+    """Tasks finishing one by one while the node claims (worker processes' do) never
+    keep the control thread in one call: each claim is a call of its own, so its timers
+    and the heartbeat's check (``stuck_for``) see it move on. One dispatch used to loop
+    while results kept coming, and the heartbeat stopped renewing the leases."""
+    jobs.gates.pop("one by one", None)
+    node: Node | None = None
+    claims: list[int] = []  # the control thread's calls started, at each claim
+    pushed = threading.Condition()
+
+    class Claiming(InMemoryStore):
+        def start_tasks(self, *args: Any, **kwargs: Any) -> Any:
+            assert node is not None
+            ctx = node.parts.ctx
+            claims.append(ctx.control.scheduler.stats()["fired"])
+            started = super().start_tasks(*args, **kwargs)
+            if len(claims) == 2:  # the task still running finishes during this claim
+                jobs.gate("one by one")[1].set()
+                with pushed:
+                    assert pushed.wait_for(lambda: not ctx.running, timeout=5)
+            return started
+
+    store = Claiming(clock)
+    # The first claim takes the held task and the next; that one's end asks for the
+    # second claim, during which the held one ends too.
+    ids = [store.add_task(HOLD, "one by one"), *(store.add_task(ADD, 1, n) for n in range(4))]
+    node = Node(store=store, clock=clock, workers=2, node_id="one")
+    try:
+        node.start()
+        results = node.parts.ctx.results
+        push = results.push
+
+        def push_and_tell(outcome: Any) -> None:
+            push(outcome)
+            with pushed:
+                pushed.notify_all()
+
+        results.push = push_and_tell  # type: ignore[method-assign]
+        for _ in range(20):
+            clock.advance(0)
+            if all(store.tasks[i].status == TaskStatus.SUCCEEDED for i in ids):
+                break
+        assert {store.tasks[i].status for i in ids} == {TaskStatus.SUCCEEDED}
+        assert len(claims) >= 3
+        assert len(set(claims)) == len(claims)  # no two claims in one call
+    finally:
+        node.stop(timeout=5)
 
 
 def test_a_failing_task_is_retried_with_backoff_then_fails(

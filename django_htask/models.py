@@ -607,8 +607,8 @@ class Task(models.Model):
             # looks for them here first, and finds none at once when there are none.
             models.Index(fields=("-priority", "run_at", "id"), condition=GATED, name=GATED_INDEX),
             # The tasks a node holds (its heartbeat renews their leases): partial, so
-            # that queuing a task, which no node holds yet, does not write it. On
-            # MySQL/MariaDB, which have no partial index, migration 0013 adds a plain one.
+            # that queuing a task, which no node holds yet, does not write it (on
+            # MySQL/MariaDB, which have no partial index, Django drops the condition).
             models.Index(
                 fields=("locked_by",), condition=Q(locked_by__isnull=False), name=HOLDER_INDEX
             ),

@@ -16,6 +16,7 @@ from django.db import connection, transaction
 
 from django_htask.models import Node, Run, RunStatus, Schedule, Task
 from django_htask.store import get_store
+from django_htask.store.base import SERVE_ALL
 from django_htask.store.mysql import GATE_SLOTS, TRIGGERS, MySQLStore, gate_row
 from tests.integration.store_checks import (
     NOW,
@@ -302,3 +303,27 @@ def test_concurrent_claims_never_both_start_a_task_of_one_lock_or_overfill_a_lim
     store: MySQLStore,
 ) -> None:
     concurrent_claims_respect_locks_and_limits(store, make_tasks, rounds=20)
+
+
+def test_the_question_whether_gated_tasks_are_due_reads_only_gated_tasks(
+    store: MySQLStore,
+) -> None:
+    """MySQL/MariaDB have no partial index: the virtual column of migration 0014 and its
+    index stand for it, so a claim's look for due tasks with a lock or a limit reads
+    those rows only, not every pending task (it read all 10,000 of a backlog, a second
+    a claim). ``rows`` is MariaDB's estimate of the rows the plan reads."""
+    make_tasks(300)
+    locked = make_tasks(2, lock="account:7")
+    make_tasks(1, lock="account:8", status="running")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE TABLE django_htask_task")
+        cursor.fetchall()
+        sql, params = store._gated_probe(NOW, SERVE_ALL)
+        cursor.execute(f"EXPLAIN {sql}", params)
+        columns = [c[0] for c in cursor.description]
+        plan = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+        cursor.execute(sql, params)
+        found = sorted(row[0] for row in cursor.fetchall())
+    assert found == locked
+    assert [step["key"] for step in plan] == ["htask_task_gated"]
+    assert all(int(step["rows"]) < 50 for step in plan)

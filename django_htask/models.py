@@ -26,6 +26,7 @@ from . import clock, notices
 from .db import configured_alias, scheduler_alias
 from .enums import CatchUp, Origin, Overlap, RetryJitter, RetryKind, RunStatus, TaskStatus
 from .keys import KEY_MAX_LENGTH, LOCK_MAX_LENGTH
+from .querysets import NodeQuerySet, RunQuerySet, TaskQuerySet
 from .queues import DEFAULT_QUEUE
 
 logger = logging.getLogger(__name__)
@@ -306,6 +307,12 @@ class SchedulerManager(models.Manager[M]):
         return queryset.using(database) if database else queryset
 
 
+#: The managers of the models whose rows have rules (:mod:`django_htask.querysets`).
+TaskManager = SchedulerManager.from_queryset(TaskQuerySet)
+RunManager = SchedulerManager.from_queryset(RunQuerySet)
+NodeManager = SchedulerManager.from_queryset(NodeQuerySet)
+
+
 class Schedule(models.Model):
     """A periodic job: a registered function, its arguments and when it runs."""
 
@@ -507,7 +514,7 @@ GATED_PREDICATE = "status = 'pending' AND (lock IS NOT NULL OR max_running IS NO
 class Task(models.Model):
     """A one-off call, scheduled for a time, cancellable by its public token."""
 
-    objects = SchedulerManager["Task"]()
+    objects = TaskManager()
 
     token = models.CharField(max_length=64, unique=True, default=new_token, editable=False)
     key = models.CharField(
@@ -660,7 +667,7 @@ class Task(models.Model):
 class Run(models.Model):
     """One execution (or a missed or skipped occurrence) of a schedule or a task."""
 
-    objects = SchedulerManager["Run"]()
+    objects = RunManager()
 
     schedule = models.ForeignKey(
         Schedule, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
@@ -728,7 +735,7 @@ def prune_runs(days: int | None = None, *, using: str | None = None) -> int:
 class Node(models.Model):
     """A ``runscheduler`` process, alive while its heartbeat is recent."""
 
-    objects = SchedulerManager["Node"]()
+    objects = NodeManager()
 
     id = models.CharField(max_length=100, primary_key=True)
     hostname = models.CharField(max_length=255)

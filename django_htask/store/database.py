@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
@@ -26,6 +26,7 @@ from django.db.models import (
     Min,
     OuterRef,
     Q,
+    QuerySet,
     Subquery,
     TextField,
     Value,
@@ -52,10 +53,11 @@ from django_htask.models import (
     new_token,
     prune_runs,
 )
+from django_htask.querysets import CLAIMABLE_SQL, PLAIN_TASK_SQL, claimable_params
 from django_htask.queues import QueueFilter
 from django_htask.retry import RETRY_COLUMNS, RetryPolicy
 
-from . import base
+from . import base, rules
 from .base import (
     INTERFACE,
     Gated,
@@ -118,10 +120,6 @@ _CHUNK = 500
 _GATED_PAGE = 100
 _NODE = Node._meta.db_table
 _TASK = Task._meta.db_table
-#: The error of a schedule run whose node died while it ran.
-_RUN_LOST = "the node running it stopped answering (killed, crashed or out of memory)"
-#: The longest reason kept on a broken schedule.
-_BROKEN_MAX = 2000
 #: django_htask's tables.
 _TABLES = frozenset(model._meta.db_table for model in (Node, Run, Schedule, Task))
 #: How SQLite and PostgreSQL say a statement's table does not exist.
@@ -485,9 +483,7 @@ class DatabaseStore(Store):
         )
 
     def stop_node(self, node_id: str, now: datetime) -> None:
-        Node.objects.using(self.using).filter(id=node_id, stopped_at__isnull=True).update(
-            stopped_at=now
-        )
+        Node.objects.using(self.using).not_stopped().filter(id=node_id).update(stopped_at=now)
 
     def _abandon(self, d: base.Departure) -> None:
         node_id, now, abandoned, dead_at, heartbeat_at = d
@@ -504,63 +500,41 @@ class DatabaseStore(Store):
             new_runs = []
             for a in abandoned:
                 if a.run_id is not None:
-                    left = runs.filter(id=a.run_id, status=RunStatus.RUNNING)
-                    if a.started:  # failed by the reaper once the node is dead
-                        left.update(error=a.error)
-                    else:
-                        left.update(status=RunStatus.FAILED, finished_at=now, error=a.error)
+                    runs.filter(id=a.run_id, status=RunStatus.RUNNING).update(
+                        **rules.abandoned_run(a, now)
+                    )
                     continue
                 task = held.get(a.task_id or 0)
                 if task is None:
                     continue
-                mine = tasks.filter(id=task.pk, locked_by=node_id, status=TaskStatus.RUNNING)
-                unlocked = {"locked_by": None, "lease_expires_at": None}
-                if not a.started:  # never called: pending again as it was
-                    again = {"status": TaskStatus.PENDING, "attempts": F("attempts") - 1}
-                    put_back(
-                        self.using,
-                        [task.pk],
-                        TaskStatus.RUNNING,
-                        now,
-                        partial(mine.update, **again, **unlocked),
+                if a.started:
+                    new_runs.append(
+                        self._run(rules.crashed_run(task, task.pk, node_id, now, a.error))
                     )
-                    continue
-                new_runs.append(self._crashed_run(task, node_id, now, a.error))
-                ended = {**unlocked, "last_error": a.error, "traceback": ""}
-                if a.retry_at is not None:
-                    retried = {"status": TaskStatus.PENDING, "run_at": max(a.retry_at, dead_at)}
-                    put_back(
-                        self.using,
-                        [task.pk],
-                        TaskStatus.RUNNING,
-                        now,
-                        partial(mine.update, **retried, **ended),
-                    )
-                else:
-                    mine.update(status=TaskStatus.FAILED, finished_at=now, **ended)
+                changes = rules.abandoned_task(a, task.attempts, now, dead_at)
+                self._end_lost(task.pk, changes, now, locked_by=node_id)
             runs.bulk_create(new_runs)
             # Dead at dead_at, not before: until then the others count its runs as going on.
             Node.objects.using(self.using).filter(id=node_id).update(last_heartbeat=heartbeat_at)
 
-    @staticmethod
-    def _crashed_run(task: Task, node_id: str, now: datetime, error: str) -> Run:
-        return Run(
-            task_id=task.pk,
-            name=task.function,
-            function=task.function,
-            node=node_id,
-            attempt=task.attempts,
-            scheduled_for=task.run_at,
-            started_at=task.started_at,
-            finished_at=now,
-            status=RunStatus.FAILED,
-            error=error,
+    def _end_lost(self, task_id: int, changes: dict[str, Any], now: datetime, **held: Any) -> int:
+        """Write a rule's ``changes`` (:mod:`~django_htask.store.rules`) on the running
+        task ``task_id`` (still ``held`` so): put back to pending through
+        :func:`put_back` (superseded by a pending task holding its key); return the rows
+        changed."""
+        mine = Task.objects.using(self.using).filter(id=task_id, status=TaskStatus.RUNNING, **held)
+        if changes["status"] != TaskStatus.PENDING:
+            return mine.update(**changes)
+        return sum(
+            put_back(
+                self.using, [task_id], TaskStatus.RUNNING, now, partial(mine.update, **changes)
+            )
         )
 
     def live_nodes(self, dead_before: datetime) -> dict[str, tuple[datetime, QueueFilter]]:
         rows = (
             Node.objects.using(self.using)
-            .filter(stopped_at__isnull=True, last_heartbeat__gte=dead_before)
+            .live(dead_before)
             .order_by("id")
             .values_list("id", "last_heartbeat", "queues")
         )
@@ -569,7 +543,8 @@ class DatabaseStore(Store):
     def nodes_on_host(self, hostname: str) -> list[tuple[str, int]]:
         return list(
             Node.objects.using(self.using)
-            .filter(hostname=hostname, stopped_at__isnull=True)
+            .not_stopped()
+            .filter(hostname=hostname)
             .values_list("id", "pid")
         )
 
@@ -578,7 +553,8 @@ class DatabaseStore(Store):
             return 0
         return (
             Node.objects.using(self.using)
-            .filter(id__in=node_ids, stopped_at__isnull=True)
+            .not_stopped()
+            .filter(id__in=node_ids)
             .update(stopped_at=now)
         )
 
@@ -593,7 +569,8 @@ class DatabaseStore(Store):
             self._lock_reaper()
             stopped = (
                 Node.objects.using(self.using)
-                .filter(id=node_id, stopped_at__isnull=True)
+                .not_stopped()
+                .filter(id=node_id)
                 .update(stopped_at=now)
             )
             return self._reap(now, dead_before, retry) if stopped else 0
@@ -608,13 +585,12 @@ class DatabaseStore(Store):
         so the two never wait for each other in the opposite order."""
         nodes = Node.objects.using(self.using)
         tasks = Task.objects.using(self.using)
-        count = nodes.filter(stopped_at__isnull=True, last_heartbeat__lt=dead_before).update(
-            stopped_at=now
-        )
-        live = nodes.filter(stopped_at__isnull=True, last_heartbeat__gte=dead_before)
-        lost = Q(lease_expires_at__lt=now) | ~Q(locked_by__in=live.values("id"))
+        count = nodes.silent(dead_before).update(stopped_at=now)
+        live = nodes.live(dead_before).values("id")
         crashed = list(
-            tasks.filter(lost, status=TaskStatus.RUNNING).only(
+            tasks.lost(now, live)
+            .filter(status=TaskStatus.RUNNING)
+            .only(
                 "id",
                 "function",
                 "attempts",
@@ -628,50 +604,28 @@ class DatabaseStore(Store):
         )
         runs = []
         for task in crashed:
+            columns = base.RetryColumns(*(getattr(task, name) for name in base.RETRY_COLUMNS))
+            changes = rules.reaped_task(task, task.locked_by, columns, retry, now)
             holder = task.locked_by or "?"
-            error = (
-                f"the node running it ({holder}) stopped answering during attempt "
-                f"{task.attempts} of {task.max_attempts}: killed, crashed or out of memory"
+            runs.append(
+                self._run(rules.crashed_run(task, task.pk, holder, now, changes["last_error"]))
             )
-            runs.append(self._crashed_run(task, holder, now, error))
-            changes: dict[str, Any] = {
-                "locked_by": None,
-                "lease_expires_at": None,
-                "last_error": error,
-                "traceback": "",
-            }
-            mine = tasks.filter(id=task.pk, status=TaskStatus.RUNNING)
-            if task.attempts < task.max_attempts and task.abort_requested_at is None:
-                columns = base.RetryColumns(*(getattr(task, name) for name in base.RETRY_COLUMNS))
-                delay = timedelta(seconds=columns.lost_delay(retry, task.attempts))
-                changes.update(status=TaskStatus.PENDING, run_at=now + delay)
-                count += sum(
-                    put_back(
-                        self.using,
-                        [task.pk],
-                        TaskStatus.RUNNING,
-                        now,
-                        partial(mine.update, **changes),
-                    )
-                )
-            else:
-                changes.update(status=TaskStatus.FAILED, finished_at=now)
-                count += mine.update(**changes)
+            count += self._end_lost(task.pk, changes, now)
         Run.objects.using(self.using).bulk_create(runs)
         # Rows found by a plain read first, then written by id: an UPDATE that scans
         # would lock, on MySQL/MariaDB, rows it then leaves alone (the live nodes'
         # tasks and runs, which their nodes are writing), and deadlock with them.
-        held = Q(lost, status=TaskStatus.PENDING, locked_by__isnull=False)
-        if ids := list(tasks.filter(held).values_list("id", flat=True)):
-            count += tasks.filter(held, id__in=ids).update(locked_by=None, lease_expires_at=None)
+        held = tasks.lost(now, live).filter(status=TaskStatus.PENDING, locked_by__isnull=False)
+        if ids := list(held.values_list("id", flat=True)):
+            count += held.filter(id__in=ids).update(**rules.UNLOCKED)
         all_runs = Run.objects.using(self.using)
-        cut = all_runs.filter(status=RunStatus.RUNNING).exclude(node__in=live.values("id"))
+        cut = all_runs.filter(status=RunStatus.RUNNING).exclude(node__in=live)
         if ids := list(cut.values_list("id", flat=True)):
             count += all_runs.filter(id__in=ids, status=RunStatus.RUNNING).update(
                 status=RunStatus.FAILED,
                 finished_at=now,
-                error=Case(
-                    When(error="", then=Value(_RUN_LOST)),
+                error=Case(  # rules.lost_run_error, in SQL
+                    When(error="", then=Value(rules.lost_run_error(""))),
                     default=F("error"),
                     output_field=TextField(),
                 ),
@@ -715,9 +669,7 @@ class DatabaseStore(Store):
         return schedule_row(values)
 
     def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> list[str]:
-        live = Node.objects.using(self.using).filter(
-            last_heartbeat__gte=dead_before, stopped_at__isnull=True
-        )
+        live = Node.objects.using(self.using).live(dead_before)
         nodes = (
             Run.objects.using(self.using)
             .filter(schedule_id=schedule_id, status=RunStatus.RUNNING)
@@ -750,7 +702,7 @@ class DatabaseStore(Store):
                 rows = rows.filter(version=version)
             marked = rows.update(
                 next_run_at=None,
-                broken=reason[:_BROKEN_MAX],
+                broken=rules.broken_reason(reason),
                 last_status=run.status,
                 last_run_at=run.finished_at,
             )
@@ -797,8 +749,7 @@ class DatabaseStore(Store):
         self, now: datetime, serving: base.Serving = base.SERVE_ALL
     ) -> tuple[bool, datetime | None]:
         tasks = Task.objects.using(self.using).filter(_served(serving))
-        plain = Q(lock__isnull=True, max_running__isnull=True)
-        due = tasks.filter(self._claimable(now), plain).exists()
+        due = tasks.claimable(now).plain().exists()
         if not due:
             with self.connection.cursor() as cursor:
                 due = bool(self._choose_gated(cursor, now, serving, 1))
@@ -806,11 +757,6 @@ class DatabaseStore(Store):
             m=Min("run_at")
         )["m"]
         return due, first
-
-    def _claimable(self, now: datetime) -> Q:
-        return Q(status=TaskStatus.PENDING, run_at__lte=now) & (
-            Q(locked_by__isnull=True) | Q(lease_expires_at__lt=now)
-        )
 
     def _start_tasks(self, c: base.Claim) -> list[StartedTask]:
         probe = self._gated_probe(c.now, c.serving) if c.limit > 0 else None
@@ -872,10 +818,9 @@ class DatabaseStore(Store):
         lock = self.connection.ops.quote_name("lock")
         sql = (
             f"SELECT id, {lock}, function, max_running FROM {_TASK}{self._gated_indexed_by}"
-            f" WHERE {self._gated_predicate}"
-            f" AND run_at <= %s AND (locked_by IS NULL OR lease_expires_at < %s){served}"
+            f" WHERE {self._gated_predicate} AND {CLAIMABLE_SQL}{served}"
         )
-        return Probe(sql, [adapt(now), adapt(now), *served_params])
+        return Probe(sql, [*claimable_params(adapt(now)), *served_params])
 
     def _choose_gated(
         self,
@@ -931,14 +876,17 @@ class DatabaseStore(Store):
             if self._lock_gates(sorted(keys)):
                 held, running = self._holders(cursor, now)
                 chosen = pick_gated(chosen, held, running, limit)
-        started = self._mark_started(c, [g.id for g in chosen], self._claimable(now))
+        claimable = Task.objects.using(self.using).claimable(now)
+        started = self._mark_started(c, [g.id for g in chosen], claimable)
         return [dataclasses.replace(task, gated=True) for task in started]
 
-    def _mark_started(self, c: base.Claim, ids: list[int], claimable: Q) -> list[StartedTask]:
+    def _mark_started(
+        self, c: base.Claim, ids: list[int], claimable: QuerySet[Task]
+    ) -> list[StartedTask]:
         """Start the tasks ``ids`` still ``claimable`` as claim ``c``'s (in the caller's
         transaction), and return them."""
         tasks = Task.objects.using(self.using)
-        tasks.filter(claimable, id__in=ids).update(
+        claimable.filter(id__in=ids).update(
             status=TaskStatus.RUNNING,
             attempts=F("attempts") + 1,
             started_at=c.now,
@@ -969,9 +917,8 @@ class DatabaseStore(Store):
             cursor.execute(
                 f"UPDATE {_TASK} SET status = %s, attempts = attempts + 1, started_at = %s,"
                 " locked_by = %s, lease_expires_at = %s WHERE id IN ("
-                f" SELECT id FROM {_TASK}{indexed_by} WHERE status = %s AND run_at <= %s"
-                f"  AND (locked_by IS NULL OR lease_expires_at < %s)"
-                f'  AND "lock" IS NULL AND max_running IS NULL{served}'
+                f" SELECT id FROM {_TASK}{indexed_by} WHERE {CLAIMABLE_SQL}"
+                f" AND {PLAIN_TASK_SQL}{served}"
                 f"  ORDER BY priority DESC, run_at, id LIMIT %s{lock}"
                 f") RETURNING {', '.join(_STARTED_FIELDS)}",
                 [
@@ -979,9 +926,7 @@ class DatabaseStore(Store):
                     adapt(now),
                     node_id,
                     adapt(lease_until),
-                    TaskStatus.PENDING,
-                    adapt(now),
-                    adapt(now),
+                    *claimable_params(adapt(now)),
                     *served_params,
                     limit,
                 ],
@@ -998,9 +943,8 @@ class DatabaseStore(Store):
         transaction."""
         now, limit, serving = c.now, c.limit, c.serving
         tasks = Task.objects.using(self.using)
-        plain = Q(lock__isnull=True, max_running__isnull=True)
-        claimable = self._claimable(now) & _served(serving) & plain
-        candidates = tasks.filter(claimable)
+        claimable = tasks.claimable(now).plain().filter(_served(serving))
+        candidates = claimable
         if self._skip_locked:
             candidates = candidates.select_for_update(skip_locked=True)
         ids = list(

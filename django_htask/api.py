@@ -51,7 +51,8 @@ from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
 from .retry import RetryPolicy, attempts_of, policy_columns
 from .signals import task_scheduled
-from .store.database import insert_tasks, not_migrated
+from .store.database import not_migrated
+from .store.inserts import insert_tasks
 
 __all__ = [
     "MAX_DELAY",

@@ -26,9 +26,9 @@ from typing import Any
 from django.db import Error
 
 from django_htask import clock
+from django_htask.conf import get_settings
 from django_htask.db import scheduler_alias
-from django_htask.models import Node, Schedule, Task, TaskStatus
-from django_htask.operations import live_nodes
+from django_htask.models import Node, Schedule, Task
 from django_htask.store.database import not_migrated
 
 __all__ = ["DEFAULT_MAX_LATE", "Verdict", "check_health", "parse_max_late", "parse_node"]
@@ -244,10 +244,9 @@ def check_health(
 def _look(now: datetime, max_late: float, node: str | None, using: str) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     nodes = Node.objects.using(using).order_by()
-    facts["live_nodes"] = tuple(
-        nodes.filter(live_nodes(now)).order_by("id").values_list("id", flat=True)
-    )
-    newest = nodes.order_by("-last_heartbeat").values_list("id", "last_heartbeat", "stopped_at")
+    dead_before = get_settings().dead_before(now)
+    facts["live_nodes"] = tuple(nodes.live(dead_before).order_by("id").values_list("id", flat=True))
+    newest = nodes.heard_last().values_list("id", "last_heartbeat", "stopped_at")
     last = newest.first()
     if last is not None:
         facts["last_heartbeat_node"], facts["last_heartbeat"], stopped_at = last
@@ -255,11 +254,11 @@ def _look(now: datetime, max_late: float, node: str | None, using: str) -> dict[
     if node is not None:
         facts["node_state"], facts["node_heartbeat"] = _node_state(node, using, facts["live_nodes"])
     late_before = now - timedelta(seconds=max_late)
-    pending = Task.objects.using(using).filter(status=TaskStatus.PENDING)
-    facts["late_tasks"] = pending.filter(run_at__lt=late_before).count()
+    tasks = Task.objects.using(using)
+    facts["late_tasks"] = tasks.overdue(late_before).count()
     active = Schedule.objects.using(using).filter(enabled=True, broken="")
     facts["late_schedules"] = active.filter(next_run_at__lt=late_before).count()
-    task = pending.filter(run_at__lte=now).order_by("run_at").values_list("run_at", "function")
+    task = tasks.due(now).order_by("run_at").values_list("run_at", "function")
     schedule = (
         active.filter(next_run_at__lte=now)
         .order_by("next_run_at")

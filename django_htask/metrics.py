@@ -29,7 +29,9 @@ from django_htask import clock
 from django_htask.conf import get_settings
 from django_htask.db import scheduler_alias
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
-from django_htask.signals import run_finished, run_started
+from django_htask.querysets import due_task, node_is_live
+from django_htask.signals import rows_reaped, run_finished, run_started
+from django_htask.store import rules
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -59,14 +61,8 @@ WINDOW = 3600.0
 DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 #: The buckets (seconds) of the lateness histogram: from due to started.
 LATENESS_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
-#: In the error of every run the reaper failed (its node stopped answering), see
-#: ``store/database.py`` (``_RUN_LOST`` and ``_reap``).
-REAPED_MARK = "stopped answering"
 #: The runs that started a call (a missed or skipped occurrence did not).
 _STARTED = (RunStatus.RUNNING, RunStatus.SUCCEEDED, RunStatus.FAILED)
-#: The logger and the ``action`` of the reaper's record (``node/liveness.py``).
-_REAPER_LOGGER = "django_htask.node.liveness"
-_REAPED_ACTION = "reaped"
 
 
 def require_prometheus() -> None:
@@ -124,15 +120,8 @@ def _histograms(
 
 def _read(now: datetime, window: float, using: str) -> _Facts:
     facts = _Facts()
-    since = now - timedelta(seconds=window)
-    recent = Run.objects.using(using).filter(started_at__gte=since).order_by()
-    facts.runs = list(
-        recent.values("name", "function", "status").annotate(
-            n=Count("id"),
-            retries=Count("id", filter=Q(attempt__gt=1)),
-            reaped=Count("id", filter=Q(status=RunStatus.FAILED, error__contains=REAPED_MARK)),
-        )
-    )
+    recent = Run.objects.using(using).last_hour(now, window)
+    facts.runs = list(recent.by_outcome(rules.reaped_runs()))
     timed = recent.filter(duration__isnull=False).values("name")
     facts.durations = _histograms(
         timed.annotate(
@@ -159,10 +148,10 @@ def _read(now: datetime, window: float, using: str) -> _Facts:
         ),
         LATENESS_BUCKETS,
     )
-    due = Q(run_at__lte=now)
+    due = due_task(now)
     facts.tasks = list(
         Task.objects.using(using)
-        .filter(status__in=(TaskStatus.PENDING, TaskStatus.RUNNING))
+        .active()
         .order_by()
         .values("queue_name", "status")
         .annotate(n=Count("id"), due=Count("id", filter=due), oldest=Min("run_at", filter=due))
@@ -174,10 +163,7 @@ def _read(now: datetime, window: float, using: str) -> _Facts:
         broken=Count("id", filter=~Q(broken="")),
     )
     facts.nodes = list(
-        Node.objects.using(using)
-        .filter(stopped_at__isnull=True)
-        .order_by("id")
-        .values_list("id", "last_heartbeat")
+        Node.objects.using(using).not_stopped().order_by("id").values_list("id", "last_heartbeat")
     )
     return facts
 
@@ -387,8 +373,8 @@ def _node_families(facts: _Facts, now: datetime) -> Iterator[Metric]:
         ("node",),
     )
     alive = 0
-    for node_id, heartbeat in facts.nodes:
-        is_live = heartbeat >= dead_before
+    for node_id, heartbeat in facts.nodes:  # not stopped
+        is_live = node_is_live(None, heartbeat, dead_before)
         alive += is_live
         up.add_metric([node_id], 1 if is_live else 0)
         age.add_metric([node_id], (now - heartbeat).total_seconds())
@@ -417,28 +403,12 @@ def render(registry: CollectorRegistry | None = None) -> tuple[bytes, str]:
 
 
 # -- what one node did -----------------------------------------------------------------------
-class _ReapCounter(logging.Handler):
-    """Counts the rows the node's reaper handed back, from its ``reaped`` log record
-    (the node sends no signal for it)."""
-
-    def __init__(self, counter: Any) -> None:
-        super().__init__()
-        self.counter = counter
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if getattr(record, "action", None) != _REAPED_ACTION:
-            return
-        args = record.args if isinstance(record.args, tuple) else ()
-        if args and isinstance(args[0], int):
-            self.counter.inc(args[0])
-
-
 class NodeMetrics:
     """The counters of the node ``node_id`` in this process, on ``registry``: its
     claims, runs started and finished, retries and the rows its reaper handed back.
 
-    Fed by the signals the node sends (``run_started``, ``run_finished``: the node
-    does not know of metrics) and the reaper's log record; :meth:`connect` and
+    Fed by the signals the node sends (``run_started``, ``run_finished``,
+    ``rows_reaped``: the node does not know of metrics); :meth:`connect` and
     :meth:`disconnect` wire and unwire them."""
 
     def __init__(self, node_id: str, registry: CollectorRegistry) -> None:
@@ -494,17 +464,16 @@ class NodeMetrics:
             buckets=DURATION_BUCKETS,
             registry=registry,
         )
-        self._reap_handler = _ReapCounter(self.reaped)
 
     def connect(self) -> None:
         run_started.connect(self._on_started, weak=False, dispatch_uid=self._uid)
         run_finished.connect(self._on_finished, weak=False, dispatch_uid=self._uid)
-        logging.getLogger(_REAPER_LOGGER).addHandler(self._reap_handler)
+        rows_reaped.connect(self._on_reaped, weak=False, dispatch_uid=self._uid)
 
     def disconnect(self) -> None:
         run_started.disconnect(dispatch_uid=self._uid)
         run_finished.disconnect(dispatch_uid=self._uid)
-        logging.getLogger(_REAPER_LOGGER).removeHandler(self._reap_handler)
+        rows_reaped.disconnect(dispatch_uid=self._uid)
 
     def _on_started(
         self,
@@ -523,6 +492,10 @@ class NodeMetrics:
         self.started.labels(name, function).inc()
         if attempt > 1:
             self.retries.labels(name, function).inc()
+
+    def _on_reaped(self, sender: Any, *, node: str, rows: int, **kwargs: Any) -> None:
+        if node == self.node_id:
+            self.reaped.inc(rows)
 
     def _on_finished(
         self,

@@ -26,6 +26,7 @@ from . import clock, notices
 from .db import configured_alias, scheduler_alias
 from .enums import CatchUp, Origin, Overlap, RetryJitter, RetryKind, RunStatus, TaskStatus
 from .keys import KEY_MAX_LENGTH, LOCK_MAX_LENGTH
+from .querysets import NodeQuerySet, RunQuerySet, TaskQuerySet
 from .queues import DEFAULT_QUEUE
 
 logger = logging.getLogger(__name__)
@@ -306,6 +307,12 @@ class SchedulerManager(models.Manager[M]):
         return queryset.using(database) if database else queryset
 
 
+#: The managers of the models whose rows have rules (:mod:`django_htask.querysets`).
+TaskManager = SchedulerManager.from_queryset(TaskQuerySet)
+RunManager = SchedulerManager.from_queryset(RunQuerySet)
+NodeManager = SchedulerManager.from_queryset(NodeQuerySet)
+
+
 class Schedule(models.Model):
     """A periodic job: a registered function, its arguments and when it runs."""
 
@@ -492,7 +499,7 @@ class Schedule(models.Model):
 CLAIM_INDEX = "htask_task_claim"
 #: The partial unique index behind keys: one pending task per key, across queues; rows
 #: without a key are not in it. Its predicate, as SQL, is the conflict target's of
-#: ``INSERT … ON CONFLICT`` (store/database.py), which must match it word for word.
+#: ``INSERT … ON CONFLICT`` (store/inserts.py), which must match it word for word.
 KEY_INDEX = "htask_task_pending_key"
 KEY_PREDICATE = '"key" IS NOT NULL AND "status" = \'pending\''
 #: The pending tasks with a lock or a limit (docs/howto-exactly-one.md), which a claim
@@ -509,7 +516,7 @@ HOLDER_INDEX = "htask_task_holder"
 class Task(models.Model):
     """A one-off call, scheduled for a time, cancellable by its public token."""
 
-    objects = SchedulerManager["Task"]()
+    objects = TaskManager()
 
     token = models.CharField(max_length=64, default=new_token, editable=False)
     key = models.CharField(
@@ -671,7 +678,7 @@ class Task(models.Model):
 class Run(models.Model):
     """One execution (or a missed or skipped occurrence) of a schedule or a task."""
 
-    objects = SchedulerManager["Run"]()
+    objects = RunManager()
 
     schedule = models.ForeignKey(
         Schedule, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
@@ -739,7 +746,7 @@ def prune_runs(days: int | None = None, *, using: str | None = None) -> int:
 class Node(models.Model):
     """A ``runscheduler`` process, alive while its heartbeat is recent."""
 
-    objects = SchedulerManager["Node"]()
+    objects = NodeManager()
 
     id = models.CharField(max_length=100, primary_key=True)
     hostname = models.CharField(max_length=255)

@@ -40,6 +40,7 @@ from . import clock, notices
 from .conf import get_settings
 from .db import scheduler_alias
 from .models import Node, Run, RunStatus, Schedule, Task, TaskStatus
+from .querysets import live_node, node_is_live
 from .store import notify_nodes
 from .store.database import put_back
 
@@ -240,14 +241,13 @@ def run_schedule_inline(row: Schedule, node: str | None = None) -> Run:
 
 def live_nodes(now: datetime | None = None) -> Q:
     """The filter of live nodes: not stopped, heartbeat within ``NODE_TIMEOUT``."""
-    cutoff = get_settings().dead_before(now or clock.now())
-    return Q(stopped_at=None, last_heartbeat__gte=cutoff)
+    return live_node(get_settings().dead_before(now or clock.now()))
 
 
 def node_alive(node: Node, now: datetime | None = None) -> bool:
     """Whether ``node`` is alive: not stopped and its heartbeat recent."""
     cutoff = get_settings().dead_before(now or clock.now())
-    return node.stopped_at is None and node.last_heartbeat >= cutoff
+    return node_is_live(node.stopped_at, node.last_heartbeat, cutoff)
 
 
 def node_state(node: Node, now: datetime | None = None) -> str:

@@ -6,6 +6,10 @@
     in ``runscheduler``, on the worker thread, just before the function is called.
 ``run_finished(sender=Run, ..., status, error, duration)``
     in ``runscheduler``, on the worker thread, when the call returned or raised.
+``rows_reaped(sender=Node, node, rows)``
+    in ``runscheduler``, on the heartbeat thread, when the reaper of node ``node`` (a
+    node id) handed back ``rows`` rows held by dead nodes (the nodes declared dead,
+    their tasks and schedule runs; more than 0).
 
 Receivers run on the thread that sends; an exception in one is logged, never raised
 into the scheduler (``send_robust``).
@@ -15,8 +19,9 @@ from __future__ import annotations
 
 from django.dispatch import Signal
 
-__all__ = ["run_finished", "run_started", "task_scheduled"]
+__all__ = ["rows_reaped", "run_finished", "run_started", "task_scheduled"]
 
 task_scheduled = Signal()
 run_started = Signal()
 run_finished = Signal()
+rows_reaped = Signal()

@@ -1,5 +1,5 @@
 """Nodes in the admin: live, dead or stopped from the heartbeat, with the work each
-holds (counted as the overview counts it, :func:`~.overview.data.with_work`)."""
+holds (counted as the overview counts it, ``Node.objects.with_work()``)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from django.utils.safestring import SafeString
 from django_htask.admin_database import SchedulerDatabaseAdmin
 from django_htask.models import Node
 from django_htask.operations import live_nodes, node_state
+from django_htask.querysets import NodeQuerySet
 
 from .common import ReadOnly, YesNoFilter
 from .display import times
-from .overview.data import with_work
 
 __all__ = ["NodeAdmin"]
 
@@ -58,7 +58,9 @@ class NodeAdmin(ReadOnly, SchedulerDatabaseAdmin):
     fields = readonly_fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Node]:
-        return with_work(super().get_queryset(request))
+        nodes = super().get_queryset(request)
+        assert isinstance(nodes, NodeQuerySet)  # Node.objects'
+        return nodes.with_work()
 
     class Media:
         css = {"all": ("django_htask/admin.css",)}
@@ -83,8 +85,8 @@ class NodeAdmin(ReadOnly, SchedulerDatabaseAdmin):
 
     @admin.display(description="running tasks")
     def running_tasks(self, obj: Node) -> int:
-        return int(getattr(obj, "n_running_tasks", 0) or 0)
+        return int(getattr(obj, "n_tasks", 0) or 0)
 
     @admin.display(description="running schedule runs")
     def running_runs(self, obj: Node) -> int:
-        return int(getattr(obj, "n_running_runs", 0) or 0)
+        return int(getattr(obj, "n_runs", 0) or 0)

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from django_htask.engine import Scheduler as EngineScheduler
 from django_htask.engine import SchedulerClosed
 from django_htask.exceptions import NodeFenced, StoreUnavailable
+from django_htask.signals import rows_reaped
 
 from .context import NodeContext
 
@@ -112,6 +113,9 @@ class Liveness:
             logger.warning(
                 "%d rows held by dead nodes handed back", reaped, extra={"action": "reaped"}
             )
+            from django_htask.models import Node  # noqa: PLC0415 - the signal's sender
+
+            rows_reaped.send_robust(sender=Node, node=ctx.node_id, rows=reaped)
             self._on_reaped()
 
     def declare_gone_predecessors(self) -> None:

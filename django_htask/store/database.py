@@ -12,11 +12,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
-from django.db import DatabaseError, IntegrityError, NotSupportedError, connections, transaction
+from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import (
     Case,
@@ -26,36 +26,33 @@ from django.db.models import (
     Min,
     OuterRef,
     Q,
+    QuerySet,
     Subquery,
     TextField,
     Value,
     When,
 )
-from django.db.models.base import ModelState
 from django.db.models.functions import Concat
-from django.db.models.signals import post_init, pre_init
-from django.utils import timezone
 
 from django_htask.db import scheduler_alias
-from django_htask.exceptions import DuplicateKey, NodeFenced, NotMigrated, StoreUnavailable
-from django_htask.keys import OnConflict, resolve_keys, superseded_reason
+from django_htask.exceptions import NodeFenced, NotMigrated, StoreUnavailable
+from django_htask.keys import superseded_reason
 from django_htask.models import (
     GATED_PREDICATE,
     KEY_INDEX,
-    KEY_PREDICATE,
     Node,
     Run,
     RunStatus,
     Schedule,
     Task,
     TaskStatus,
-    new_token,
     prune_runs,
 )
+from django_htask.querysets import CLAIMABLE_SQL, PLAIN_TASK_SQL, claimable_params
 from django_htask.queues import QueueFilter
-from django_htask.retry import RETRY_COLUMNS, RetryPolicy
+from django_htask.retry import RetryPolicy
 
-from . import base
+from . import base, rules
 from .base import (
     INTERFACE,
     Gated,
@@ -69,9 +66,7 @@ from .base import (
 
 __all__ = [
     "DatabaseStore",
-    "Inserted",
     "RefReader",
-    "insert_tasks",
     "not_migrated",
     "put_back",
     "supersede",
@@ -118,10 +113,6 @@ _CHUNK = 500
 _GATED_PAGE = 100
 _NODE = Node._meta.db_table
 _TASK = Task._meta.db_table
-#: The error of a schedule run whose node died while it ran.
-_RUN_LOST = "the node running it stopped answering (killed, crashed or out of memory)"
-#: The longest reason kept on a broken schedule.
-_BROKEN_MAX = 2000
 #: django_htask's tables.
 _TABLES = frozenset(model._meta.db_table for model in (Node, Run, Schedule, Task))
 #: How SQLite and PostgreSQL say a statement's table does not exist.
@@ -485,9 +476,7 @@ class DatabaseStore(Store):
         )
 
     def stop_node(self, node_id: str, now: datetime) -> None:
-        Node.objects.using(self.using).filter(id=node_id, stopped_at__isnull=True).update(
-            stopped_at=now
-        )
+        Node.objects.using(self.using).not_stopped().filter(id=node_id).update(stopped_at=now)
 
     def _abandon(self, d: base.Departure) -> None:
         node_id, now, abandoned, dead_at, heartbeat_at = d
@@ -504,63 +493,41 @@ class DatabaseStore(Store):
             new_runs = []
             for a in abandoned:
                 if a.run_id is not None:
-                    left = runs.filter(id=a.run_id, status=RunStatus.RUNNING)
-                    if a.started:  # failed by the reaper once the node is dead
-                        left.update(error=a.error)
-                    else:
-                        left.update(status=RunStatus.FAILED, finished_at=now, error=a.error)
+                    runs.filter(id=a.run_id, status=RunStatus.RUNNING).update(
+                        **rules.abandoned_run(a, now)
+                    )
                     continue
                 task = held.get(a.task_id or 0)
                 if task is None:
                     continue
-                mine = tasks.filter(id=task.pk, locked_by=node_id, status=TaskStatus.RUNNING)
-                unlocked = {"locked_by": None, "lease_expires_at": None}
-                if not a.started:  # never called: pending again as it was
-                    again = {"status": TaskStatus.PENDING, "attempts": F("attempts") - 1}
-                    put_back(
-                        self.using,
-                        [task.pk],
-                        TaskStatus.RUNNING,
-                        now,
-                        partial(mine.update, **again, **unlocked),
+                if a.started:
+                    new_runs.append(
+                        self._run(rules.crashed_run(task, task.pk, node_id, now, a.error))
                     )
-                    continue
-                new_runs.append(self._crashed_run(task, node_id, now, a.error))
-                ended = {**unlocked, "last_error": a.error, "traceback": ""}
-                if a.retry_at is not None:
-                    retried = {"status": TaskStatus.PENDING, "run_at": max(a.retry_at, dead_at)}
-                    put_back(
-                        self.using,
-                        [task.pk],
-                        TaskStatus.RUNNING,
-                        now,
-                        partial(mine.update, **retried, **ended),
-                    )
-                else:
-                    mine.update(status=TaskStatus.FAILED, finished_at=now, **ended)
+                changes = rules.abandoned_task(a, task.attempts, now, dead_at)
+                self._end_lost(task.pk, changes, now, locked_by=node_id)
             runs.bulk_create(new_runs)
             # Dead at dead_at, not before: until then the others count its runs as going on.
             Node.objects.using(self.using).filter(id=node_id).update(last_heartbeat=heartbeat_at)
 
-    @staticmethod
-    def _crashed_run(task: Task, node_id: str, now: datetime, error: str) -> Run:
-        return Run(
-            task_id=task.pk,
-            name=task.function,
-            function=task.function,
-            node=node_id,
-            attempt=task.attempts,
-            scheduled_for=task.run_at,
-            started_at=task.started_at,
-            finished_at=now,
-            status=RunStatus.FAILED,
-            error=error,
+    def _end_lost(self, task_id: int, changes: dict[str, Any], now: datetime, **held: Any) -> int:
+        """Write a rule's ``changes`` (:mod:`~django_htask.store.rules`) on the running
+        task ``task_id`` (still ``held`` so): put back to pending through
+        :func:`put_back` (superseded by a pending task holding its key); return the rows
+        changed."""
+        mine = Task.objects.using(self.using).filter(id=task_id, status=TaskStatus.RUNNING, **held)
+        if changes["status"] != TaskStatus.PENDING:
+            return mine.update(**changes)
+        return sum(
+            put_back(
+                self.using, [task_id], TaskStatus.RUNNING, now, partial(mine.update, **changes)
+            )
         )
 
     def live_nodes(self, dead_before: datetime) -> dict[str, tuple[datetime, QueueFilter]]:
         rows = (
             Node.objects.using(self.using)
-            .filter(stopped_at__isnull=True, last_heartbeat__gte=dead_before)
+            .live(dead_before)
             .order_by("id")
             .values_list("id", "last_heartbeat", "queues")
         )
@@ -569,7 +536,8 @@ class DatabaseStore(Store):
     def nodes_on_host(self, hostname: str) -> list[tuple[str, int]]:
         return list(
             Node.objects.using(self.using)
-            .filter(hostname=hostname, stopped_at__isnull=True)
+            .not_stopped()
+            .filter(hostname=hostname)
             .values_list("id", "pid")
         )
 
@@ -578,7 +546,8 @@ class DatabaseStore(Store):
             return 0
         return (
             Node.objects.using(self.using)
-            .filter(id__in=node_ids, stopped_at__isnull=True)
+            .not_stopped()
+            .filter(id__in=node_ids)
             .update(stopped_at=now)
         )
 
@@ -593,7 +562,8 @@ class DatabaseStore(Store):
             self._lock_reaper()
             stopped = (
                 Node.objects.using(self.using)
-                .filter(id=node_id, stopped_at__isnull=True)
+                .not_stopped()
+                .filter(id=node_id)
                 .update(stopped_at=now)
             )
             return self._reap(now, dead_before, retry) if stopped else 0
@@ -608,13 +578,12 @@ class DatabaseStore(Store):
         so the two never wait for each other in the opposite order."""
         nodes = Node.objects.using(self.using)
         tasks = Task.objects.using(self.using)
-        count = nodes.filter(stopped_at__isnull=True, last_heartbeat__lt=dead_before).update(
-            stopped_at=now
-        )
-        live = nodes.filter(stopped_at__isnull=True, last_heartbeat__gte=dead_before)
-        lost = Q(lease_expires_at__lt=now) | ~Q(locked_by__in=live.values("id"))
+        count = nodes.silent(dead_before).update(stopped_at=now)
+        live = nodes.live(dead_before).values("id")
         crashed = list(
-            tasks.filter(lost, status=TaskStatus.RUNNING).only(
+            tasks.lost(now, live)
+            .filter(status=TaskStatus.RUNNING)
+            .only(
                 "id",
                 "function",
                 "attempts",
@@ -628,50 +597,28 @@ class DatabaseStore(Store):
         )
         runs = []
         for task in crashed:
+            columns = base.RetryColumns(*(getattr(task, name) for name in base.RETRY_COLUMNS))
+            changes = rules.reaped_task(task, task.locked_by, columns, retry, now)
             holder = task.locked_by or "?"
-            error = (
-                f"the node running it ({holder}) stopped answering during attempt "
-                f"{task.attempts} of {task.max_attempts}: killed, crashed or out of memory"
+            runs.append(
+                self._run(rules.crashed_run(task, task.pk, holder, now, changes["last_error"]))
             )
-            runs.append(self._crashed_run(task, holder, now, error))
-            changes: dict[str, Any] = {
-                "locked_by": None,
-                "lease_expires_at": None,
-                "last_error": error,
-                "traceback": "",
-            }
-            mine = tasks.filter(id=task.pk, status=TaskStatus.RUNNING)
-            if task.attempts < task.max_attempts and task.abort_requested_at is None:
-                columns = base.RetryColumns(*(getattr(task, name) for name in base.RETRY_COLUMNS))
-                delay = timedelta(seconds=columns.lost_delay(retry, task.attempts))
-                changes.update(status=TaskStatus.PENDING, run_at=now + delay)
-                count += sum(
-                    put_back(
-                        self.using,
-                        [task.pk],
-                        TaskStatus.RUNNING,
-                        now,
-                        partial(mine.update, **changes),
-                    )
-                )
-            else:
-                changes.update(status=TaskStatus.FAILED, finished_at=now)
-                count += mine.update(**changes)
+            count += self._end_lost(task.pk, changes, now)
         Run.objects.using(self.using).bulk_create(runs)
         # Rows found by a plain read first, then written by id: an UPDATE that scans
         # would lock, on MySQL/MariaDB, rows it then leaves alone (the live nodes'
         # tasks and runs, which their nodes are writing), and deadlock with them.
-        held = Q(lost, status=TaskStatus.PENDING, locked_by__isnull=False)
-        if ids := list(tasks.filter(held).values_list("id", flat=True)):
-            count += tasks.filter(held, id__in=ids).update(locked_by=None, lease_expires_at=None)
+        held = tasks.lost(now, live).filter(status=TaskStatus.PENDING, locked_by__isnull=False)
+        if ids := list(held.values_list("id", flat=True)):
+            count += held.filter(id__in=ids).update(**rules.UNLOCKED)
         all_runs = Run.objects.using(self.using)
-        cut = all_runs.filter(status=RunStatus.RUNNING).exclude(node__in=live.values("id"))
+        cut = all_runs.filter(status=RunStatus.RUNNING).exclude(node__in=live)
         if ids := list(cut.values_list("id", flat=True)):
             count += all_runs.filter(id__in=ids, status=RunStatus.RUNNING).update(
                 status=RunStatus.FAILED,
                 finished_at=now,
-                error=Case(
-                    When(error="", then=Value(_RUN_LOST)),
+                error=Case(  # rules.lost_run_error, in SQL
+                    When(error="", then=Value(rules.lost_run_error(""))),
                     default=F("error"),
                     output_field=TextField(),
                 ),
@@ -715,9 +662,7 @@ class DatabaseStore(Store):
         return schedule_row(values)
 
     def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> list[str]:
-        live = Node.objects.using(self.using).filter(
-            last_heartbeat__gte=dead_before, stopped_at__isnull=True
-        )
+        live = Node.objects.using(self.using).live(dead_before)
         nodes = (
             Run.objects.using(self.using)
             .filter(schedule_id=schedule_id, status=RunStatus.RUNNING)
@@ -750,7 +695,7 @@ class DatabaseStore(Store):
                 rows = rows.filter(version=version)
             marked = rows.update(
                 next_run_at=None,
-                broken=reason[:_BROKEN_MAX],
+                broken=rules.broken_reason(reason),
                 last_status=run.status,
                 last_run_at=run.finished_at,
             )
@@ -797,8 +742,7 @@ class DatabaseStore(Store):
         self, now: datetime, serving: base.Serving = base.SERVE_ALL
     ) -> tuple[bool, datetime | None]:
         tasks = Task.objects.using(self.using).filter(_served(serving))
-        plain = Q(lock__isnull=True, max_running__isnull=True)
-        due = tasks.filter(self._claimable(now), plain).exists()
+        due = tasks.claimable(now).plain().exists()
         if not due:
             with self.connection.cursor() as cursor:
                 due = bool(self._choose_gated(cursor, now, serving, 1))
@@ -806,11 +750,6 @@ class DatabaseStore(Store):
             m=Min("run_at")
         )["m"]
         return due, first
-
-    def _claimable(self, now: datetime) -> Q:
-        return Q(status=TaskStatus.PENDING, run_at__lte=now) & (
-            Q(locked_by__isnull=True) | Q(lease_expires_at__lt=now)
-        )
 
     def _start_tasks(self, c: base.Claim) -> list[StartedTask]:
         probe = self._gated_probe(c.now, c.serving) if c.limit > 0 else None
@@ -872,10 +811,9 @@ class DatabaseStore(Store):
         lock = self.connection.ops.quote_name("lock")
         sql = (
             f"SELECT id, {lock}, function, max_running FROM {_TASK}{self._gated_indexed_by}"
-            f" WHERE {self._gated_predicate}"
-            f" AND run_at <= %s AND (locked_by IS NULL OR lease_expires_at < %s){served}"
+            f" WHERE {self._gated_predicate} AND {CLAIMABLE_SQL}{served}"
         )
-        return Probe(sql, [adapt(now), adapt(now), *served_params])
+        return Probe(sql, [*claimable_params(adapt(now)), *served_params])
 
     def _choose_gated(
         self,
@@ -931,14 +869,17 @@ class DatabaseStore(Store):
             if self._lock_gates(sorted(keys)):
                 held, running = self._holders(cursor, now)
                 chosen = pick_gated(chosen, held, running, limit)
-        started = self._mark_started(c, [g.id for g in chosen], self._claimable(now))
+        claimable = Task.objects.using(self.using).claimable(now)
+        started = self._mark_started(c, [g.id for g in chosen], claimable)
         return [dataclasses.replace(task, gated=True) for task in started]
 
-    def _mark_started(self, c: base.Claim, ids: list[int], claimable: Q) -> list[StartedTask]:
+    def _mark_started(
+        self, c: base.Claim, ids: list[int], claimable: QuerySet[Task]
+    ) -> list[StartedTask]:
         """Start the tasks ``ids`` still ``claimable`` as claim ``c``'s (in the caller's
         transaction), and return them."""
         tasks = Task.objects.using(self.using)
-        tasks.filter(claimable, id__in=ids).update(
+        claimable.filter(id__in=ids).update(
             status=TaskStatus.RUNNING,
             attempts=F("attempts") + 1,
             started_at=c.now,
@@ -969,9 +910,8 @@ class DatabaseStore(Store):
             cursor.execute(
                 f"UPDATE {_TASK} SET status = %s, attempts = attempts + 1, started_at = %s,"
                 " locked_by = %s, lease_expires_at = %s WHERE id IN ("
-                f" SELECT id FROM {_TASK}{indexed_by} WHERE status = %s AND run_at <= %s"
-                f"  AND (locked_by IS NULL OR lease_expires_at < %s)"
-                f'  AND "lock" IS NULL AND max_running IS NULL{served}'
+                f" SELECT id FROM {_TASK}{indexed_by} WHERE {CLAIMABLE_SQL}"
+                f" AND {PLAIN_TASK_SQL}{served}"
                 f"  ORDER BY priority DESC, run_at, id LIMIT %s{lock}"
                 f") RETURNING {', '.join(_STARTED_FIELDS)}",
                 [
@@ -979,9 +919,7 @@ class DatabaseStore(Store):
                     adapt(now),
                     node_id,
                     adapt(lease_until),
-                    TaskStatus.PENDING,
-                    adapt(now),
-                    adapt(now),
+                    *claimable_params(adapt(now)),
                     *served_params,
                     limit,
                 ],
@@ -998,9 +936,8 @@ class DatabaseStore(Store):
         transaction."""
         now, limit, serving = c.now, c.limit, c.serving
         tasks = Task.objects.using(self.using)
-        plain = Q(lock__isnull=True, max_running__isnull=True)
-        claimable = self._claimable(now) & _served(serving) & plain
-        candidates = tasks.filter(claimable)
+        claimable = tasks.claimable(now).plain().filter(_served(serving))
+        candidates = claimable
         if self._skip_locked:
             candidates = candidates.select_for_update(skip_locked=True)
         ids = list(
@@ -1012,7 +949,7 @@ class DatabaseStore(Store):
         # started by id alone. Asked again whether they are claimable, InnoDB could walk
         # a secondary index to the rows another claim holds and wait for them while that
         # claim waits for its own: a deadlock (seen 1 in 20 with four nodes claiming).
-        return self._mark_started(c, ids, Q() if self._skip_locked else claimable)
+        return self._mark_started(c, ids, tasks if self._skip_locked else claimable)
 
     def aborts(self, node_id: str) -> list[tuple[str, int]]:
         # Both read through their small partial index (abort_requested_at IS NOT NULL).
@@ -1133,51 +1070,11 @@ class DatabaseStore(Store):
 _translate(DatabaseStore, INTERFACE)  # its own methods and those it inherits
 
 
-#: The fields of a task :func:`insert_tasks` sets row by row, in the order of its rows
-#: (with ``key`` last when any call has one).
-_VARYING = ("token", "function", "payload", "timeout", "lock", "max_running")
-_KEYED = (*_VARYING, "key")
-#: Where a keyed row holds its key.
-_KEY_AT = len(_VARYING)
-#: Their types in :func:`_insert_unnest`'s arrays.
-_ARRAY_TYPES = {
-    "token": "varchar[]",
-    "function": "varchar[]",
-    "payload": "bytea[]",
-    "timeout": "float8[]",
-    "lock": "varchar[]",
-    "max_running": "integer[]",
-    "key": "varchar[]",
-}
-#: What ``on_conflict="replace"`` moves to the new call (attempts start again from 0).
-_REPLACED = (
-    "function",
-    "payload",
-    "run_at",
-    "max_attempts",
-    "timeout",
-    "queue_name",
-    "priority",
-    "lock",
-    "max_running",
-    *RETRY_COLUMNS,
-)
-
-
 class Probe(NamedTuple):
     """A query and its parameters (:meth:`DatabaseStore._gated_probe`)."""
 
     sql: str
     params: list[Any]
-
-
-class Inserted(NamedTuple):
-    """What :func:`insert_tasks` returns: a task for each call, in the order of the
-    calls (calls sharing a key share one), and the ids of the pending tasks that were
-    returned as they were (``on_conflict="ignore"``): nothing was written to them."""
-
-    tasks: list[Task]
-    kept: frozenset[int]
 
 
 def schedule_row(values: Sequence[Any] | None) -> ScheduleRow | None:
@@ -1198,293 +1095,3 @@ def started_task(
     if columns == base.DEFAULT_RETRY:
         columns = base.DEFAULT_RETRY  # one object for the many tasks without a policy
     return StartedTask(i, t, f, bytes(p), as_datetime(r), a, m, pr, to, columns)
-
-
-#: A call as :func:`insert_tasks` stores it: ``(function, payload, timeout, lock,
-#: max_running)``.
-TaskCall = tuple[str, bytes, float | None, str | None, int | None]
-
-
-def insert_tasks(
-    using: str,
-    calls: list[TaskCall],
-    common: dict[str, Any],
-    batch_size: int,
-    keys: list[str | None] | None = None,
-    on_conflict: OnConflict = OnConflict.IGNORE,
-) -> Inserted:
-    """Insert a new pending task for each ``(function, payload, timeout, lock,
-    max_running)`` of ``calls``,
-    with the field values of ``common`` (``run_at``, ``max_attempts``, ``queue_name``)
-    and every other field's default, ``batch_size`` rows a statement at most (fewer
-    where the database takes fewer parameters); return them, saved, in order.
-
-    ``keys``: a key or None for each call. A call whose key a pending task holds does
-    what ``on_conflict`` says (see :mod:`django_htask.keys`), decided by the database
-    (``INSERT … ON CONFLICT … DO UPDATE … RETURNING``), so concurrent callers cannot
-    both insert; calls of this batch with the same key are resolved first, as if made
-    one after another (ignore: the first stands; replace: the last; raise: raises).
-
-    One ``INSERT … VALUES … RETURNING`` per batch of values prepared here: the ORM's
-    ``bulk_create`` prepares each field of each row through the query compiler, which
-    takes several times as long as the database for a task (``bench/enqueue.py``).
-    Where the database cannot return the ids of a multi-row insert (MySQL),
-    ``bulk_create``, then the ids are read back by token."""
-    connection = connections[using]
-    fields = [f for f in Task._meta.concrete_fields if not f.primary_key]
-    now = timezone.now()  # created_at, as auto_now_add sets it
-    values: dict[str, Any] = {
-        f.attname: f.get_default() if f.has_default() else None for f in fields
-    }
-    values.update(common, created_at=now, status=TaskStatus.PENDING)
-    if keys is not None and any(key is not None for key in keys):
-        return _insert_keyed(connection, fields, values, calls, keys, on_conflict, batch_size)
-    if not connection.features.can_return_rows_from_bulk_insert:
-        tasks = [
-            Task(**{**values, **dict(zip(_VARYING, (new_token(), *call), strict=True))})
-            for call in calls
-        ]
-        Task.objects.using(using).bulk_create(tasks, batch_size=batch_size)
-        _read_ids(using, tasks)  # bulk_create could not set them (MySQL)
-        return Inserted(tasks, frozenset())
-    rows = [(new_token(), *call) for call in calls]
-    returned = _insert_rows(connection, fields, values, rows, _VARYING, batch_size)
-    ids = {token: pk for pk, token, *_key in returned}
-    task_of = _task_maker(using, values)
-    tasks = [task_of(row, ids[row[0]]) for row in rows]
-    return Inserted(tasks, frozenset())
-
-
-def _task_maker(using: str, values: dict[str, Any]) -> Callable[[tuple[Any, ...], int], Task]:
-    """Make the Tasks just inserted with the field values of ``values``: called with
-    a row (its varying fields, in the order of ``_KEYED``) and its id.
-
-    What ``Task.from_db`` makes, without ``Model.__init__``'s work per field (a third of
-    ``schedule_many``'s time per task, ``bench/enqueue.py``): the values set directly,
-    as ``__init__`` would set them (no field of Task has a descriptor that
-    converts), unless something listens to Task's ``pre_init`` or ``post_init``
-    signals, which then get the usual ``from_db`` (looked up once per insert)."""
-    order = [f.attname for f in Task._meta.concrete_fields]
-    listened = pre_init.has_listeners(Task) or post_init.has_listeners(Task)
-
-    def task_of(row: tuple[Any, ...], pk: int) -> Task:
-        row_values = {**values, "id": pk}
-        row_values.update(zip(_KEYED, row, strict=False))  # without a key: all but the key
-        if listened:
-            return Task.from_db(using, order, [row_values[name] for name in order])
-        task = Task.__new__(Task)
-        state = ModelState()
-        state.adding, state.db = False, using
-        row_values["_state"] = state
-        task.__dict__.update(row_values)
-        return task
-
-    return task_of
-
-
-def _insert_rows(
-    connection: BaseDatabaseWrapper,
-    fields: list[Any],
-    values: dict[str, Any],
-    rows: list[tuple[Any, ...]],
-    varying: tuple[str, ...],
-    batch_size: int,
-    tail: str = "",
-) -> list[tuple[Any, ...]]:
-    """Insert ``rows`` (the ``varying`` fields of each, the others from ``values``),
-    ``tail`` after each statement's rows (a conflict clause); return the rows the
-    statements return: ``(id, token)``, and ``key`` with keys."""
-    # Each field's value as the database takes it: once for the common ones.
-    fixed = {
-        f.attname: f.get_db_prep_save(values[f.attname], connection)
-        for f in fields
-        if f.attname not in varying
-    }
-    qn = connection.ops.quote_name
-    returned_columns = ("id", "token", "key") if "key" in varying else ("id", "token")
-    returning = f" RETURNING {', '.join(qn(name) for name in returned_columns)}"
-    if connection.vendor == "mysql" and tail:
-        return _insert_each(connection, fields, fixed, rows, varying, tail, returned_columns)
-    if connection.vendor == "postgresql":
-        return _insert_unnest(
-            connection, fields, fixed, rows, min(batch_size, len(rows)), varying, tail + returning
-        )
-    params_of = _row_params(connection, fields, fixed, varying)
-    per_statement = max(1, min(batch_size, connection.ops.bulk_batch_size(fields, rows)))
-    columns = ", ".join(qn(f.attname if f.column is None else f.column) for f in fields)
-    head = f"INSERT INTO {qn(Task._meta.db_table)} ({columns}) VALUES "
-    one = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    returned: list[tuple[Any, ...]] = []
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), per_statement):
-            batch = rows[start : start + per_statement]
-            params: list[Any] = []
-            for row in batch:
-                params += params_of(row)
-            cursor.execute(head + ", ".join([one] * len(batch)) + tail + returning, params)
-            returned += cursor.fetchall()
-    return returned
-
-
-def _row_params(
-    connection: BaseDatabaseWrapper,
-    fields: list[Any],
-    fixed: dict[str, Any],
-    varying: tuple[str, ...],
-) -> Callable[[tuple[Any, ...]], list[Any]]:
-    """The parameters of one row of a ``VALUES`` list, in the order of ``fields``: the
-    prepared common values of ``fixed``, and a row's ``varying`` fields prepared."""
-    index = {name: i for i, name in enumerate(varying)}
-    prep = {f.attname: f.get_db_prep_save for f in fields if f.attname in index}
-
-    def params_of(row: tuple[Any, ...]) -> list[Any]:
-        return [
-            fixed[f.attname]
-            if (i := index.get(f.attname)) is None
-            else prep[f.attname](row[i], connection)
-            for f in fields
-        ]
-
-    return params_of
-
-
-def _insert_each(
-    connection: BaseDatabaseWrapper,
-    fields: list[Any],
-    fixed: dict[str, Any],
-    rows: list[tuple[Any, ...]],
-    varying: tuple[str, ...],
-    tail: str,
-    returned_columns: tuple[str, ...],
-) -> list[tuple[Any, ...]]:
-    """:func:`_insert_rows` on MySQL and MariaDB with a conflict clause: there is no
-    ``RETURNING`` after ``ON DUPLICATE KEY UPDATE``, so one row a statement, each
-    giving the id of the row it inserted or of the pending row it met
-    (``LAST_INSERT_ID(id)`` in the clause), then the rows are read back by id."""
-    params_of = _row_params(connection, fields, fixed, varying)
-    qn = connection.ops.quote_name
-    columns = ", ".join(qn(f.column) for f in fields)
-    sql = (
-        f"INSERT INTO {qn(Task._meta.db_table)} ({columns}) VALUES "
-        f"({', '.join(['%s'] * len(fields))}){tail}"
-    )
-    ids: list[int] = []
-    with connection.cursor() as cursor:
-        for row in rows:
-            cursor.execute(sql, params_of(row))
-            ids.append(cursor.lastrowid)
-    found = Task.objects.using(connection.alias).filter(id__in=ids).order_by()
-    return list(found.values_list(*returned_columns))
-
-
-def _conflict_clause(connection: BaseDatabaseWrapper, on_conflict: OnConflict) -> str:
-    """``ON CONFLICT`` on the pending-key index: a replace moves the pending row to the
-    new call; otherwise a no-op update, which returns the pending row (and, on
-    PostgreSQL, locks it until the caller commits, so it stays pending meanwhile)."""
-    qn = connection.ops.quote_name
-    mysql = connection.vendor == "mysql"
-    if on_conflict is OnConflict.REPLACE:
-        new = "VALUES({})" if mysql else "EXCLUDED.{}"
-        sets = [f"{qn(name)} = {new.format(qn(name))}" for name in _REPLACED]
-        sets += [
-            f"{qn('attempts')} = 0",
-            f"{qn('locked_by')} = NULL",
-            f"{qn('lease_expires_at')} = NULL",
-            f"{qn('last_error')} = ''",
-            f"{qn('traceback')} = ''",
-        ]
-    else:
-        sets = [] if mysql else [f"{qn('key')} = EXCLUDED.{qn('key')}"]
-    if mysql:  # the pending row's id, for cursor.lastrowid (see _insert_each)
-        sets.insert(0, f"{qn('id')} = LAST_INSERT_ID({qn('id')})")
-        return f" ON DUPLICATE KEY UPDATE {', '.join(sets)}"
-    return f" ON CONFLICT ({qn('key')}) WHERE {KEY_PREDICATE} DO UPDATE SET {', '.join(sets)}"
-
-
-def _insert_keyed(
-    connection: BaseDatabaseWrapper,
-    fields: list[Any],
-    values: dict[str, Any],
-    calls: list[TaskCall],
-    keys: list[str | None],
-    on_conflict: OnConflict,
-    batch_size: int,
-) -> Inserted:
-    """:func:`insert_tasks` when some calls have a key."""
-    if connection.vendor not in ("postgresql", "sqlite", "mysql") or not (
-        connection.vendor == "mysql" or connection.features.can_return_rows_from_bulk_insert
-    ):
-        raise NotSupportedError(
-            f"keys need INSERT … ON CONFLICT … RETURNING (PostgreSQL, or SQLite 3.35 or "
-            f"later) or INSERT … ON DUPLICATE KEY UPDATE (MySQL, MariaDB): the database "
-            f"{connection.alias!r} is {connection.vendor}"
-        )
-    stands_for = resolve_keys(keys, on_conflict)  # call i's task is the row of call j
-    source = {j: j for j in stands_for}  # the call whose values row j takes
-    if on_conflict is OnConflict.REPLACE:
-        for i, j in enumerate(stands_for):
-            source[j] = i  # the last call with the key
-    rows = {j: (new_token(), *calls[i], keys[j]) for j, i in source.items()}
-    tail = _conflict_clause(connection, on_conflict)
-    returned = _insert_rows(
-        connection, fields, values, list(rows.values()), _KEYED, batch_size, tail
-    )
-    mine = {row[0] for row in rows.values()}
-    pending = {key: (pk, token) for pk, token, key in returned if token not in mine}
-    if pending and on_conflict is OnConflict.RAISE:  # named: the first call's key taken
-        key = next(k for k in keys if k is not None and k in pending)
-        raise DuplicateKey(key, pending[key][1])
-    using = connection.alias
-    found = Task.objects.using(using).in_bulk([pk for pk, _token in pending.values()])
-    inserted = {token: pk for pk, token, _key in returned if token in mine}
-    task_of = _task_maker(using, values)
-    task_at = {
-        j: found[pending[row[_KEY_AT]][0]]
-        if row[_KEY_AT] in pending
-        else task_of(row, inserted[row[0]])
-        for j, row in rows.items()
-    }
-    kept = frozenset(found) if on_conflict is OnConflict.IGNORE else frozenset()
-    return Inserted([task_at[j] for j in stands_for], kept)
-
-
-def _read_ids(using: str, tasks: list[Task]) -> None:
-    """Set the ids of ``tasks``, just inserted, from their rows (found by token)."""
-    by_token = {t.token: t for t in tasks}
-    tokens = list(by_token)
-    rows = Task.objects.using(using).order_by()
-    for start in range(0, len(tokens), _CHUNK):
-        chunk = tokens[start : start + _CHUNK]
-        for token, pk in rows.filter(token__in=chunk).values_list("token", "id"):
-            by_token[token].pk = pk
-
-
-def _insert_unnest(
-    connection: BaseDatabaseWrapper,
-    fields: list[Any],
-    fixed: dict[str, Any],
-    rows: list[tuple[Any, ...]],
-    per_statement: int,
-    varying: tuple[str, ...],
-    tail: str,
-) -> list[tuple[Any, ...]]:
-    """PostgreSQL: the varying columns as arrays, ``unnest`` into rows: a statement of a
-    few parameters whatever its rows (psycopg parses a query's placeholders in Python,
-    which a 20,000-parameter ``VALUES`` list spends most of its time on)."""
-    qn = connection.ops.quote_name
-    select = ", ".join(f"v.{f.attname}" if f.attname in varying else "%s" for f in fields)
-    columns = ", ".join(qn(f.column) for f in fields)
-    arrays = ", ".join(f"%s::{_ARRAY_TYPES[name]}" for name in varying)
-    sql = (
-        f"INSERT INTO {qn(Task._meta.db_table)} ({columns}) SELECT {select} "
-        f"FROM unnest({arrays}) AS v({', '.join(varying)}){tail}"
-    )
-    constants = [fixed[f.attname] for f in fields if f.attname not in varying]
-    returned: list[tuple[Any, ...]] = []
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), per_statement):
-            batch = rows[start : start + per_statement]
-            columns_of = [list(column) for column in zip(*batch, strict=True)]
-            cursor.execute(sql, [*constants, *columns_of])
-            returned += cursor.fetchall()
-    return returned

@@ -32,10 +32,16 @@ from django_htask.engine import Clock, SystemClock, encode_call, parse_schedule
 from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import DuplicateKey, NodeFenced, StoreUnavailable
 from django_htask.keys import OnConflict, check_key, check_lock, superseded_reason
+from django_htask.querysets import (
+    node_is_live,
+    node_is_silent,
+    task_is_claimable,
+    task_is_lost,
+)
 from django_htask.queues import DEFAULT_QUEUE, QueueFilter
 from django_htask.retry import RetryPolicy
 
-from . import base
+from . import base, rules
 from .base import (
     DEFAULT_RETRY,
     Gated,
@@ -50,7 +56,11 @@ from .base import (
 
 __all__ = ["InMemoryStore", "NodeRecord", "ScheduleRecord", "TaskRecord"]
 
-_RUN_LOST = "the node running it stopped answering (killed, crashed or out of memory)"
+
+def _set(row: Any, changes: dict[str, Any]) -> None:
+    """Write ``changes`` (a rule's, :mod:`~django_htask.store.rules`) on a record."""
+    for name, value in changes.items():
+        setattr(row, name, value)
 
 
 @dataclass
@@ -431,50 +441,30 @@ class InMemoryStore(Store):
             for a in abandoned:
                 if a.run_id is not None:
                     run = self.runs.get(a.run_id)
-                    if run is None or run.status != RunStatus.RUNNING:
-                        continue
-                    run.error = a.error
-                    if not a.started:
-                        run.status, run.finished_at = RunStatus.FAILED, now
+                    if run is not None and run.status == RunStatus.RUNNING:
+                        _set(run, rules.abandoned_run(a, now))
                     continue
                 task = self.tasks.get(a.task_id or 0)
                 if task is None or task.locked_by != node_id or task.status != TaskStatus.RUNNING:
                     continue
-                task.locked_by = task.lease_expires_at = None
-                if not a.started:  # never called: pending again as it was
-                    if not self._superseded(task, now):
-                        task.status, task.attempts = TaskStatus.PENDING, task.attempts - 1
-                    continue
-                self._crashed_run(task, node_id, now, a.error)
-                task.last_error, task.traceback = a.error, ""
-                if a.retry_at is not None:
-                    if not self._superseded(task, now):
-                        task.status, task.run_at = TaskStatus.PENDING, max(a.retry_at, dead_at)
-                else:
-                    task.status, task.finished_at = TaskStatus.FAILED, now
+                if a.started:
+                    self._run(rules.crashed_run(task, task.id, node_id, now, a.error))
+                self._write(task, rules.abandoned_task(a, task.attempts, now, dead_at), now)
             node.last_heartbeat = heartbeat_at
 
-    def _crashed_run(self, task: TaskRecord, node_id: str, now: datetime, error: str) -> None:
-        self._run(
-            RunOutcome(
-                RunStatus.FAILED,
-                task.function,
-                task.function,
-                node_id,
-                task.attempts,
-                task.run_at,
-                task.started_at,
-                now,
-                error=error,
-                task_id=task.id,
-            )
-        )
+    def _write(self, task: TaskRecord, changes: dict[str, Any], now: datetime) -> None:
+        """Set ``changes`` on ``task``, with the lock held; a task put back to pending
+        is superseded instead when a pending task holds its key (then only its lease
+        is let go, as the database stores' ``put_back``)."""
+        if changes.get("status") == TaskStatus.PENDING and self._superseded(task, now):
+            return
+        _set(task, changes)
 
     def _live(self, dead_before: datetime) -> set[str]:
         return {
             n.id
             for n in self.nodes.values()
-            if n.stopped_at is None and n.last_heartbeat >= dead_before
+            if node_is_live(n.stopped_at, n.last_heartbeat, dead_before)
         }
 
     def live_nodes(self, dead_before: datetime) -> dict[str, tuple[datetime, QueueFilter]]:
@@ -533,41 +523,27 @@ class InMemoryStore(Store):
         the nodes declared dead."""
         count = 0
         for node in self.nodes.values():
-            if node.stopped_at is None and node.last_heartbeat < dead_before:
+            if node_is_silent(node.stopped_at, node.last_heartbeat, dead_before):
                 node.stopped_at = now
                 count += 1
         dead_nodes = count
         live = self._live(dead_before)
         for task in self.tasks.values():
-            lost = (
-                task.lease_expires_at is not None and task.lease_expires_at < now
-            ) or task.locked_by not in live
-            if not lost:
+            if not task_is_lost(task.locked_by, task.lease_expires_at, live, now):
                 continue
             if task.status == TaskStatus.RUNNING:
+                changes = rules.reaped_task(task, task.locked_by, task.retry, retry, now)
                 holder = task.locked_by or "?"
-                error = (
-                    f"the node running it ({holder}) stopped answering during attempt "
-                    f"{task.attempts} of {task.max_attempts}: killed, crashed or out of "
-                    "memory"
-                )
-                self._crashed_run(task, holder, now, error)
-                task.locked_by = task.lease_expires_at = None
-                task.last_error, task.traceback = error, ""
-                if task.attempts < task.max_attempts and task.abort_requested_at is None:
-                    if not self._superseded(task, now):
-                        delay = timedelta(seconds=task.retry.lost_delay(retry, task.attempts))
-                        task.status, task.run_at = TaskStatus.PENDING, now + delay
-                else:
-                    task.status, task.finished_at = TaskStatus.FAILED, now
+                self._run(rules.crashed_run(task, task.id, holder, now, changes["last_error"]))
+                self._write(task, changes, now)
                 count += 1
             elif task.status == TaskStatus.PENDING and task.locked_by is not None:
-                task.locked_by = task.lease_expires_at = None
+                _set(task, rules.UNLOCKED)
                 count += 1
         for run in self.runs.values():
             if run.status == RunStatus.RUNNING and run.node not in live:
                 run.status, run.finished_at = RunStatus.FAILED, now
-                run.error = run.error or _RUN_LOST
+                run.error = rules.lost_run_error(run.error)
                 count += 1
         return count, dead_nodes
 
@@ -658,7 +634,7 @@ class InMemoryStore(Store):
             s = self.schedules.get(schedule_id)
             if s is None or (version is not None and s.version != version):
                 return False
-            s.next_run_at, s.broken = None, reason
+            s.next_run_at, s.broken = None, rules.broken_reason(reason)
             s.last_status, s.last_run_at = run.status, run.finished_at
             s.version = next(self._versions)
             self._run(run, schedule_id=schedule_id)
@@ -678,13 +654,8 @@ class InMemoryStore(Store):
 
     @staticmethod
     def _claimable(task: TaskRecord, now: datetime) -> bool:
-        return (
-            task.status == TaskStatus.PENDING
-            and task.run_at <= now
-            and (
-                task.locked_by is None
-                or (task.lease_expires_at is not None and task.lease_expires_at < now)
-            )
+        return task_is_claimable(
+            task.status, task.run_at, task.locked_by, task.lease_expires_at, now
         )
 
     def task_outlook(

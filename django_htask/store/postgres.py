@@ -65,6 +65,7 @@ from django.db.backends.utils import CursorWrapper
 from django_htask.conf import get_settings
 from django_htask.engine.clock import from_us
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
+from django_htask.querysets import LIVE_NODE_SQL
 
 from . import base
 from .base import _RUN_COLUMNS, RunOutcome, ScheduleRef, ScheduleRow, StartedTask
@@ -509,8 +510,8 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         with self._cursor() as cursor:
             cursor.execute(
                 f"SELECT DISTINCT node FROM {RUN} WHERE schedule_id = %s AND status = %s "
-                f"AND node <> %s AND node IN (SELECT id FROM {NODE} "
-                "WHERE last_heartbeat >= %s AND stopped_at IS NULL) ORDER BY node",
+                f"AND node <> %s AND node IN (SELECT id FROM {NODE} WHERE {LIVE_NODE_SQL}) "
+                "ORDER BY node",
                 [schedule_id, RunStatus.RUNNING, node_id, dead_before],
             )
             return [node for (node,) in cursor.fetchall()]

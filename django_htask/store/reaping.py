@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_htask.models import Node
+from django_htask.querysets import SILENT_NODE_SQL
 from django_htask.retry import RetryPolicy
 
 __all__ = ["SharedReaper"]
@@ -82,7 +83,7 @@ class SharedReaper(abc.ABC):
                 return 0
             self._fence(node_id)
             cursor.execute(
-                f"SELECT id FROM {NODE} WHERE stopped_at IS NULL AND last_heartbeat < %s",
+                f"SELECT id FROM {NODE} WHERE {SILENT_NODE_SQL}",
                 [self.connection.ops.adapt_datetimefield_value(dead_before)],
             )
             dead = [r[0] for r in cursor.fetchall()]

@@ -22,6 +22,7 @@ from django_htask.queues import QueueFilter
 from django_htask.retry import RetryPolicy
 from django_htask.store import Abandoned, RunOutcome, ScheduleRow, Serving, Store, get_store
 from django_htask.store.base import DEFAULT_RETRY, RETRY_COLUMNS, RetryColumns
+from django_htask.store.rules import BROKEN_MAX
 from django_htask.testing import InMemoryStore
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -295,6 +296,9 @@ def test_a_broken_schedule_stops_with_its_reason_and_a_failed_run(kit: Kit) -> N
     broken = kit.schedule(sid)
     assert (broken.next_run_at, broken.broken, broken.last_status) == (None, "bad", "failed")
     assert [r.error for r in kit.runs(schedule_id=sid)] == ["broken: bad"]
+    long = "x" * (BROKEN_MAX - 1) + "yz"  # cut to the same length on every store
+    assert kit.store.mark_broken("n1", sid, None, long, run)
+    assert kit.schedule(sid).broken == long[:BROKEN_MAX]
 
 
 # -- claims ------------------------------------------------------------------------------

@@ -124,6 +124,21 @@ def test_status_shows_nodes_pending_tasks_and_failures(fake_clock: FakeClock) ->
     assert "job: ValueError: x" in out
 
 
+def test_status_lists_the_nodes_heard_from_last_and_counts_them_all(
+    fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_htask.management.commands import htask as command
+
+    monkeypatch.setattr(command, "NODES_LISTED", 2)
+    now = fake_clock.now()
+    for i, silent_for in enumerate((0, 7200, 7300, 7400)):
+        node_row(f"n{i}", now, silent_for=silent_for)
+    out = htask("status")
+    assert "nodes: 1 live, 3 dead or stopped" in out
+    assert "n0  live" in out and "n1  dead" in out and "n2 " not in out
+    assert "… and 2 more" in out
+
+
 def test_prune_deletes_old_finished_runs(fake_clock: FakeClock) -> None:
     now = fake_clock.now()
     Run.objects.create(

@@ -32,8 +32,8 @@ from django_htask.metrics import (
 )
 from django_htask.models import Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.retry import RetryPolicy
-from django_htask.signals import run_finished, run_started
-from django_htask.store import get_store
+from django_htask.signals import rows_reaped, run_finished, run_started
+from django_htask.store import get_store, rules
 from tests.integration.node_rows import node_row
 
 ADD = "tests.integration.testapp.tasks:add"
@@ -229,6 +229,52 @@ def test_a_run_the_reaper_failed_counts_as_reaped(fake_clock: FakeClock) -> None
 
 
 @db
+def test_reaped_runs_are_counted_whatever_the_reapers_texts_say(
+    fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reaped runs are those the store rules' texts mark (store/rules.py): reworded
+    there, the metric follows; a failure of the user's own that happens to say "stopped
+    answering" is not counted."""
+    monkeypatch.setattr(rules, "LOST_TASK", "lost by {holder} at try {attempt}/{max_attempts}.")
+    monkeypatch.setattr(rules, "RUN_LOST", "its node went away")
+    now = fake_clock.now()
+    store = get_store()
+    store.register_node("dead", "host", 1, "0", now)
+    Task.objects.create(function=ADD, run_at=now, max_attempts=2)
+    assert len(store.start_tasks("dead", now, 10, now + timedelta(seconds=30))) == 1
+    schedule = Schedule(name="s", function=ADD, schedule="@every 1m")
+    schedule.set_call((1,))
+    schedule.save()
+    Run.objects.create(
+        schedule=schedule,
+        name="s",
+        function=ADD,
+        node="dead",
+        status=RunStatus.RUNNING,
+        started_at=now,
+        scheduled_for=now,
+    )
+    Run.objects.create(
+        name=ADD,
+        function=ADD,
+        node="x",
+        status=RunStatus.FAILED,
+        started_at=now,
+        finished_at=now,
+        error="the upstream API stopped answering",
+    )
+    later = now + timedelta(seconds=61)
+    store.register_node("alive", "host", 2, "0", later)
+    fake_clock.advance(61, wait=False)
+    store.reap("alive", later, later - timedelta(seconds=60), RetryPolicy(10, 60))
+    errors = set(Run.objects.filter(node="dead").values_list("error", flat=True))
+    assert errors == {"lost by dead at try 1/2.", "its node went away"}
+    samples, _, _ = scrape()
+    assert value(samples, "django_htask_recent_reaped_runs", name=ADD, function=ADD) == 1
+    assert value(samples, "django_htask_recent_reaped_runs", name="s", function=ADD) == 1
+
+
+@db
 def test_a_scrape_is_a_fixed_handful_of_queries_and_writes_nothing(fake_clock: FakeClock) -> None:
     node_row("n-1", fake_clock.now())
     for i in range(30):
@@ -344,12 +390,15 @@ def test_a_node_counts_its_own_claims_runs_and_retries(
     metrics.connect()
 
 
-def test_a_node_counts_what_its_reaper_handed_back(
+def test_a_node_counts_what_its_reaper_handed_back_from_the_signal_not_the_log(
     node_metrics: tuple[NodeMetrics, CollectorRegistry],
 ) -> None:
     _, registry = node_metrics
+    from django_htask.models import Node
+
+    rows_reaped.send(sender=Node, node="me", rows=3)
+    rows_reaped.send(sender=Node, node="someone else", rows=5)
+    # The reaper's log record (worded as it may be) counts nothing.
     reaper = logging.getLogger("django_htask.node.liveness")
-    # as node/liveness.py logs it
-    reaper.warning("%d rows held by dead nodes handed back", 3, extra={"action": "reaped"})
-    reaper.warning("something else", extra={"action": "other"})
+    reaper.warning("%d rows held by dead nodes handed back", 7, extra={"action": "reaped"})
     assert registry.get_sample_value("django_htask_node_reaped_total") == 3

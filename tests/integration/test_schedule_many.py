@@ -169,7 +169,7 @@ def _fields(task: Task) -> dict[str, Any]:
 
 
 def test_the_tasks_returned_are_the_rows_stored_and_post_init_still_fires() -> None:
-    """The returned tasks are made without ``Model.__init__`` (store/database.py,
+    """The returned tasks are made without ``Model.__init__`` (store/inserts.py,
     ``_task_of``): each holds its row's values exactly, is saved (not adding, on its
     database) and can be saved again; with a ``post_init`` receiver on Task, they are
     made the usual way and the receiver sees each."""

@@ -134,7 +134,7 @@ LAYERS = [
         "partition",
         "retry",
     ),
-    ("models",),
+    ("models", "querysets"),
     ("store",),
     ("node",),
     (

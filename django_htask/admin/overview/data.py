@@ -5,8 +5,8 @@ counts and ``htask status``'s tasks waiting too), in a few bounded queries.
     the nodes, the last 24 hours (runs per hour by outcome, lateness p50/p99 per
     hour, the schedules failing most) and the next 24 hours (upcoming occurrences
     per minute, counted by :mod:`~django_htask.admin.overview.timeline`).
-:func:`with_work`
-    nodes with the work each holds (the overview and the node list).
+The nodes' work is counted by ``Node.objects.with_work()`` (:mod:`django_htask.querysets`),
+as the node list counts it.
 
 Every query is bounded so that 100k schedules and 1M runs stay fast (see "Queries at
 scale" in ``docs/admin.md`` and ``bench/overview.py``):
@@ -27,9 +27,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import Any
 
-from django.db.models import Case, Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models import Case, Count, IntegerField, Q, Value, When
 from django.db.models.functions import Coalesce, Mod
 
 from django_htask import clock
@@ -39,9 +39,6 @@ from django_htask.models import GATED, Node, Run, RunStatus, Schedule, Task, Tas
 from django_htask.operations import node_state
 
 from .timeline import OCCURRENCE_BUDGET, Timeline, count_occurrences, timeline_start
-
-if TYPE_CHECKING:
-    from django_stubs_ext import WithAnnotations
 
 __all__ = [
     "FAILING_SHOWN",
@@ -58,7 +55,6 @@ __all__ = [
     "next_hours",
     "read_overview",
     "waiting_on_gates",
-    "with_work",
 ]
 
 logger = logging.getLogger(__name__)
@@ -194,42 +190,9 @@ def read_overview(now: datetime | None = None, *, using: str | None = None) -> O
 
 
 # -- nodes -------------------------------------------------------------------------------
-def _count(queryset: QuerySet[Any], by: str) -> Subquery:
-    """A correlated ``COUNT(*)`` (None when nothing matches)."""
-    grouped = queryset.order_by().values(by).annotate(c=Count("pk")).values("c")
-    return Subquery(grouped[:1], output_field=IntegerField())
-
-
-class NodeWork(TypedDict):
-    """The counts :func:`with_work` adds to each node (None for 0)."""
-
-    n_running_tasks: int | None
-    n_running_runs: int | None
-    n_leased: int | None  # only with ``leased=True``
-
-
-def with_work(
-    nodes: QuerySet[Node], *, leased: bool = False
-) -> QuerySet[WithAnnotations[Node, NodeWork]]:
-    """``nodes``, each annotated with what it runs: ``n_running_tasks`` (a node holds
-    no task it has not started) and ``n_running_runs`` (schedule runs); with
-    ``leased``, ``n_leased`` too (the tasks it holds, whatever their status). Each is
-    None when it is 0."""
-    mine = Task.objects.using(nodes.db).filter(locked_by=OuterRef("id"))
-    runs = Run.objects.using(nodes.db).filter(node=OuterRef("id"), status=RunStatus.RUNNING)
-    counts = {
-        "n_running_tasks": _count(mine.filter(status=TaskStatus.RUNNING), "locked_by"),
-        "n_running_runs": _count(runs.filter(task=None), "node"),
-    }
-    if leased:
-        counts["n_leased"] = _count(mine, "locked_by")
-    # The annotations' names come from a dict, which the stubs' plugin cannot follow.
-    return cast("QuerySet[WithAnnotations[Node, NodeWork]]", nodes.annotate(**counts))
-
-
 def nodes(now: datetime, *, using: str | None = None) -> list[NodeLine]:
     """The :data:`NODES_SHOWN` nodes heard from last, with their work (one query)."""
-    rows = with_work(Node.objects.using(using or scheduler_alias()), leased=True)
+    rows = Node.objects.using(using or scheduler_alias()).with_work()
     return [
         NodeLine(
             id=row.id,
@@ -238,25 +201,18 @@ def nodes(now: datetime, *, using: str | None = None) -> list[NodeLine]:
             state=node_state(row, now),
             heartbeat_age=max(0.0, (now - row.last_heartbeat).total_seconds()),
             queues=row.queues,
-            leased_tasks=row.n_leased or 0,
-            running_tasks=row.n_running_tasks or 0,
-            running_runs=row.n_running_runs or 0,
+            leased_tasks=getattr(row, "n_leased", None) or 0,
+            running_tasks=getattr(row, "n_tasks", None) or 0,
+            running_runs=getattr(row, "n_runs", None) or 0,
         )
-        for row in rows.order_by("-last_heartbeat")[:NODES_SHOWN]
+        for row in rows.heard_last()[:NODES_SHOWN]
     ]
 
 
 def task_counts(*, using: str | None = None) -> dict[str, int]:
-    """One-off tasks pending and running (index on ``status``)."""
-    rows = (
-        Task.objects.using(using or scheduler_alias())
-        .filter(status__in=(TaskStatus.PENDING, TaskStatus.RUNNING))
-        .order_by()
-        .values_list("status")
-        .annotate(n=Count("id"))
-    )
+    """One-off tasks pending and running (``Task.objects.by_status()``)."""
     counts = {TaskStatus.PENDING.value: 0, TaskStatus.RUNNING.value: 0}
-    counts.update({str(status): n for status, n in rows})
+    counts.update(Task.objects.using(using or scheduler_alias()).by_status())
     return counts
 
 
@@ -269,7 +225,8 @@ def waiting_on_gates(
     of the pending tasks with a lock or a limit; ``htask status`` shows the same."""
     rows = (
         Task.objects.using(using or scheduler_alias())
-        .filter(GATED, run_at__lte=now)
+        .due(now)
+        .filter(GATED)
         .order_by()
         .values_list("lock", "function", "max_running")
         .annotate(n=Count("id"))
@@ -325,7 +282,8 @@ def last_hours(
         values: dict[str, Any] = dict(row)
         counts[values.pop("hour")] = Counter(values)
     started = sum(c[s] for c in counts.values() for s in _STARTED)
-    timed = recent.filter(status__in=_STARTED, scheduled_for__isnull=False)
+    # Any: sampled, it is an aliased queryset of Run, which django-stubs types apart.
+    timed: Any = recent.filter(status__in=_STARTED, scheduled_for__isnull=False)
     step = math.ceil(started / LATENESS_SAMPLE) if started > LATENESS_SAMPLE else 1
     if step > 1:
         timed = timed.alias(bucket=Mod("id", step)).filter(bucket=0)

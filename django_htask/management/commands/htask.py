@@ -44,7 +44,6 @@ from django_htask.management.database import add_database_option, database_of
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.operations import (
     describe_schedule,
-    node_alive,
     node_state,
     run_schedule_inline,
     send_again,
@@ -66,6 +65,10 @@ UNHEALTHY = 1
 USAGE = 2
 #: Rows listed in one section of ``htask status``, at most.
 SHOWN = 10
+#: Nodes listed by ``htask status``, at most (the most recent heartbeats first): every
+#: start registers a new node id, so the rows of stopped nodes pile up until pruned, and
+#: a status is read in a terminal. The counts above the list count them all.
+NODES_LISTED = 50
 
 
 class Command(BaseCommand):
@@ -215,9 +218,11 @@ class Command(BaseCommand):
         if not hours > 0:
             raise CommandError(f"--hours must be > 0, got {hours}", returncode=USAGE)
         now = clock.now()
-        nodes = list(self.rows(Node).order_by("-last_heartbeat")[:50])
-        live = [n for n in nodes if node_alive(n, now)]
-        self.stdout.write(f"nodes: {len(live)} live, {len(nodes) - len(live)} dead or stopped")
+        all_nodes = Node.objects.using(self.using)
+        nodes = list(all_nodes.heard_last()[:NODES_LISTED])
+        live = all_nodes.live(get_settings().dead_before(now)).count()
+        total = len(nodes) if len(nodes) < NODES_LISTED else all_nodes.count()
+        self.stdout.write(f"nodes: {live} live, {total - live} dead or stopped")
         for node in nodes:
             age = (now - node.last_heartbeat).total_seconds()
             state = node_state(node, now)
@@ -226,14 +231,11 @@ class Command(BaseCommand):
                 f"  {node.id}  {state}  heartbeat {age:.0f}s ago  pid {node.pid}  "
                 f"v{node.version}{serves}"
             )
-        counts = dict(
-            self.rows(Task)
-            .filter(status__in=(TaskStatus.PENDING, TaskStatus.RUNNING))
-            .values_list("status")
-            .annotate(n=Count("id"))
-            .values_list("status", "n")
-        )
-        overdue = self.rows(Task).filter(status=TaskStatus.PENDING, run_at__lt=now).count()
+        if total > len(nodes):
+            self.stdout.write(f"  … and {total - len(nodes)} more (the admin's node list)")
+        tasks = Task.objects.using(self.using)
+        counts = tasks.by_status()
+        overdue = tasks.overdue(now).count()
         self.stdout.write(
             f"tasks: {counts.get(TaskStatus.PENDING, 0)} pending ({overdue} overdue), "
             f"{counts.get(TaskStatus.RUNNING, 0)} running"

@@ -4,6 +4,7 @@ clock moves time, and jobs that must be running wait on events."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -458,3 +459,36 @@ def test_the_end_of_a_task_with_a_lock_starts_the_next_without_a_poll(
     clock.advance(0)  # no time passes: no poll, no timer
     assert [store.tasks[i].status for i in (first, second)] == [TaskStatus.SUCCEEDED] * 2
     assert jobs.running["most"] == 1
+
+
+def test_a_reap_sends_rows_reaped_which_the_node_metrics_count_without_a_log_record(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node's reaper counter is fed by the ``rows_reaped`` signal: right with the
+    reaper's logger silenced (no record to read)."""
+    from prometheus_client import CollectorRegistry
+
+    from django_htask.metrics import NodeMetrics
+    from django_htask.signals import rows_reaped
+
+    monkeypatch.setattr(logging.getLogger("django_htask.node.liveness"), "disabled", True)
+    sent: list[dict[str, Any]] = []
+
+    def receive(sender: Any, **kwargs: Any) -> None:
+        sent.append({k: v for k, v in kwargs.items() if k != "signal"})
+
+    rows_reaped.connect(receive, weak=False, dispatch_uid="test_rows_reaped")
+    store.register_node("ghost", "host", 1, "0", START)
+    store.add_task(ADD, 3, max_attempts=2)
+    store.start_tasks("ghost", START, 1, START + timedelta(seconds=60))  # then it died
+    node = make_node()
+    registry = CollectorRegistry()
+    metrics = NodeMetrics(node.node_id, registry)
+    metrics.connect()
+    try:
+        clock.advance(node.settings.node_timeout + node.settings.heartbeat_interval)
+    finally:
+        metrics.disconnect()
+        rows_reaped.disconnect(dispatch_uid="test_rows_reaped")
+    assert sent == [{"node": node.node_id, "rows": 2}]  # the node declared dead, its task
+    assert registry.get_sample_value("django_htask_node_reaped_total") == 2

@@ -1,0 +1,228 @@
+"""The rules over rows, each written once: what a live node is, what a due and a
+claimable task are, which runs the last hour holds and how they ended, and the work
+each node holds.
+
+Each rule is here in every form its callers need, side by side: a QuerySet verb (the
+models' managers, ``Node.objects.live(dead_before)``), the same condition as an SQL
+fragment for the stores' raw statements (:data:`LIVE_NODE_SQL`,
+:data:`CLAIMABLE_SQL`), and as a plain predicate over values for the in-memory store
+(:func:`node_is_live`, :func:`task_is_claimable`). The store contract suite checks
+that the three forms agree (``tests/contract/test_rules.py``), so a change made to one
+and not the others fails there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from django.db import models
+from django.db.models import Count, IntegerField, OuterRef, Q, Subquery
+
+from .enums import RunStatus, TaskStatus
+
+M = TypeVar("M", bound=models.Model)
+
+__all__ = [
+    "CLAIMABLE_SQL",
+    "LIVE_NODE_SQL",
+    "PLAIN_TASK_SQL",
+    "SILENT_NODE_SQL",
+    "NodeQuerySet",
+    "RunQuerySet",
+    "TaskQuerySet",
+    "claimable_params",
+    "due_task",
+    "live_node",
+    "node_is_live",
+    "node_is_silent",
+    "task_is_claimable",
+    "task_is_due",
+    "task_is_lost",
+]
+
+# -- a live node -------------------------------------------------------------------------
+#: A live node, as SQL over the node table; its one parameter is ``dead_before``.
+LIVE_NODE_SQL = "stopped_at IS NULL AND last_heartbeat >= %s"
+#: A node not stopped whose heartbeat is older than ``dead_before`` (dead, not yet
+#: declared so: what a reaper declares dead); one parameter, ``dead_before``.
+SILENT_NODE_SQL = "stopped_at IS NULL AND last_heartbeat < %s"
+
+
+def node_is_live(
+    stopped_at: datetime | None, last_heartbeat: datetime, dead_before: datetime
+) -> bool:
+    """A live node: not stopped, and a heartbeat at ``dead_before`` or later (see
+    :meth:`~django_htask.conf.HtaskSettings.dead_before`)."""
+    return stopped_at is None and last_heartbeat >= dead_before
+
+
+def node_is_silent(
+    stopped_at: datetime | None, last_heartbeat: datetime, dead_before: datetime
+) -> bool:
+    """A node not stopped whose heartbeat is older than ``dead_before`` (dead, not yet
+    declared so)."""
+    return stopped_at is None and last_heartbeat < dead_before
+
+
+def live_node(dead_before: datetime) -> Q:
+    """The live nodes (:func:`node_is_live`), as a filter (the admin's)."""
+    return Q(stopped_at__isnull=True, last_heartbeat__gte=dead_before)
+
+
+def _count(queryset: models.QuerySet[Any], by: str) -> Subquery:
+    grouped = queryset.order_by().values(by).annotate(c=Count("pk")).values("c")
+    return Subquery(grouped[:1], output_field=IntegerField())
+
+
+class NodeQuerySet(models.QuerySet[M]):
+    """The node rows' verbs (``Node.objects``)."""
+
+    def live(self, dead_before: datetime) -> NodeQuerySet[M]:
+        """The live nodes (:func:`node_is_live`)."""
+        return self.filter(live_node(dead_before))
+
+    def silent(self, dead_before: datetime) -> NodeQuerySet[M]:
+        """The nodes not stopped whose heartbeat is older than ``dead_before``
+        (:data:`SILENT_NODE_SQL`)."""
+        return self.filter(stopped_at__isnull=True, last_heartbeat__lt=dead_before)
+
+    def not_stopped(self) -> NodeQuerySet[M]:
+        """The nodes that did not stop, nor were declared dead (live or silent)."""
+        return self.filter(stopped_at__isnull=True)
+
+    def heard_last(self) -> NodeQuerySet[M]:
+        """The nodes, the most recent heartbeat first (what a listing shows first)."""
+        return self.order_by("-last_heartbeat")
+
+    def with_work(self) -> NodeQuerySet[M]:
+        """Each node with the work it holds, counted in the same query: ``n_leased``
+        (tasks it holds a lease on), ``n_tasks`` (of those, running) and ``n_runs``
+        (schedule runs it is running); None for none."""
+        # The models, by name: models.py imports this module.
+        task, run = (self.model._meta.apps.get_model("django_htask", m) for m in ("Task", "Run"))
+        using = self.db
+        mine = task._default_manager.using(using).filter(locked_by=OuterRef("id"))
+        runs = run._default_manager.using(using).filter(
+            node=OuterRef("id"), status=RunStatus.RUNNING, task=None
+        )
+        annotated: NodeQuerySet[M] = self.annotate(  # type: ignore[assignment]
+            n_leased=_count(mine, "locked_by"),
+            n_tasks=_count(mine.filter(status=TaskStatus.RUNNING), "locked_by"),
+            n_runs=_count(runs, "node"),
+        )
+        return annotated
+
+
+# -- a due task, a claimable task ----------------------------------------------------------
+#: A claimable task, as SQL over the task table: pending, due, and not leased (or its
+#: lease expired). Its parameters are :func:`claimable_params`.
+CLAIMABLE_SQL = "status = %s AND run_at <= %s AND (locked_by IS NULL OR lease_expires_at < %s)"
+#: A task without a lock or a limit (claimed in one statement; the others go through
+#: :func:`~django_htask.store.base.pick_gated`), as SQL (PostgreSQL, SQLite).
+PLAIN_TASK_SQL = '"lock" IS NULL AND max_running IS NULL'
+
+
+def claimable_params(now: Any) -> list[Any]:
+    """The parameters of :data:`CLAIMABLE_SQL` at ``now`` (as the database takes a
+    timestamp: adapt it first)."""
+    return [TaskStatus.PENDING, now, now]
+
+
+def due_task(now: datetime) -> Q:
+    """The due tasks (:func:`task_is_due`), as a filter (a count's)."""
+    return Q(status=TaskStatus.PENDING, run_at__lte=now)
+
+
+def task_is_due(status: str, run_at: datetime, now: datetime) -> bool:
+    """A due task: pending, and its ``run_at`` at ``now`` or before."""
+    return status == TaskStatus.PENDING and run_at <= now
+
+
+def task_is_claimable(
+    status: str,
+    run_at: datetime,
+    locked_by: str | None,
+    lease_expires_at: datetime | None,
+    now: datetime,
+) -> bool:
+    """A claimable task: due, and held by no node (or its lease expired)."""
+    return task_is_due(status, run_at, now) and (
+        locked_by is None or (lease_expires_at is not None and lease_expires_at < now)
+    )
+
+
+def task_is_lost(
+    locked_by: str | None, lease_expires_at: datetime | None, live: Container[str], now: datetime
+) -> bool:
+    """A task its node lost (what the reaper hands back when it is running or leased):
+    its lease expired, or it is not held by one of the ``live`` nodes."""
+    return (lease_expires_at is not None and lease_expires_at < now) or locked_by not in live
+
+
+class TaskQuerySet(models.QuerySet[M]):
+    """The task rows' verbs (``Task.objects``)."""
+
+    def due(self, now: datetime) -> TaskQuerySet[M]:
+        """The due tasks (:func:`task_is_due`)."""
+        return self.filter(due_task(now))
+
+    def claimable(self, now: datetime) -> TaskQuerySet[M]:
+        """The claimable tasks (:func:`task_is_claimable`, :data:`CLAIMABLE_SQL`)."""
+        return self.due(now).filter(Q(locked_by__isnull=True) | Q(lease_expires_at__lt=now))
+
+    def lost(self, now: datetime, live: Any) -> TaskQuerySet[M]:
+        """The tasks lost by their node (:func:`task_is_lost`); ``live``: the live
+        nodes' ids (a list, or a query of them)."""
+        return self.filter(Q(lease_expires_at__lt=now) | ~Q(locked_by__in=live))
+
+    def plain(self) -> TaskQuerySet[M]:
+        """The tasks without a lock or a limit (:data:`PLAIN_TASK_SQL`)."""
+        return self.filter(lock__isnull=True, max_running__isnull=True)
+
+    def active(self) -> TaskQuerySet[M]:
+        """The tasks pending or running (not finished)."""
+        return self.filter(status__in=(TaskStatus.PENDING, TaskStatus.RUNNING))
+
+    def overdue(self, before: datetime) -> TaskQuerySet[M]:
+        """The pending tasks due before ``before``."""
+        return self.filter(status=TaskStatus.PENDING, run_at__lt=before)
+
+    def by_status(self) -> dict[str, int]:
+        """How many tasks pending and running there are (statuses absent: none)."""
+        rows = self.active().order_by().values_list("status").annotate(n=Count("id"))
+        return dict(rows.values_list("status", "n"))
+
+
+# -- runs of the last hour by outcome --------------------------------------------------------
+#: The seconds of runs "the last hour" holds.
+HOUR = 3600.0
+
+
+class RunQuerySet(models.QuerySet[M]):
+    """The run rows' verbs (``Run.objects``)."""
+
+    def started_since(self, since: datetime) -> RunQuerySet[M]:
+        """The runs started at ``since`` or later (the ``started_at`` index)."""
+        return self.filter(started_at__gte=since).order_by()
+
+    def last_hour(self, now: datetime, window: float = HOUR) -> RunQuerySet[M]:
+        """The runs started in the ``window`` seconds (an hour) up to ``now``."""
+        return self.started_since(now - timedelta(seconds=window))
+
+    def by_outcome(self, reaped: Q) -> list[dict[str, Any]]:
+        """How these runs ended, by name, function and status: ``n`` runs, of which
+        ``retries`` were a retry (attempt > 1) and ``reaped`` failed by a reaper
+        (``reaped``: the store rules' filter of those,
+        :func:`django_htask.store.rules.reaped_runs`)."""
+        return [
+            dict(row)
+            for row in self.order_by()
+            .values("name", "function", "status")
+            .annotate(
+                n=Count("id"),
+                retries=Count("id", filter=Q(attempt__gt=1)),
+                reaped=Count("id", filter=Q(reaped, status=RunStatus.FAILED)),
+            )
+        ]

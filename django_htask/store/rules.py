@@ -1,0 +1,171 @@
+"""The state changes every store makes the same way, and their texts: one home for
+each, called by the in-memory store and the database stores alike (they differ in how
+they store a row, never in what they write to it).
+
+Each helper is a function over plain values (a row, or an object with the row's
+attributes: a :class:`~django_htask.models.Task` or the in-memory store's
+``TaskRecord``) that returns the fields to write, as ``{field: value}``: the database
+store passes them to ``QuerySet.update()``, the in-memory store sets them on its
+record. Time is a parameter; nothing here reads a clock or a table.
+
+- :func:`reaped_task`: a running task whose node stopped answering (its lease expired,
+  or its node is not live): its attempt failed, with :func:`lost_task_error`; retried
+  after the lost-run delay, or failed for good.
+- :func:`lost_run_error`: a schedule run still running on a node that is not live
+  fails, with :data:`RUN_LOST` unless its node noted an error already.
+- :func:`abandoned_task`, :func:`abandoned_run`: what a node leaves at a shutdown that
+  outlived ``SHUTDOWN_TIMEOUT`` (:meth:`~django_htask.store.base.Store.abandon`).
+- :func:`crashed_run`: the failed run row of a started attempt that ended so.
+- :func:`broken_reason`: the reason kept on a broken schedule.
+
+The counters of what a reaper did come from the ``rows_reaped`` signal and from
+:func:`reaped_runs` (the runs these texts mark), never from a log record.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from string import Formatter
+from typing import Any, Protocol
+
+from django.db.models import Q
+
+from django_htask.enums import RunStatus, TaskStatus
+from django_htask.retry import RetryPolicy
+
+from .base import Abandoned, RetryColumns, RunOutcome
+
+__all__ = [
+    "BROKEN_MAX",
+    "LOST_TASK",
+    "RUN_LOST",
+    "UNLOCKED",
+    "abandoned_run",
+    "abandoned_task",
+    "broken_reason",
+    "crashed_run",
+    "lost_run_error",
+    "lost_task_error",
+    "reaped_runs",
+    "reaped_task",
+]
+
+#: The error of a schedule run whose node died while it ran.
+RUN_LOST = "the node running it stopped answering (killed, crashed or out of memory)"
+#: The error of a task's attempt whose node died while it ran (``str.format`` fields:
+#: ``holder``, ``attempt``, ``max_attempts``).
+LOST_TASK = (
+    "the node running it ({holder}) stopped answering during attempt {attempt} of "
+    "{max_attempts}: killed, crashed or out of memory"
+)
+#: The longest reason kept on a broken schedule (the rest is cut).
+BROKEN_MAX = 2000
+#: A task no node holds.
+UNLOCKED: dict[str, Any] = {"locked_by": None, "lease_expires_at": None}
+
+
+class TaskFacts(Protocol):
+    """What the rules read of a task's row."""
+
+    @property
+    def function(self) -> str: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def run_at(self) -> datetime: ...
+    @property
+    def started_at(self) -> datetime | None: ...
+    @property
+    def abort_requested_at(self) -> datetime | None: ...
+
+
+def lost_task_error(holder: str | None, attempt: int, max_attempts: int) -> str:
+    """The error of attempt ``attempt`` of a task whose node ``holder`` died."""
+    return LOST_TASK.format(holder=holder or "?", attempt=attempt, max_attempts=max_attempts)
+
+
+def lost_run_error(error: str) -> str:
+    """The error a schedule run gets when its node dies: the one its node noted (a
+    shutdown that outlived its timeout), else :data:`RUN_LOST`."""
+    return error or RUN_LOST
+
+
+def crashed_run(
+    task: TaskFacts, task_id: int, node_id: str, now: datetime, error: str
+) -> RunOutcome:
+    """The failed run of ``task``'s attempt, which ended at ``now`` with ``error``
+    (its node died, or left it at a shutdown)."""
+    return RunOutcome(
+        RunStatus.FAILED,
+        task.function,
+        task.function,
+        node_id,
+        task.attempts,
+        task.run_at,
+        task.started_at,
+        now,
+        error=error,
+        task_id=task_id,
+    )
+
+
+def reaped_task(
+    task: TaskFacts, holder: str | None, retry: RetryColumns, policy: RetryPolicy, now: datetime
+) -> dict[str, Any]:
+    """The fields of a running ``task`` whose node ``holder`` stopped answering: no
+    node holds it, its attempt failed with :func:`lost_task_error`; pending again after
+    the lost-run delay (``retry`` over ``policy``) if it has attempts left and no abort
+    was asked, else failed. (Pending: the store puts it back, unless a newer task holds
+    its key, see :mod:`django_htask.keys`.)"""
+    error = lost_task_error(holder, task.attempts, task.max_attempts)
+    changes: dict[str, Any] = {**UNLOCKED, "last_error": error, "traceback": ""}
+    if task.attempts < task.max_attempts and task.abort_requested_at is None:
+        delay = timedelta(seconds=retry.lost_delay(policy, task.attempts))
+        changes.update(status=TaskStatus.PENDING, run_at=now + delay)
+    else:
+        changes.update(status=TaskStatus.FAILED, finished_at=now)
+    return changes
+
+
+def abandoned_task(a: Abandoned, attempts: int, now: datetime, dead_at: datetime) -> dict[str, Any]:
+    """The fields of a running task (``attempts`` made) its node left at a shutdown
+    (``a``): never called, pending again as it was (the attempt not counted); started,
+    its attempt ended with ``a.error``, retried at ``a.retry_at`` (not before the node
+    is dead, ``dead_at``) or failed."""
+    if not a.started:
+        return {**UNLOCKED, "status": TaskStatus.PENDING, "attempts": attempts - 1}
+    ended = {**UNLOCKED, "last_error": a.error, "traceback": ""}
+    if a.retry_at is not None:
+        return {**ended, "status": TaskStatus.PENDING, "run_at": max(a.retry_at, dead_at)}
+    return {**ended, "status": TaskStatus.FAILED, "finished_at": now}
+
+
+def abandoned_run(a: Abandoned, now: datetime) -> dict[str, Any]:
+    """The fields of a schedule run still running its node left at a shutdown: never
+    called, failed at once with ``a.error``; started, the error noted, and failed by
+    the reaper once the node is dead (:func:`lost_run_error` keeps it)."""
+    if a.started:
+        return {"error": a.error}
+    return {"status": RunStatus.FAILED, "finished_at": now, "error": a.error}
+
+
+def broken_reason(reason: str) -> str:
+    """The reason kept on a broken schedule: at most :data:`BROKEN_MAX` characters."""
+    return reason[:BROKEN_MAX]
+
+
+def _ends(template: str) -> tuple[str, str]:
+    """The fixed text before the first field and after the last of ``template``."""
+    parts = list(Formatter().parse(template))
+    last_text, last_field = parts[-1][0], parts[-1][1]
+    return parts[0][0], last_text if last_field is None else ""
+
+
+def reaped_runs() -> Q:
+    """The runs a reaper failed, as a filter: their error is :data:`RUN_LOST`, or
+    :data:`LOST_TASK` filled in. Built from the texts above when called, so that
+    rewording them rewords the filter too (``django_htask_recent_reaped_runs``)."""
+    prefix, suffix = _ends(LOST_TASK)
+    return Q(error=RUN_LOST) | Q(error__startswith=prefix, error__endswith=suffix)

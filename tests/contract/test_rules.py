@@ -1,0 +1,113 @@
+"""Each rule of django_htask/querysets.py in its three forms (the QuerySet verb, the SQL
+fragment of the stores' raw statements, the predicate over values of the in-memory
+store) picks the same rows, on the database of this pass (SQLite, PostgreSQL,
+MariaDB): a change made to one form and not the others fails here."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_htask.engine import encode_call
+from django_htask.models import Node, Task
+from django_htask.querysets import (
+    CLAIMABLE_SQL,
+    LIVE_NODE_SQL,
+    SILENT_NODE_SQL,
+    claimable_params,
+    node_is_live,
+    node_is_silent,
+    task_is_claimable,
+    task_is_due,
+    task_is_lost,
+)
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+S = timedelta(seconds=1)
+ADD = "tests.integration.testapp.tasks:add"
+
+pytestmark = pytest.mark.django_db
+
+
+def _ids(sql: str, table: str, params: list[Any]) -> set[Any]:
+    adapt = connection.ops.adapt_datetimefield_value
+    values = [adapt(p) if isinstance(p, datetime) else p for p in params]
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {table} WHERE {sql}", values)
+        return {row[0] for row in cursor.fetchall()}
+
+
+def test_a_live_node_is_one_rule_in_its_three_forms() -> None:
+    dead_before = NOW - 60 * S
+    rows = []
+    for i, (stopped, beat) in enumerate(
+        itertools.product((None, NOW), (dead_before - S, dead_before, dead_before + S))
+    ):
+        rows.append(
+            Node(
+                id=f"n{i}",
+                hostname="h",
+                pid=i,
+                version="0",
+                started_at=NOW - 3600 * S,
+                last_heartbeat=beat,
+                stopped_at=stopped,
+            )
+        )
+    Node.objects.bulk_create(rows)
+    by_values = {n.id for n in rows if node_is_live(n.stopped_at, n.last_heartbeat, dead_before)}
+    assert by_values == {"n1", "n2"}  # a heartbeat at dead_before counts
+    assert set(Node.objects.live(dead_before).values_list("id", flat=True)) == by_values
+    table = Node._meta.db_table
+    assert _ids(LIVE_NODE_SQL, table, [dead_before]) == by_values
+    silent = {n.id for n in rows if node_is_silent(n.stopped_at, n.last_heartbeat, dead_before)}
+    assert silent == {"n0"}  # not stopped, heartbeat before dead_before
+    assert set(Node.objects.silent(dead_before).values_list("id", flat=True)) == silent
+    assert _ids(SILENT_NODE_SQL, table, [dead_before]) == silent
+
+
+def test_a_claimable_task_is_one_rule_in_its_three_forms() -> None:
+    payload = encode_call(ADD, (1,), {})
+    cases = itertools.product(
+        ("pending", "running", "succeeded"),
+        (NOW - S, NOW, NOW + S),  # run_at
+        (None, "n1"),  # locked_by
+        (None, NOW - S, NOW, NOW + S),  # lease_expires_at
+    )
+    rows = [
+        Task(
+            function=ADD,
+            payload=payload,
+            status=status,
+            run_at=run_at,
+            locked_by=locked_by,
+            lease_expires_at=lease,
+        )
+        for status, run_at, locked_by, lease in cases
+    ]
+    created = Task.objects.bulk_create(rows)
+    if created[0].pk is None:  # MySQL/MariaDB return no ids: read them back, in order
+        for task, pk in zip(
+            created, Task.objects.order_by("id").values_list("id", flat=True), strict=True
+        ):
+            task.pk = pk
+    by_values = {
+        t.pk
+        for t in created
+        if task_is_claimable(t.status, t.run_at, t.locked_by, t.lease_expires_at, NOW)
+    }
+    due = {t.pk for t in created if task_is_due(t.status, t.run_at, NOW)}
+    assert 0 < len(by_values) < len(due) < len(created)
+    assert set(Task.objects.claimable(NOW).values_list("id", flat=True)) == by_values
+    assert set(Task.objects.due(NOW).values_list("id", flat=True)) == due
+    assert _ids(CLAIMABLE_SQL, Task._meta.db_table, claimable_params(NOW)) == by_values
+    live = ["n2"]  # n1 is not live: its tasks are lost whatever their lease
+    lost = {t.pk for t in created if task_is_lost(t.locked_by, t.lease_expires_at, live, NOW)}
+    assert set(Task.objects.lost(NOW, live).values_list("id", flat=True)) == lost
+    assert set(Task.objects.lost(NOW, ["n1"]).values_list("id", flat=True)) == {
+        t.pk for t in created if task_is_lost(t.locked_by, t.lease_expires_at, ["n1"], NOW)
+    }

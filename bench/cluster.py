@@ -1,6 +1,8 @@
-"""Several nodes on PostgreSQL: throughput, a large schedule table, notify latency.
+"""Several nodes on PostgreSQL and MariaDB: throughput, a large schedule table, notify
+latency.
 
-Run: ``.venv/bin/python bench/cluster.py`` (starts its own throw-away PostgreSQL).
+Run: ``.venv/bin/python bench/cluster.py`` (starts its own throw-away PostgreSQL, and
+for section 1 a throw-away MariaDB too: ``--database``).
 
 1. One-off throughput: N trivial tasks (``--tasks``, 2000) queued, then 1 or 3
    processes of each engine started: django-htask's ``runscheduler`` (8 workers, its
@@ -13,7 +15,14 @@ Run: ``.venv/bin/python bench/cluster.py`` (starts its own throw-away PostgreSQL
    the first task started to the last finished, commits (``pg_stat_database``) and
    rows written (``pg_stat_user_tables``) per task, the processes' CPU per task (and
    the same after start-up: from the first poll that saw a task done), and exec to the
-   first task finished.
+   first task finished. On MariaDB (``--database mariadb`` or ``both``, the default;
+   started as tests/mariadbcluster.py does) the same rounds run django-htask and
+   ``db_worker`` only (procrastinate needs PostgreSQL; django-q2 is left out), rows
+   written come from ``SHOW GLOBAL STATUS`` (``Handler_write`` + ``_update`` +
+   ``_delete``), and commits are not counted: its ``Com_commit`` counts ``COMMIT``
+   statements only, not a statement in autocommit (each a transaction of its own, as
+   PostgreSQL's ``xact_commit`` counts it), so the two would not compare. Sections 2
+   to 6 run on PostgreSQL only.
 2. 100k schedules over 3 nodes: start-up to ready, memory (RSS) per node, and the
    transactions per second the idle nodes make (``pg_stat_database``).
 3. Notify-to-fire latency: a schedule's ``next_run_at`` set to now by another client;
@@ -43,15 +52,20 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.cluster.site import ClusterSite  # noqa: E402
+from tests.cluster.site import ClusterSite, MariaDBSite  # noqa: E402
+from tests.mariadbcluster import MariaDBServer, connect, database_settings  # noqa: E402
 from tests.pgcluster import PostgresCluster  # noqa: E402
+from tests.throwaway import ThrowAwayServer  # noqa: E402
 
 SETTINGS = "tests.cluster.bench_settings"
 PEER_SETTINGS = "tests.cluster.peer_settings"
@@ -70,6 +84,8 @@ class Engine:
     settings: str
     done_sql: str
     times_sql: str
+    #: It runs on MariaDB too (section 1's MariaDB rows).
+    mariadb: bool = False
 
     @property
     def env(self) -> dict[str, str]:
@@ -88,6 +104,7 @@ ENGINES = (
         SETTINGS,
         "SELECT count(*) FROM django_htask_task WHERE status = 'succeeded'",
         "SELECT min(started_at), min(finished_at), max(finished_at) FROM django_htask_task",
+        mariadb=True,
     ),
     Engine(
         "procrastinate",
@@ -120,6 +137,7 @@ ENGINES = (
         "SELECT count(*) FROM django_tasks_database_dbtaskresult WHERE status = 'SUCCESSFUL'",
         "SELECT min(started_at), min(finished_at), max(finished_at) "
         "FROM django_tasks_database_dbtaskresult",
+        mariadb=True,
     ),
 )
 
@@ -157,10 +175,11 @@ print((time.perf_counter() - t0) / {claims})
 
 @dataclass(frozen=True)
 class Counters:
-    """``pg_stat_database`` commits, rows written (``pg_stat_user_tables``), and how
-    many statements this process had sent when they were read."""
+    """``pg_stat_database`` commits (NaN where not counted: MariaDB), rows written
+    (``pg_stat_user_tables``), and how many statements this process had sent when they
+    were read."""
 
-    commits: int
+    commits: float
     rows: int
     statements: int
 
@@ -171,7 +190,7 @@ class Throughput:
     from_start: float  # tasks/s from the processes' exec to the last task finished
     from_first: float  # tasks/s from the first task started to the last finished
     first_done_s: float  # from exec to the first task finished
-    commits: float  # per task
+    commits: float  # per task (NaN: not counted, on MariaDB)
     rows: float  # rows inserted, updated or deleted, per task
     cpu_ms: float  # the worker processes' user + system CPU, per task
     #: The same, from the first poll that found a task finished (start-up behind) to
@@ -180,8 +199,11 @@ class Throughput:
 
 
 class Bench(ClusterSite):
-    def __init__(self, pg: PostgresCluster, log: Path) -> None:
-        super().__init__(pg, log, SETTINGS)
+    """The bench's site on PostgreSQL."""
+
+    def __init__(self, server: ThrowAwayServer, log: Path) -> None:
+        super().__init__(server, log, SETTINGS)  # type: ignore[arg-type]
+        self.server = server
         #: Statements sent through ``sql`` (each one a transaction of its own).
         self.statements = 0
 
@@ -212,6 +234,18 @@ class Bench(ClusterSite):
             stderr=subprocess.DEVNULL,
             text=True,
             start_new_session=True,  # its own process group: _stop can end all of it
+        )
+
+    def label(self) -> str:
+        """The server, as the report's first line names it."""
+        assert isinstance(self.server, PostgresCluster)
+        return f"PostgreSQL {self.server.bin_dir.parent.name}"
+
+    def migrate(self) -> None:
+        """Every engine's tables."""
+        self.django(
+            "from django.core.management import call_command\ncall_command('migrate', verbosity=0)",
+            env={"DJANGO_SETTINGS_MODULE": PEER_SETTINGS, "HTASK_BENCH_PEER": "all"},
         )
 
     def reset(self) -> None:
@@ -497,6 +531,95 @@ class Bench(ClusterSite):
         }
 
 
+class MariaDBBench(Bench, MariaDBSite):
+    """The bench's site on MariaDB (section 1, the engines marked ``mariadb``)."""
+
+    #: The tables of the engines that run on MariaDB.
+    TABLES = (
+        "django_htask_run",
+        "django_htask_task",
+        "django_htask_schedule",
+        "django_htask_node",
+        "django_tasks_database_dbtaskresult",
+    )
+
+    def __init__(self, server: ThrowAwayServer, log: Path) -> None:
+        super().__init__(server, log)
+        #: With 10,000 plain tasks queued, each claim's look for due tasks with a lock
+        #: or a limit reads every pending task on MariaDB (no partial index: 0.5-1.3 s
+        #: a claim, holding the node's row shared), so the heartbeat waits and, at the
+        #: bench settings' 6 s, a node outlives its own timeout and stops itself.
+        self.env["HTASK_CLUSTER_NODE_TIMEOUT"] = "60"
+
+    def label(self) -> str:
+        assert isinstance(self.server, MariaDBServer)
+        return f"MariaDB {self.server.version()}"
+
+    def migrate(self) -> None:
+        """django-htask's tables and django-tasks-db's (procrastinate's migrations are
+        PostgreSQL's SQL, so not every peer's apps at once)."""
+        code = (
+            "from django.core.management import call_command\ncall_command('migrate', verbosity=0)"
+        )
+        self.django(code)
+        self.django(
+            code, env={"DJANGO_SETTINGS_MODULE": PEER_SETTINGS, "HTASK_BENCH_PEER": "db_worker"}
+        )
+
+    def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
+        """As the site's, with its ``DATETIME`` values (naive, UTC as Django stores them
+        with ``USE_TZ``) made aware, as PostgreSQL's come."""
+        return [
+            tuple(
+                v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None else v
+                for v in row
+            )
+            for row in super().sql(query, *params)
+        ]
+
+    def reset(self) -> None:
+        """Empty :data:`TABLES`: ``TRUNCATE`` one at a time, on one connection with the
+        foreign keys unchecked (InnoDB truncates no table another one references)."""
+        conn = connect(database_settings(self.pg.url))
+        try:
+            cursor = conn.cursor()
+            cursor.execute("SET FOREIGN_KEY_CHECKS = 0")
+            for table in self.TABLES:
+                cursor.execute(f"TRUNCATE {table}")
+        finally:
+            conn.close()
+
+    def _counters(self) -> Counters:
+        """Rows written from the server's handler counters; no commits (see the module)."""
+        statements = self.statements + 1
+        status = dict(
+            self.sql(
+                "SHOW GLOBAL STATUS WHERE Variable_name IN "
+                "('Handler_write', 'Handler_update', 'Handler_delete')"
+            )
+        )
+        return Counters(float("nan"), sum(int(v) for v in status.values()), statements)
+
+
+#: Section 1's databases: the server to start and the bench's site on it.
+DATABASES: dict[str, tuple[Callable[[], ThrowAwayServer], type[Bench]]] = {
+    "postgres": (PostgresCluster, Bench),
+    "mariadb": (MariaDBServer, MariaDBBench),
+}
+
+
+@contextmanager
+def _bench(database: str) -> Iterator[Bench]:
+    """A throw-away server of ``database`` with every engine's tables, and the bench's
+    site on it."""
+    make, site = DATABASES[database]
+    with make() as server:
+        bench = site(server, server.root / "jobs.log")
+        bench.migrate()
+        print(f"{bench.label()}, {os.cpu_count()} CPUs")
+        yield bench
+
+
 def _tree_cpu(pid: int) -> float:
     """Seconds of user + system CPU used by ``pid`` and its descendants (those alive, and
     those that ended and were waited for), from ``/proc``."""
@@ -634,88 +757,107 @@ def main() -> None:
     parser.add_argument(
         "--only", type=int, choices=(1, 2, 3, 4, 5, 6), help="run one section (default: all)"
     )
+    parser.add_argument(
+        "--database",
+        choices=("postgres", "mariadb", "both"),
+        default="both",
+        help="section 1's databases, one server each (sections 2-6: PostgreSQL only)",
+    )
     args = parser.parse_args()
-    with PostgresCluster() as pg:
-        bench = Bench(pg, pg.root / "jobs.log")
-        bench.django(  # every engine's tables
-            "from django.core.management import call_command\ncall_command('migrate', verbosity=0)",
-            env={"DJANGO_SETTINGS_MODULE": PEER_SETTINGS, "HTASK_BENCH_PEER": "all"},
-        )
-        print(f"PostgreSQL {pg.bin_dir.parent.name}, {os.cpu_count()} CPUs")
-        wanted = {args.only} if args.only else {1, 2, 3, 4, 5, 6}
-        if 1 in wanted:
-            engines = [e for e in ENGINES if e.name in args.engines]
-            if ENGINES[0] in engines:
-                engines.insert(1, HTASK_WIDE)
-            print(
-                f"1. one-off throughput: {args.tasks} trivial tasks queued, then 1 or 3 "
-                f"processes started; median of {args.rounds} interleaved rounds"
-            )
-            results: dict[tuple[str, int], list[Throughput]] = {}
-            for n in range(args.rounds):
-                order = engines[n % len(engines) :] + engines[: n % len(engines)]
-                for size in (1, 3):
-                    for engine in order:
-                        got = bench.throughput(engine, args.tasks, size)
-                        results.setdefault((engine.name, size), []).append(got)
-            _print_throughput(results, [e.name for e in engines])
-        if 2 in wanted:
-            print(f"2. {args.schedules} schedules over 3 nodes")
-            many = bench.many_schedules(args.schedules, 3, args.idle)
-            print(
-                f"  start-up to ready {many['ready_s']:.1f} s; RSS per node "
-                f"{many['rss_mb_min']:.0f}-{many['rss_mb_max']:.0f} MB; idle "
-                f"{many['tps']:.1f} transactions/s (all 3 nodes)"
-            )
-        if 3 in wanted:
-            print(f"3. notify-to-fire latency over {args.samples} edits, 3 nodes")
-            p50, p99 = bench.notify_latency(args.samples)
-            print(f"  p50 {p50 * 1000:.0f} ms   p99 {p99 * 1000:.0f} ms")
-        if 4 in wanted:
-            print("4. a node killed (SIGKILL), 3 nodes, default settings, 30 schedules @every 1s")
-            kill = bench.kill_gap(30, after=15.0)
-            print(
-                f"  the {kill['schedules']:.0f} schedules it fired: longest gap "
-                f"{kill['max_gap_s']:.2f} s, median {kill['median_gap_s']:.2f} s in the 15 s "
-                f"after the kill; occurrences run twice: {kill['twice']:.0f}"
-            )
+    wanted = {args.only} if args.only else {1, 2, 3, 4, 5, 6}
+    databases = ["postgres", "mariadb"] if args.database == "both" else [args.database]
+    if args.database == "mariadb" and wanted - {1}:
+        print("(sections 2-6 run on PostgreSQL only: section 1 alone on MariaDB)")
+    for database in databases:
+        if 1 not in wanted and database != "postgres":
+            continue
+        with _bench(database) as bench:
+            if 1 in wanted:
+                _throughput(bench, args.engines, args.tasks, args.rounds)
+            if database == "postgres":
+                _postgres_sections(bench, args, wanted)
 
-        if 5 in wanted:
-            counts = ", ".join(str(c) for c in args.occurrences)
-            print(
-                f"5. occurrences: 0, then {counts} schedules @every 1s, default settings, "
-                f"{args.window:.0f} s window (per second, all nodes)"
-            )
-            idle_one: dict[str, float] = {}
-            for size in (1, 3):
-                idle = bench.occurrences(0, size, args.window)
-                idle_one = idle_one or idle
-                _print_occurrences(size, 0, idle, idle)
-                for count in args.occurrences:
-                    busy = bench.occurrences(count, size, args.window)
-                    _print_occurrences(size, count, busy, idle)
-            count = max(args.occurrences)
-            for workers in (2, 32):
-                busy = bench.occurrences(count, 1, args.window, workers=workers)
-                print(f"  with --workers {workers} (default 8):")
-                _print_occurrences(1, count, busy, idle_one)
-        if 6 in wanted:
-            print(
-                "6. claiming from a backlog: ms per claim of 8 tasks (Store.start_tasks, "
-                "200 in a row), median of 3 rounds each"
-            )
-            print(
-                "   statistics: fresh (ANALYZE after queueing) or stale (taken when the "
-                "table held as many tasks, all done);\n   unpinned: the plan left to the "
-                "statistics (CLAIM_PLANNER off), as before it; no index: so too, and the "
-                "claim index dropped, as before migration 0007"
-            )
-            print("  " + f"{'backlog':>8}" + "".join(f"{case:>17}" for case in CLAIM_CASES))
-            for backlog in (2_000, 10_000, 100_000):
-                cost = bench.claim_cost(backlog, 200, 3)
-                print(
-                    f"  {backlog:>8,}" + "".join(f"{cost[case]:>14.2f} ms" for case in CLAIM_CASES)
-                )
+
+def _throughput(bench: Bench, names: list[str], tasks: int, rounds: int) -> None:
+    """Section 1: the engines named ``names`` that run on ``bench``'s database take
+    turns, ``rounds`` times, on ``tasks`` tasks with 1 and 3 processes."""
+    mariadb = isinstance(bench, MariaDBBench)
+    engines = [e for e in ENGINES if e.name in names and (e.mariadb or not mariadb)]
+    if ENGINES[0] in engines:
+        engines.insert(1, HTASK_WIDE)
+    print(
+        f"1. one-off throughput: {tasks} trivial tasks queued, then 1 or 3 "
+        f"processes started; median of {rounds} interleaved rounds"
+    )
+    results: dict[tuple[str, int], list[Throughput]] = {}
+    for n in range(rounds):
+        order = engines[n % len(engines) :] + engines[: n % len(engines)]
+        for size in (1, 3):
+            for engine in order:
+                got = bench.throughput(engine, tasks, size)
+                results.setdefault((engine.name, size), []).append(got)
+    _print_throughput(results, [e.name for e in engines])
+    if mariadb:
+        print("  (MariaDB: commits not counted; rows written: Handler_write + _update + _delete)")
+
+
+def _postgres_sections(bench: Bench, args: argparse.Namespace, wanted: set[int]) -> None:
+    """Sections 2 to 6, those in ``wanted``."""
+    if 2 in wanted:
+        print(f"2. {args.schedules} schedules over 3 nodes")
+        many = bench.many_schedules(args.schedules, 3, args.idle)
+        print(
+            f"  start-up to ready {many['ready_s']:.1f} s; RSS per node "
+            f"{many['rss_mb_min']:.0f}-{many['rss_mb_max']:.0f} MB; idle "
+            f"{many['tps']:.1f} transactions/s (all 3 nodes)"
+        )
+    if 3 in wanted:
+        print(f"3. notify-to-fire latency over {args.samples} edits, 3 nodes")
+        p50, p99 = bench.notify_latency(args.samples)
+        print(f"  p50 {p50 * 1000:.0f} ms   p99 {p99 * 1000:.0f} ms")
+    if 4 in wanted:
+        print("4. a node killed (SIGKILL), 3 nodes, default settings, 30 schedules @every 1s")
+        kill = bench.kill_gap(30, after=15.0)
+        print(
+            f"  the {kill['schedules']:.0f} schedules it fired: longest gap "
+            f"{kill['max_gap_s']:.2f} s, median {kill['median_gap_s']:.2f} s in the 15 s "
+            f"after the kill; occurrences run twice: {kill['twice']:.0f}"
+        )
+
+    if 5 in wanted:
+        counts = ", ".join(str(c) for c in args.occurrences)
+        print(
+            f"5. occurrences: 0, then {counts} schedules @every 1s, default settings, "
+            f"{args.window:.0f} s window (per second, all nodes)"
+        )
+        idle_one: dict[str, float] = {}
+        for size in (1, 3):
+            idle = bench.occurrences(0, size, args.window)
+            idle_one = idle_one or idle
+            _print_occurrences(size, 0, idle, idle)
+            for count in args.occurrences:
+                busy = bench.occurrences(count, size, args.window)
+                _print_occurrences(size, count, busy, idle)
+        count = max(args.occurrences)
+        for workers in (2, 32):
+            busy = bench.occurrences(count, 1, args.window, workers=workers)
+            print(f"  with --workers {workers} (default 8):")
+            _print_occurrences(1, count, busy, idle_one)
+    if 6 in wanted:
+        print(
+            "6. claiming from a backlog: ms per claim of 8 tasks (Store.start_tasks, "
+            "200 in a row), median of 3 rounds each"
+        )
+        print(
+            "   statistics: fresh (ANALYZE after queueing) or stale (taken when the "
+            "table held as many tasks, all done);\n   unpinned: the plan left to the "
+            "statistics (CLAIM_PLANNER off), as before it; no index: so too, and the "
+            "claim index dropped, as before migration 0007"
+        )
+        print("  " + f"{'backlog':>8}" + "".join(f"{case:>17}" for case in CLAIM_CASES))
+        for backlog in (2_000, 10_000, 100_000):
+            cost = bench.claim_cost(backlog, 200, 3)
+            print(f"  {backlog:>8,}" + "".join(f"{cost[case]:>14.2f} ms" for case in CLAIM_CASES))
 
 
 if __name__ == "__main__":

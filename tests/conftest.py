@@ -36,17 +36,29 @@ SERVER_MARKERS = {
 }
 
 
+def server_marks(item: pytest.Item) -> list[str]:
+    """The :data:`SERVER_MARKERS` ``item`` carries."""
+    return [m for m in SERVER_MARKERS if item.get_closest_marker(m)]
+
+
+def runs_elsewhere(item: pytest.Item) -> bool:
+    """Whether ``item`` needs a server, and not the one of this pass."""
+    marks = server_marks(item)
+    return bool(marks) and pass_vendor() not in {SERVER_MARKERS[m][0] for m in marks}
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Tests marked ``postgres`` run in the PostgreSQL pass (``python -m tests.pgcluster
     -- pytest``, the second run of ``make pytest``), those marked ``mariadb`` in the
-    MariaDB pass (the third). The other server's pass deselects them
-    (:func:`pytest_collection_modifyitems`); elsewhere they are skipped, or fail when
-    ``CI=true`` so a CI without the server cannot pass by skipping them."""
-    marker = next((m for m in SERVER_MARKERS if item.get_closest_marker(m)), None)
-    if marker is None or pass_vendor() == SERVER_MARKERS[marker][0]:
+    MariaDB pass (the third), those marked both in both. The other server's pass
+    deselects them (:func:`pytest_collection_modifyitems`); elsewhere they are skipped,
+    or fail when ``CI=true`` so a CI without the server cannot pass by skipping them."""
+    if not runs_elsewhere(item):
         return
-    _vendor, server, module = SERVER_MARKERS[marker]
-    reason = f"needs {server}: run it as `python -m {module} -- pytest`"
+    marks = server_marks(item)
+    servers = " or ".join(SERVER_MARKERS[m][1] for m in marks)
+    commands = " or ".join(f"`python -m {SERVER_MARKERS[m][2]} -- pytest`" for m in marks)
+    reason = f"needs {servers}: run it as {commands}"
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"{reason} (CI=true, so this is a failure, not a skip)")
     pytest.skip(reason)
@@ -102,9 +114,8 @@ def _left_out(config: pytest.Config, item: pytest.Item) -> bool:
             return True
     if not os.environ.get("HTASK_TEST_DATABASE_URL"):
         return False
-    for marker, (vendor, _server, _module) in SERVER_MARKERS.items():
-        if pass_vendor() != vendor and item.get_closest_marker(marker) is not None:
-            return True  # they test that server itself: its own pass runs them
+    if runs_elsewhere(item):
+        return True  # they test another server itself: its own pass runs them
     return not uses_test_database(item)
 
 

@@ -543,14 +543,6 @@ class MariaDBBench(Bench, MariaDBSite):
         "django_tasks_database_dbtaskresult",
     )
 
-    def __init__(self, server: ThrowAwayServer, log: Path) -> None:
-        super().__init__(server, log)
-        #: With 10,000 plain tasks queued, each claim's look for due tasks with a lock
-        #: or a limit reads every pending task on MariaDB (no partial index: 0.5-1.3 s
-        #: a claim, holding the node's row shared), so the heartbeat waits and, at the
-        #: bench settings' 6 s, a node outlives its own timeout and stops itself.
-        self.env["HTASK_CLUSTER_NODE_TIMEOUT"] = "60"
-
     def label(self) -> str:
         assert isinstance(self.server, MariaDBServer)
         return f"MariaDB {self.server.version()}"

@@ -8,21 +8,15 @@ from django.db.migrations.state import StateApps
 def add_mysql_key_index(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     """MySQL and MariaDB have no partial index: a virtual column and a unique index on
     it stand for the constraint below (django_htask/store/mysql.py)."""
-    from django_htask.db import holds_tables  # noqa: PLC0415
+    from django_htask.store.mysql import add_pending_key, on_mysql  # noqa: PLC0415
 
-    if schema_editor.connection.vendor == "mysql" and holds_tables(schema_editor.connection.alias):
-        from django_htask.store.mysql import add_pending_key  # noqa: PLC0415
-
-        add_pending_key(schema_editor.connection)
+    on_mysql(schema_editor, add_pending_key)
 
 
 def drop_mysql_key_index(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    from django_htask.db import holds_tables  # noqa: PLC0415
+    from django_htask.store.mysql import drop_pending_key, on_mysql  # noqa: PLC0415
 
-    if schema_editor.connection.vendor == "mysql" and holds_tables(schema_editor.connection.alias):
-        from django_htask.store.mysql import drop_pending_key  # noqa: PLC0415
-
-        drop_pending_key(schema_editor.connection)
+    on_mysql(schema_editor, drop_pending_key)
 
 
 class Migration(migrations.Migration):

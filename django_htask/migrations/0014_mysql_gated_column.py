@@ -4,24 +4,18 @@ from django.db.migrations.state import StateApps
 
 
 def add_mysql_gated_column(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    """MySQL and MariaDB have no partial index (Django does not create
-    ``htask_task_gated`` there): an indexed virtual column stands for it
+    """MySQL and MariaDB have no partial index (Django makes ``htask_task_gated`` a
+    plain one there, its condition dropped): an indexed virtual column takes its place
     (django_htask/store/mysql.py, ``GATED_COLUMN``)."""
-    from django_htask.db import holds_tables  # noqa: PLC0415
+    from django_htask.store.mysql import add_gated_column, on_mysql  # noqa: PLC0415
 
-    if schema_editor.connection.vendor == "mysql" and holds_tables(schema_editor.connection.alias):
-        from django_htask.store.mysql import add_gated_column  # noqa: PLC0415
-
-        add_gated_column(schema_editor.connection)
+    on_mysql(schema_editor, add_gated_column)
 
 
 def drop_mysql_gated_column(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    from django_htask.db import holds_tables  # noqa: PLC0415
+    from django_htask.store.mysql import drop_gated_column, on_mysql  # noqa: PLC0415
 
-    if schema_editor.connection.vendor == "mysql" and holds_tables(schema_editor.connection.alias):
-        from django_htask.store.mysql import drop_gated_column  # noqa: PLC0415
-
-        drop_gated_column(schema_editor.connection)
+    on_mysql(schema_editor, drop_gated_column)
 
 
 class Migration(migrations.Migration):

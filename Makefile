@@ -55,8 +55,12 @@ migrations: $(STAMP)
 # on a throw-away MariaDB the tests that use the database but for those marked
 # `postgres` (the store contract, the integration tests, the admin's browser tests;
 # tests marked `mariadb`, three nodes and a kill, run only there).
+# The SQLite passes run on both cores, a test file per worker (XDIST): each test there
+# has its own database files. The server passes run one test at a time: their cluster
+# tests share one server and measure how soon several nodes react.
+XDIST := -n 2 --dist loadfile
 pytest: $(STAMP) system-deps
-	$(BIN)/pytest -m "not postgres and not mariadb"
+	$(BIN)/pytest -m "not postgres and not mariadb" $(XDIST)
 	$(BIN)/python -m tests.pgcluster -- $(BIN)/pytest
 	$(BIN)/python -m tests.mariadbcluster -- $(BIN)/pytest
 
@@ -67,7 +71,7 @@ pytest: $(STAMP) system-deps
 # PostgreSQL pass, the tests that use no database too): tests/conftest.py, ONCE_ONLY.
 compat: $(STAMP) system-deps
 	@test -n "$(TOX_PYTHONS)" || { echo "make compat: no Python 3.12/3.13 under $(PYENV_ROOT)/versions (Django 6 needs them)"; exit 1; }
-	HTASK_COMPAT=1 $(BIN)/tox -e py312-django60 --discover $(TOX_PYTHONS) -- -m "not postgres and not mariadb"
+	HTASK_COMPAT=1 $(BIN)/tox -e py312-django60 --discover $(TOX_PYTHONS) -- -m "not postgres and not mariadb" $(XDIST)
 	HTASK_COMPAT=1 $(BIN)/python -m tests.pgcluster -- $(BIN)/tox -e py313-django61 --discover $(TOX_PYTHONS)
 
 test: lint typecheck migrations docs pytest compat

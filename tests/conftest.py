@@ -119,6 +119,19 @@ def _left_out(config: pytest.Config, item: pytest.Item) -> bool:
     return not uses_test_database(item)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Captured output that UTF-8 cannot encode (a test that logs a lone surrogate on
+    purpose) is kept escaped: pytest-xdist sends each report to the controller as UTF-8
+    and would otherwise lose the worker."""
+    report = yield
+    report.sections = [
+        (title, text.encode("utf-8", "backslashreplace").decode("utf-8"))
+        for title, text in report.sections
+    ]
+    return report
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run each test in as few passes as gives all it can tell (``make test``):
 

@@ -52,7 +52,7 @@ from django_htask.querysets import CLAIMABLE_SQL, PLAIN_TASK_SQL, claimable_para
 from django_htask.queues import QueueFilter
 from django_htask.retry import RetryPolicy
 
-from . import base, rules
+from . import base, rules, values
 from .base import (
     INTERFACE,
     Gated,
@@ -448,7 +448,7 @@ class DatabaseStore(Store):
             check_fence(node_id, cursor.fetchone())
 
     # -- nodes -----------------------------------------------------------------------
-    def _register(self, r: base.Registration) -> None:
+    def _register(self, r: values.Registration) -> None:
         node_id, hostname, pid, version, now, queues = r
         Node.objects.using(self.using).update_or_create(
             id=node_id,
@@ -478,7 +478,7 @@ class DatabaseStore(Store):
     def stop_node(self, node_id: str, now: datetime) -> None:
         Node.objects.using(self.using).not_stopped().filter(id=node_id).update(stopped_at=now)
 
-    def _abandon(self, d: base.Departure) -> None:
+    def _abandon(self, d: values.Departure) -> None:
         node_id, now, abandoned, dead_at, heartbeat_at = d
         tasks = Task.objects.using(self.using)
         with self._fenced(node_id):
@@ -672,7 +672,7 @@ class DatabaseStore(Store):
         )
         return sorted(set(nodes))
 
-    def _claim_occurrence(self, o: base.Occurrence) -> list[int] | None:
+    def _claim_occurrence(self, o: values.Occurrence) -> list[int] | None:
         node_id, row, next_run_at, now, runs = o
         with self._fenced(node_id):
             claimed = (
@@ -687,7 +687,7 @@ class DatabaseStore(Store):
             )
         return [r.pk for r in created]
 
-    def _mark_broken(self, b: base.Breakage) -> bool:
+    def _mark_broken(self, b: values.Breakage) -> bool:
         node_id, schedule_id, version, reason, run = b
         with self._fenced(node_id):
             rows = Schedule.objects.using(self.using).filter(id=schedule_id)
@@ -751,7 +751,7 @@ class DatabaseStore(Store):
         )["m"]
         return due, first
 
-    def _start_tasks(self, c: base.Claim) -> list[StartedTask]:
+    def _start_tasks(self, c: values.Claim) -> list[StartedTask]:
         probe = self._gated_probe(c.now, c.serving) if c.limit > 0 else None
         fenced = self._fenced(c.node_id, claim=True, probe=probe)
         with fenced:
@@ -851,7 +851,7 @@ class DatabaseStore(Store):
                 break
         return picked
 
-    def _start_gated(self, c: base.Claim, gated_due: bool | None) -> list[StartedTask]:
+    def _start_gated(self, c: values.Claim, gated_due: bool | None) -> list[StartedTask]:
         """Claim and start the due tasks with a lock or a limit that may start now, in
         the caller's transaction: chosen, then (where several nodes claim at once) their
         locks and functions locked in one order and the holders counted again, so that
@@ -874,7 +874,7 @@ class DatabaseStore(Store):
         return [dataclasses.replace(task, gated=True) for task in started]
 
     def _mark_started(
-        self, c: base.Claim, ids: list[int], claimable: QuerySet[Task]
+        self, c: values.Claim, ids: list[int], claimable: QuerySet[Task]
     ) -> list[StartedTask]:
         """Start the tasks ``ids`` still ``claimable`` as claim ``c``'s (in the caller's
         transaction), and return them."""
@@ -895,7 +895,7 @@ class DatabaseStore(Store):
 
     def _start_returning(
         self,
-        c: base.Claim,
+        c: values.Claim,
         lock: str = "",
         adapt: Callable[[Any], Any] = lambda v: v,
         indexed_by: str = "",
@@ -931,7 +931,7 @@ class DatabaseStore(Store):
     #: claims made at once take disjoint tasks without waiting.
     _skip_locked = False
 
-    def _start_in(self, c: base.Claim) -> list[StartedTask]:
+    def _start_in(self, c: values.Claim) -> list[StartedTask]:
         """Claim and start due tasks without a lock or a limit, in the caller's
         transaction."""
         now, limit, serving = c.now, c.limit, c.serving
@@ -979,7 +979,7 @@ class DatabaseStore(Store):
         schedules left to write afterwards, each in a transaction of its own
         (:meth:`_record_late`)."""
         self._record_runs(node_id, outcomes)
-        for schedule_id, (status, when) in base.last_statuses(outcomes).items():
+        for schedule_id, (status, when) in values.last_statuses(outcomes).items():
             Schedule.objects.using(self.using).filter(id=schedule_id).update(
                 last_status=status, last_run_at=when
             )

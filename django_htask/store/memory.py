@@ -41,7 +41,7 @@ from django_htask.querysets import (
 from django_htask.queues import DEFAULT_QUEUE, QueueFilter
 from django_htask.retry import RetryPolicy
 
-from . import base, rules
+from . import base, rules, values
 from .base import (
     DEFAULT_RETRY,
     Gated,
@@ -369,7 +369,7 @@ class InMemoryStore(Store):
             listener.callbacks[0](payload)
 
     # -- the store -------------------------------------------------------------------
-    def _listen(self, to: base.ListenTo) -> _Listener:
+    def _listen(self, to: values.ListenTo) -> _Listener:
         on_notify, on_reconnect = to.on_notify, to.on_reconnect
         listener = _Listener(self, (on_notify, on_reconnect))
         self._listeners.add(listener)
@@ -405,7 +405,7 @@ class InMemoryStore(Store):
         return run_id
 
     # -- nodes -----------------------------------------------------------------------
-    def _register(self, r: base.Registration) -> None:
+    def _register(self, r: values.Registration) -> None:
         node_id, hostname, pid, version, now, queues = r
         with self._lock:
             self.nodes[node_id] = NodeRecord(node_id, hostname, pid, version, now, now, str(queues))
@@ -434,7 +434,7 @@ class InMemoryStore(Store):
                 node.stopped_at = now
         self._notify("node")
 
-    def _abandon(self, d: base.Departure) -> None:
+    def _abandon(self, d: values.Departure) -> None:
         node_id, now, abandoned, dead_at, heartbeat_at = d
         with self._lock:
             node = self._fence(node_id)
@@ -610,7 +610,7 @@ class InMemoryStore(Store):
                 }
             )
 
-    def _claim_occurrence(self, o: base.Occurrence) -> list[int] | None:
+    def _claim_occurrence(self, o: values.Occurrence) -> list[int] | None:
         node_id, row, next_run_at, now, runs = o
         with self._lock:
             self._fence(node_id)
@@ -627,7 +627,7 @@ class InMemoryStore(Store):
             s.version = next(self._versions)
             return [self._run(o, schedule_id=row.id) for o in runs]
 
-    def _mark_broken(self, b: base.Breakage) -> bool:
+    def _mark_broken(self, b: values.Breakage) -> bool:
         node_id, schedule_id, version, reason, run = b
         with self._lock:
             self._fence(node_id)
@@ -694,7 +694,7 @@ class InMemoryStore(Store):
         gated = [Gated(t.id, t.lock, t.function, t.max_running) for t in due if t.gated]
         return [g.id for g in pick_gated(gated, held, running, limit)]
 
-    def _start_tasks(self, c: base.Claim) -> list[StartedTask]:
+    def _start_tasks(self, c: values.Claim) -> list[StartedTask]:
         node_id, now, limit, lease_until, finished, serving = c
         with self._lock:
             self._fence(node_id)
@@ -762,7 +762,7 @@ class InMemoryStore(Store):
                 if run is not None and run.status == RunStatus.RUNNING:
                     run.status, run.finished_at, run.duration = o.status, o.finished_at, o.duration
                     run.error, run.traceback = o.error, o.traceback
-        for schedule_id, (status, when) in base.last_statuses(outcomes).items():
+        for schedule_id, (status, when) in values.last_statuses(outcomes).items():
             s = self.schedules.get(schedule_id)
             if s is not None and (s.last_run_at is None or s.last_run_at <= when):
                 s.last_status, s.last_run_at = status, when

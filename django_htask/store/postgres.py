@@ -67,8 +67,8 @@ from django_htask.engine.clock import from_us
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.querysets import LIVE_NODE_SQL
 
-from . import base
-from .base import _RUN_COLUMNS, RunOutcome, ScheduleRef, ScheduleRow, StartedTask
+from . import values
+from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask
 from .database import (
     _ROW_FIELDS,
     DatabaseStore,
@@ -81,6 +81,7 @@ from .database import (
 from .listen import CHANNEL, Listener, connection_params
 from .reaping import SharedReaper
 from .statuses import LateStatuses
+from .values import _RUN_COLUMNS
 
 __all__ = ["CHANNEL", "PostgresStore", "install"]
 
@@ -360,7 +361,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
     def install(self) -> None:
         install(self.connection)
 
-    def _listen(self, to: base.ListenTo) -> Listener:
+    def _listen(self, to: values.ListenTo) -> Listener:
         """A started :class:`~django_htask.store.listen.Listener` on the channel the
         triggers notify, with a connection of its own."""
         on_notify, on_reconnect, retry, retry_max, name = to
@@ -516,7 +517,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
             )
             return [node for (node,) in cursor.fetchall()]
 
-    def _claim_occurrence(self, o: base.Occurrence) -> list[int] | None:
+    def _claim_occurrence(self, o: values.Occurrence) -> list[int] | None:
         """The compare-and-set and the run rows in one statement: the runs are inserted
         only if the schedule's update took its row."""
         node_id, row, next_run_at, now, runs = o
@@ -544,7 +545,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         return ids or None
 
     # -- one-off tasks ---------------------------------------------------------------
-    def _start_in(self, c: base.Claim) -> list[StartedTask]:
+    def _start_in(self, c: values.Claim) -> list[StartedTask]:
         """As the generic one, in one statement; rows another node is claiming are
         skipped (``FOR UPDATE SKIP LOCKED``), so nodes starting at once never wait."""
         return self._start_returning(c, lock=" FOR UPDATE SKIP LOCKED")
@@ -560,7 +561,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         for i in range(0, len(finished), _FINISH_CHUNK):
             self._finish_tasks(node_id, finished[i : i + _FINISH_CHUNK])
         self._record_runs(node_id, others)
-        statuses = base.last_statuses(outcomes)
+        statuses = values.last_statuses(outcomes)
         busy = self._set_statuses(statuses, wait=False)
         return {schedule_id: statuses[schedule_id] for schedule_id in busy}
 

@@ -33,7 +33,7 @@ from django.db.models import Q
 from django_htask.enums import RunStatus, TaskStatus
 from django_htask.retry import RetryPolicy
 
-from .base import Abandoned, RetryColumns, RunOutcome
+from .values import Abandoned, RetryColumns, RunOutcome
 
 __all__ = [
     "BROKEN_MAX",

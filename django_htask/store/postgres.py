@@ -45,13 +45,13 @@ Fencing
     so the two are ordered: a node declared dead can write nothing more.
 
 :func:`install` (run after every ``migrate`` and when a node starts) creates the
-functions and triggers; it is idempotent. PostgreSQL 13 or later.
+functions and triggers (their text: :mod:`~django_htask.store.pg_triggers`); it is
+idempotent. PostgreSQL 13 or later.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import logging
 import sys
@@ -79,6 +79,7 @@ from .database import (
     schedule_row,
 )
 from .listen import CHANNEL, Listener, connection_params
+from .pg_triggers import FINGERPRINT, PER_XACT, QUIET, STATEMENTS, current
 from .reaping import SharedReaper
 from .statuses import LateStatuses
 from .values import _RUN_COLUMNS
@@ -87,8 +88,6 @@ __all__ = ["CHANNEL", "PostgresStore", "install"]
 
 logger = logging.getLogger(__name__)
 
-#: Transaction-local setting that silences the NOTIFY triggers for node bookkeeping.
-QUIET = "django_htask.quiet"
 #: The planner settings of a claim's transaction: no sort, so a claim walks the claim
 #: index in its order and stops at the rows it takes, whatever the table's statistics
 #: say. Left to them, a backlog queued since the last ANALYZE (statistics taken when
@@ -96,10 +95,6 @@ QUIET = "django_htask.quiet"
 #: planner reads every pending task and sorts them to take a few: each claim then
 #: costs more the longer the backlog (see tests/integration/test_claim_plan.py).
 CLAIM_PLANNER = (("enable_sort", "off"),)
-#: Transaction-local count of the schedule rows written, so versions grow inside one
-#: transaction too: version = transaction id * PER_XACT + the row's rank (capped).
-SEQ = "django_htask.seq"
-PER_XACT = 1 << 16
 #: ``pg_try_advisory_xact_lock`` key taken by the reaper ("htask" in ASCII).
 REAPER_LOCK = 0x6874_6173_6B00
 
@@ -189,76 +184,6 @@ _NEXT_RUN_US = (
 _LOAD_CHUNK = 10_000
 
 
-def _statements() -> tuple[str, ...]:
-    notify_triggers = []
-    for table, payload, events in (
-        (SCHEDULE, "schedule", "INSERT OR UPDATE OR DELETE"),
-        (TASK, "task", "INSERT OR UPDATE OR DELETE"),
-        # not every heartbeat: only a node joining, stopping or declared dead
-        (NODE, "node", "INSERT OR UPDATE OF stopped_at OR DELETE"),
-    ):
-        notify_triggers += [
-            f"DROP TRIGGER IF EXISTS {table}_notify ON {table}",
-            f"CREATE TRIGGER {table}_notify AFTER {events} ON {table} "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION django_htask_notify('{payload}')",
-        ]
-    return (
-        f"""
-        CREATE OR REPLACE FUNCTION django_htask_version() RETURNS trigger
-        LANGUAGE plpgsql AS $$
-        DECLARE
-            seq bigint;
-        BEGIN
-            IF TG_OP = 'INSERT' OR NEW.version IS NOT DISTINCT FROM OLD.version THEN
-                seq := coalesce(nullif(current_setting('{SEQ}', true), ''), '0')::bigint + 1;
-                PERFORM set_config('{SEQ}', seq::text, true);
-                NEW.version := pg_current_xact_id()::text::bigint * {PER_XACT}
-                    + least(seq, {PER_XACT - 1});
-            END IF;
-            RETURN NEW;
-        END $$
-        """,
-        f"""
-        CREATE OR REPLACE FUNCTION django_htask_notify() RETURNS trigger
-        LANGUAGE plpgsql AS $$
-        BEGIN
-            IF coalesce(current_setting('{QUIET}', true), '') <> 'on' THEN
-                PERFORM pg_notify('{CHANNEL}', TG_ARGV[0]);
-            END IF;
-            RETURN NULL;
-        END $$
-        """,
-        f"DROP TRIGGER IF EXISTS {SCHEDULE}_version ON {SCHEDULE}",
-        f"CREATE TRIGGER {SCHEDULE}_version BEFORE INSERT OR UPDATE ON {SCHEDULE} "
-        "FOR EACH ROW EXECUTE FUNCTION django_htask_version()",
-        *notify_triggers,
-    )
-
-
-STATEMENTS = _statements()
-#: Names the triggers :data:`STATEMENTS` create and their text: stored as the comment of
-#: ``django_htask_notify()``, so a node starting finds them current without a lock.
-TRIGGERS = (
-    f"{NODE}_notify",
-    f"{SCHEDULE}_notify",
-    f"{SCHEDULE}_version",
-    f"{TASK}_notify",
-)
-FINGERPRINT = "django_htask triggers " + hashlib.sha256("\n".join(STATEMENTS).encode()).hexdigest()
-
-
-def _current(cursor: CursorWrapper) -> bool:
-    """Whether the triggers are in place and are the ones this code creates (reads
-    only the catalogue: takes no lock on the tables)."""
-    cursor.execute(
-        "SELECT obj_description(to_regprocedure('django_htask_notify()'), 'pg_proc'),"
-        " (SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal AND tgname = ANY(%s))",
-        [list(TRIGGERS)],
-    )
-    row = cursor.fetchone()
-    return row is not None and row[0] == FINGERPRINT and row[1] == len(TRIGGERS)
-
-
 def install(connection: BaseDatabaseWrapper) -> None:
     """Create (or replace) the version and notify triggers when they are missing or
     outdated, in one transaction.
@@ -267,12 +192,12 @@ def install(connection: BaseDatabaseWrapper) -> None:
     EXCLUSIVE lock), so nodes already claiming would wait or deadlock: a node starting
     next to running ones finds the triggers current and changes nothing."""
     with connection.cursor() as cursor:
-        if _current(cursor):
+        if current(cursor):
             return
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         # several nodes may start at once: one installs, the others find it done
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK + 1])
-        if _current(cursor):
+        if current(cursor):
             return
         for statement in STATEMENTS:
             cursor.execute(statement)

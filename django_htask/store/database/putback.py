@@ -13,6 +13,7 @@ from django.db.models.functions import Concat
 
 from django_htask.keys import superseded_reason
 from django_htask.models import KEY_INDEX, Task, TaskStatus
+from django_htask.store import rules
 
 from .core import _CHUNK
 
@@ -28,24 +29,15 @@ def supersede(using: str, task_ids: list[int], status: str, now: datetime) -> in
     prefix, suffix = superseded_reason("\0").split("\0")
     tasks = Task.objects.using(using)
     holder = tasks.filter(key=OuterRef("key"), status=TaskStatus.PENDING)
+    holder_reason = Concat(  # superseded_reason(token), the holder's token read in SQL
+        Value(prefix), Subquery(holder.values("token")[:1]), Value(suffix), output_field=TextField()
+    )
     count = 0
     for i in range(0, len(task_ids), _CHUNK):
         count += (
             tasks.filter(id__in=task_ids[i : i + _CHUNK], status=status, key__isnull=False)
             .filter(Exists(holder))
-            .update(
-                status=TaskStatus.CANCELLED,
-                finished_at=now,
-                locked_by=None,
-                lease_expires_at=None,
-                traceback="",
-                last_error=Concat(
-                    Value(prefix),
-                    Subquery(holder.values("token")[:1]),
-                    Value(suffix),
-                    output_field=TextField(),
-                ),
-            )
+            .update(**rules.superseded_task(now, holder_reason))
         )
     return count
 

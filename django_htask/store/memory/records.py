@@ -19,6 +19,7 @@ from django_htask.exceptions import NodeFenced
 from django_htask.keys import superseded_reason
 from django_htask.querysets import node_is_live
 from django_htask.queues import DEFAULT_QUEUE
+from django_htask.store import rules
 from django_htask.store.base import DEFAULT_RETRY, RetryColumns, RunOutcome
 
 
@@ -166,9 +167,7 @@ class MemoryTables:
         held = self._pending_with(task.key)
         if held is None or held is task:
             return False
-        task.status, task.finished_at = TaskStatus.CANCELLED, now
-        task.locked_by = task.lease_expires_at = None
-        task.last_error, task.traceback = superseded_reason(held.token), ""
+        _set(task, rules.superseded_task(now, superseded_reason(held.token)))
         return True
 
     def _write(self, task: TaskRecord, changes: dict[str, Any], now: datetime) -> None:

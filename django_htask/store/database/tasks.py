@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F, Min, Q, QuerySet
+from django.db.models import F, Min, QuerySet
 
 from django_htask.models import (
     GATED_PREDICATE,
@@ -23,7 +23,13 @@ from django_htask.models import (
     TaskStatus,
     prune_runs,
 )
-from django_htask.querysets import CLAIMABLE_SQL, PLAIN_TASK_SQL, claimable_params
+from django_htask.querysets import (
+    CLAIMABLE_SQL,
+    PLAIN_TASK_SQL,
+    claimable_params,
+    served_task,
+    served_task_sql,
+)
 from django_htask.store import base, values
 from django_htask.store.base import Gated, RunOutcome, StartedTask, pick_gated
 
@@ -46,36 +52,9 @@ _STARTED_FIELDS = (
 _GATED_PAGE = 100
 
 
-def _served(serving: base.Serving) -> Q:
-    """The tasks ``serving`` covers, as a filter."""
-    q = Q()
-    if serving.backend is not None:
-        q &= Q(backend=serving.backend)
-    queues = serving.queues
-    if queues.only is not None:
-        q &= Q(queue_name__in=sorted(queues.only))
-    if queues.exclude:
-        q &= ~Q(queue_name__in=sorted(queues.exclude))
-    return q
-
-
 def served_sql(serving: base.Serving) -> tuple[str, list[Any]]:
-    """The same as :func:`_served`, as an SQL condition (``""`` for every task) and its
-    parameters, for the stores' raw claims."""
-    parts: list[str] = []
-    params: list[Any] = []
-    if serving.backend is not None:
-        parts.append("backend = %s")
-        params.append(serving.backend)
-    for column_in, names in (("IN", serving.queues.only), ("NOT IN", serving.queues.exclude)):
-        if names is None or (column_in == "NOT IN" and not names):
-            continue
-        if not names:
-            parts.append("1 = 0")
-            continue
-        parts.append(f"queue_name {column_in} ({', '.join(['%s'] * len(names))})")
-        params += sorted(names)
-    return "".join(f" AND {p}" for p in parts), params
+    """The tasks ``serving`` covers, as SQL (:func:`~django_htask.querysets.served_task_sql`)."""
+    return served_task_sql(serving.queues, serving.backend)
 
 
 def gate_key(key: str) -> int:
@@ -93,7 +72,7 @@ class TaskRows(OrmStore):
     def task_outlook(
         self, now: datetime, serving: base.Serving = base.SERVE_ALL
     ) -> tuple[bool, datetime | None]:
-        tasks = Task.objects.using(self.using).filter(_served(serving))
+        tasks = Task.objects.using(self.using).filter(served_task(serving.queues, serving.backend))
         due = tasks.claimable(now).plain().exists()
         if not due:
             with self.connection.cursor() as cursor:
@@ -288,7 +267,8 @@ class TaskRows(OrmStore):
         transaction."""
         now, limit, serving = c.now, c.limit, c.serving
         tasks = Task.objects.using(self.using)
-        claimable = tasks.claimable(now).plain().filter(_served(serving))
+        served = served_task(serving.queues, serving.backend)
+        claimable = tasks.claimable(now).plain().filter(served)
         candidates = claimable
         if self._skip_locked:
             candidates = candidates.select_for_update(skip_locked=True)

@@ -25,7 +25,7 @@ from typing import Any
 
 from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import StoreUnavailable
-from django_htask.querysets import task_is_claimable
+from django_htask.querysets import task_is_claimable, task_is_served
 from django_htask.store import base, rules, values
 from django_htask.store.base import (
     Gated,
@@ -205,9 +205,7 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
     # -- one-off tasks ---------------------------------------------------------------
     @staticmethod
     def _served(task: TaskRecord, serving: base.Serving) -> bool:
-        if serving.backend is not None and task.backend != serving.backend:
-            return False
-        return serving.queues.serves(task.queue_name)
+        return task_is_served(task.queue_name, task.backend, serving.queues, serving.backend)
 
     @staticmethod
     def _claimable(task: TaskRecord, now: datetime) -> bool:

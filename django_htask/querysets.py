@@ -1,6 +1,6 @@
 """The rules over rows, each written once: what a live node is, what a due and a
-claimable task are, which runs the last hour holds and how they ended, and the work
-each node holds.
+claimable task are, which tasks a node serves, which runs the last hour holds and how
+they ended, and the work each node holds.
 
 Each rule is here in every form its callers need, side by side: a QuerySet verb (the
 models' managers, ``Node.objects.live(dead_before)``), the same condition as an SQL
@@ -21,6 +21,7 @@ from django.db import models
 from django.db.models import Count, IntegerField, OuterRef, Q, Subquery
 
 from .enums import RunStatus, TaskStatus
+from .queues import QueueFilter
 
 M = TypeVar("M", bound=models.Model)
 
@@ -37,9 +38,12 @@ __all__ = [
     "live_node",
     "node_is_live",
     "node_is_silent",
+    "served_task",
+    "served_task_sql",
     "task_is_claimable",
     "task_is_due",
     "task_is_lost",
+    "task_is_served",
 ]
 
 # -- a live node -------------------------------------------------------------------------
@@ -159,6 +163,49 @@ def task_is_lost(
     """A task its node lost (what the reaper hands back when it is running or leased):
     its lease expired, or it is not held by one of the ``live`` nodes."""
     return (lease_expires_at is not None and lease_expires_at < now) or locked_by not in live
+
+
+# -- a task a node serves ----------------------------------------------------------------
+def served_task(queues: QueueFilter, backend: str | None = None) -> Q:
+    """The tasks a node serving ``queues`` runs (with a ``backend`` alias: only the
+    django.tasks tasks enqueued through it), as a filter."""
+    q = Q()
+    if backend is not None:
+        q &= Q(backend=backend)
+    if queues.only is not None:
+        q &= Q(queue_name__in=sorted(queues.only))
+    if queues.exclude:
+        q &= ~Q(queue_name__in=sorted(queues.exclude))
+    return q
+
+
+def served_task_sql(queues: QueueFilter, backend: str | None = None) -> tuple[str, list[Any]]:
+    """:func:`served_task` as SQL over the task table, to append to a condition
+    (``" AND …"``; ``""`` for every task), and its parameters."""
+    parts: list[str] = []
+    params: list[Any] = []
+    if backend is not None:
+        parts.append("backend = %s")
+        params.append(backend)
+    for column_in, names in (("IN", queues.only), ("NOT IN", queues.exclude)):
+        if names is None or (column_in == "NOT IN" and not names):
+            continue
+        if not names:
+            parts.append("1 = 0")
+            continue
+        parts.append(f"queue_name {column_in} ({', '.join(['%s'] * len(names))})")
+        params += sorted(names)
+    return "".join(f" AND {p}" for p in parts), params
+
+
+def task_is_served(
+    queue_name: str, task_backend: str | None, queues: QueueFilter, backend: str | None = None
+) -> bool:
+    """A task (of ``queue_name``, enqueued through ``task_backend``) a node serving
+    ``queues`` (and ``backend``, if given) runs."""
+    if backend is not None and task_backend != backend:
+        return False
+    return queues.serves(queue_name)
 
 
 class TaskQuerySet(models.QuerySet[M]):

@@ -19,7 +19,7 @@ __all__ = [  # noqa: PLE0604
 ]
 
 #: What a node's threads do with Django's connections (a node's default,
-#: :class:`~django_htask.store.base.ThreadConnections`): those a task's call left
+#: :class:`~django_htask.store.values.ThreadConnections`): those a task's call left
 #: unusable or too old are dropped before and after it, as around a request; a thread
 #: closes all of its own as it ends.
 DJANGO_CONNECTIONS = base.ThreadConnections(

@@ -82,7 +82,7 @@ from django_htask.models import (
     Task,
 )
 
-from . import base
+from . import values
 from .base import RunOutcome
 from .database import DatabaseStore, check_fence, gate_key
 from .reaping import SharedReaper
@@ -324,7 +324,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         other transaction holds the row (the others are returned, for
         :meth:`_record_late`): see :mod:`~django_htask.store.statuses`."""
         self._record_runs(node_id, outcomes)
-        statuses = base.last_statuses(outcomes)
+        statuses = values.last_statuses(outcomes)
         busy = self._set_statuses(statuses, wait=False)
         return {schedule_id: statuses[schedule_id] for schedule_id in busy}
 

@@ -45,13 +45,13 @@ Fencing
     so the two are ordered: a node declared dead can write nothing more.
 
 :func:`install` (run after every ``migrate`` and when a node starts) creates the
-functions and triggers; it is idempotent. PostgreSQL 13 or later.
+functions and triggers (their text: :mod:`~django_htask.store.pg_triggers`); it is
+idempotent. PostgreSQL 13 or later.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import logging
 import sys
@@ -67,8 +67,8 @@ from django_htask.engine.clock import from_us
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.querysets import LIVE_NODE_SQL
 
-from . import base
-from .base import _RUN_COLUMNS, RunOutcome, ScheduleRef, ScheduleRow, StartedTask
+from . import values
+from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask
 from .database import (
     _ROW_FIELDS,
     DatabaseStore,
@@ -79,15 +79,15 @@ from .database import (
     schedule_row,
 )
 from .listen import CHANNEL, Listener, connection_params
+from .pg_triggers import FINGERPRINT, PER_XACT, QUIET, STATEMENTS, current
 from .reaping import SharedReaper
 from .statuses import LateStatuses
+from .values import _RUN_COLUMNS
 
 __all__ = ["CHANNEL", "PostgresStore", "install"]
 
 logger = logging.getLogger(__name__)
 
-#: Transaction-local setting that silences the NOTIFY triggers for node bookkeeping.
-QUIET = "django_htask.quiet"
 #: The planner settings of a claim's transaction: no sort, so a claim walks the claim
 #: index in its order and stops at the rows it takes, whatever the table's statistics
 #: say. Left to them, a backlog queued since the last ANALYZE (statistics taken when
@@ -95,10 +95,6 @@ QUIET = "django_htask.quiet"
 #: planner reads every pending task and sorts them to take a few: each claim then
 #: costs more the longer the backlog (see tests/integration/test_claim_plan.py).
 CLAIM_PLANNER = (("enable_sort", "off"),)
-#: Transaction-local count of the schedule rows written, so versions grow inside one
-#: transaction too: version = transaction id * PER_XACT + the row's rank (capped).
-SEQ = "django_htask.seq"
-PER_XACT = 1 << 16
 #: ``pg_try_advisory_xact_lock`` key taken by the reaper ("htask" in ASCII).
 REAPER_LOCK = 0x6874_6173_6B00
 
@@ -188,76 +184,6 @@ _NEXT_RUN_US = (
 _LOAD_CHUNK = 10_000
 
 
-def _statements() -> tuple[str, ...]:
-    notify_triggers = []
-    for table, payload, events in (
-        (SCHEDULE, "schedule", "INSERT OR UPDATE OR DELETE"),
-        (TASK, "task", "INSERT OR UPDATE OR DELETE"),
-        # not every heartbeat: only a node joining, stopping or declared dead
-        (NODE, "node", "INSERT OR UPDATE OF stopped_at OR DELETE"),
-    ):
-        notify_triggers += [
-            f"DROP TRIGGER IF EXISTS {table}_notify ON {table}",
-            f"CREATE TRIGGER {table}_notify AFTER {events} ON {table} "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION django_htask_notify('{payload}')",
-        ]
-    return (
-        f"""
-        CREATE OR REPLACE FUNCTION django_htask_version() RETURNS trigger
-        LANGUAGE plpgsql AS $$
-        DECLARE
-            seq bigint;
-        BEGIN
-            IF TG_OP = 'INSERT' OR NEW.version IS NOT DISTINCT FROM OLD.version THEN
-                seq := coalesce(nullif(current_setting('{SEQ}', true), ''), '0')::bigint + 1;
-                PERFORM set_config('{SEQ}', seq::text, true);
-                NEW.version := pg_current_xact_id()::text::bigint * {PER_XACT}
-                    + least(seq, {PER_XACT - 1});
-            END IF;
-            RETURN NEW;
-        END $$
-        """,
-        f"""
-        CREATE OR REPLACE FUNCTION django_htask_notify() RETURNS trigger
-        LANGUAGE plpgsql AS $$
-        BEGIN
-            IF coalesce(current_setting('{QUIET}', true), '') <> 'on' THEN
-                PERFORM pg_notify('{CHANNEL}', TG_ARGV[0]);
-            END IF;
-            RETURN NULL;
-        END $$
-        """,
-        f"DROP TRIGGER IF EXISTS {SCHEDULE}_version ON {SCHEDULE}",
-        f"CREATE TRIGGER {SCHEDULE}_version BEFORE INSERT OR UPDATE ON {SCHEDULE} "
-        "FOR EACH ROW EXECUTE FUNCTION django_htask_version()",
-        *notify_triggers,
-    )
-
-
-STATEMENTS = _statements()
-#: Names the triggers :data:`STATEMENTS` create and their text: stored as the comment of
-#: ``django_htask_notify()``, so a node starting finds them current without a lock.
-TRIGGERS = (
-    f"{NODE}_notify",
-    f"{SCHEDULE}_notify",
-    f"{SCHEDULE}_version",
-    f"{TASK}_notify",
-)
-FINGERPRINT = "django_htask triggers " + hashlib.sha256("\n".join(STATEMENTS).encode()).hexdigest()
-
-
-def _current(cursor: CursorWrapper) -> bool:
-    """Whether the triggers are in place and are the ones this code creates (reads
-    only the catalogue: takes no lock on the tables)."""
-    cursor.execute(
-        "SELECT obj_description(to_regprocedure('django_htask_notify()'), 'pg_proc'),"
-        " (SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal AND tgname = ANY(%s))",
-        [list(TRIGGERS)],
-    )
-    row = cursor.fetchone()
-    return row is not None and row[0] == FINGERPRINT and row[1] == len(TRIGGERS)
-
-
 def install(connection: BaseDatabaseWrapper) -> None:
     """Create (or replace) the version and notify triggers when they are missing or
     outdated, in one transaction.
@@ -266,12 +192,12 @@ def install(connection: BaseDatabaseWrapper) -> None:
     EXCLUSIVE lock), so nodes already claiming would wait or deadlock: a node starting
     next to running ones finds the triggers current and changes nothing."""
     with connection.cursor() as cursor:
-        if _current(cursor):
+        if current(cursor):
             return
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         # several nodes may start at once: one installs, the others find it done
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK + 1])
-        if _current(cursor):
+        if current(cursor):
             return
         for statement in STATEMENTS:
             cursor.execute(statement)
@@ -360,7 +286,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
     def install(self) -> None:
         install(self.connection)
 
-    def _listen(self, to: base.ListenTo) -> Listener:
+    def _listen(self, to: values.ListenTo) -> Listener:
         """A started :class:`~django_htask.store.listen.Listener` on the channel the
         triggers notify, with a connection of its own."""
         on_notify, on_reconnect, retry, retry_max, name = to
@@ -516,7 +442,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
             )
             return [node for (node,) in cursor.fetchall()]
 
-    def _claim_occurrence(self, o: base.Occurrence) -> list[int] | None:
+    def _claim_occurrence(self, o: values.Occurrence) -> list[int] | None:
         """The compare-and-set and the run rows in one statement: the runs are inserted
         only if the schedule's update took its row."""
         node_id, row, next_run_at, now, runs = o
@@ -544,7 +470,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         return ids or None
 
     # -- one-off tasks ---------------------------------------------------------------
-    def _start_in(self, c: base.Claim) -> list[StartedTask]:
+    def _start_in(self, c: values.Claim) -> list[StartedTask]:
         """As the generic one, in one statement; rows another node is claiming are
         skipped (``FOR UPDATE SKIP LOCKED``), so nodes starting at once never wait."""
         return self._start_returning(c, lock=" FOR UPDATE SKIP LOCKED")
@@ -560,7 +486,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         for i in range(0, len(finished), _FINISH_CHUNK):
             self._finish_tasks(node_id, finished[i : i + _FINISH_CHUNK])
         self._record_runs(node_id, others)
-        statuses = base.last_statuses(outcomes)
+        statuses = values.last_statuses(outcomes)
         busy = self._set_statuses(statuses, wait=False)
         return {schedule_id: statuses[schedule_id] for schedule_id in busy}
 

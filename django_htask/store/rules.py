@@ -17,6 +17,8 @@ record. Time is a parameter; nothing here reads a clock or a table.
   outlived ``SHUTDOWN_TIMEOUT`` (:meth:`~django_htask.store.base.Store.abandon`).
 - :func:`crashed_run`: the failed run row of a started attempt that ended so.
 - :func:`broken_reason`: the reason kept on a broken schedule.
+- :func:`superseded_task`: a task about to be put back to pending whose key a pending
+  task holds is cancelled instead (:mod:`django_htask.keys`).
 
 The counters of what a reaper did come from the ``rows_reaped`` signal and from
 :func:`reaped_runs` (the runs these texts mark), never from a log record.
@@ -33,7 +35,7 @@ from django.db.models import Q
 from django_htask.enums import RunStatus, TaskStatus
 from django_htask.retry import RetryPolicy
 
-from .base import Abandoned, RetryColumns, RunOutcome
+from .values import Abandoned, RetryColumns, RunOutcome
 
 __all__ = [
     "BROKEN_MAX",
@@ -48,6 +50,7 @@ __all__ = [
     "lost_task_error",
     "reaped_runs",
     "reaped_task",
+    "superseded_task",
 ]
 
 #: The error of a schedule run whose node died while it ran.
@@ -154,6 +157,21 @@ def abandoned_run(a: Abandoned, now: datetime) -> dict[str, Any]:
 def broken_reason(reason: str) -> str:
     """The reason kept on a broken schedule: at most :data:`BROKEN_MAX` characters."""
     return reason[:BROKEN_MAX]
+
+
+def superseded_task(now: datetime, error: Any) -> dict[str, Any]:
+    """The fields of a task about to be put back to pending (a retry, a reaped or
+    abandoned attempt, *send again*) whose key a pending task holds: cancelled at
+    ``now``, superseded by that task, no node holding it; ``error`` its last error, the
+    :func:`~django_htask.keys.superseded_reason` of the holder's token (the database
+    stores pass it as an SQL expression that reads the token)."""
+    return {
+        **UNLOCKED,
+        "status": TaskStatus.CANCELLED,
+        "finished_at": now,
+        "traceback": "",
+        "last_error": error,
+    }
 
 
 def _ends(template: str) -> tuple[str, str]:

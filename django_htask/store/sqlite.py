@@ -30,7 +30,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_htask.models import CLAIM_INDEX, GATED_INDEX, Task
 
-from . import base
+from . import values
 from .base import ScheduleRef, StartedTask
 from .database import DatabaseStore, RefReader
 
@@ -175,7 +175,7 @@ class SQLiteStore(DatabaseStore):
             refs = RefReader(_utc).loaded(cursor.fetchall())
         return refs, top
 
-    def _start_in(self, c: base.Claim) -> list[StartedTask]:
+    def _start_in(self, c: values.Claim) -> list[StartedTask]:
         """As the generic one, in one statement where SQLite has ``RETURNING`` (3.35).
 
         The candidates are read through the claim index, named: left to choose, SQLite

@@ -21,10 +21,14 @@ from django_htask.querysets import (
     claimable_params,
     node_is_live,
     node_is_silent,
+    served_task,
+    served_task_sql,
     task_is_claimable,
     task_is_due,
     task_is_lost,
+    task_is_served,
 )
+from django_htask.queues import ALL, NONE, QueueFilter
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -111,3 +115,24 @@ def test_a_claimable_task_is_one_rule_in_its_three_forms() -> None:
     assert set(Task.objects.lost(NOW, ["n1"]).values_list("id", flat=True)) == {
         t.pk for t in created if task_is_lost(t.locked_by, t.lease_expires_at, ["n1"], NOW)
     }
+
+
+def test_a_served_task_is_one_rule_in_its_three_forms() -> None:
+    payload = encode_call(ADD, (1,), {})
+    cases = list(itertools.product(("default", "mail", "slow"), ("", "b1", "b2")))
+    Task.objects.bulk_create(
+        Task(function=ADD, payload=payload, run_at=NOW, queue_name=queue, backend=backend)
+        for queue, backend in cases
+    )
+    created = list(Task.objects.values_list("id", "queue_name", "backend"))
+    assert len(created) == len(cases)
+    filters = [ALL, NONE, QueueFilter.of(["mail", "slow"]), QueueFilter.of(["*"], ["mail"])]
+    picked = set()
+    for queues, backend in itertools.product(filters, (None, "b1")):
+        by_values = {pk for pk, queue, on in created if task_is_served(queue, on, queues, backend)}
+        picked.add(len(by_values))
+        served = served_task(queues, backend)
+        assert set(Task.objects.filter(served).values_list("id", flat=True)) == by_values
+        sql, params = served_task_sql(queues, backend)
+        assert _ids(f"1 = 1{sql}", Task._meta.db_table, params) == by_values
+    assert {0, len(cases)} < picked  # none, all, and some in between

@@ -1,0 +1,85 @@
+"""What ran: :class:`Run`, and :func:`prune_runs`."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import models
+from django.db.models import Q
+
+from django_htask import clock
+from django_htask.db import scheduler_alias
+from django_htask.enums import RunStatus
+
+from .fields import _abort_requested_at
+from .managers import RunManager
+from .schedule import Schedule
+from .task import Task
+
+
+class Run(models.Model):
+    """One execution (or a missed or skipped occurrence) of a schedule or a task."""
+
+    objects = RunManager()
+
+    schedule = models.ForeignKey(
+        Schedule, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    task = models.ForeignKey(
+        Task, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    name = models.CharField(max_length=300, help_text="the schedule's name or the function")
+    function = models.CharField(max_length=300)
+    node = models.CharField(max_length=100, blank=True, default="")
+    attempt = models.PositiveSmallIntegerField(default=1)
+    scheduled_for = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, db_index=True)
+    error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    duration = models.FloatField(null=True, blank=True, help_text="seconds")
+    abort_requested_at = _abort_requested_at()
+
+    class Meta:
+        ordering = ("-started_at", "-id")
+        indexes = (
+            # The aborts a node looks for (a few rows at most): a small partial index,
+            # on a condition without parameters, which SQLite can use too.
+            models.Index(
+                fields=("node",),
+                condition=Q(abort_requested_at__isnull=False),
+                name="htask_run_abort",
+            ),
+            # A schedule's last runs (the admin's strip of marks): an index range each.
+            models.Index(fields=("schedule", "started_at"), name="htask_run_recent"),
+            # The runs of one outcome in a time range (the overview's failures).
+            models.Index(fields=("status", "started_at"), name="htask_run_outcome"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.status}"
+
+
+def prune_runs(days: int | None = None, *, using: str | None = None) -> int:
+    """Delete the finished runs older than ``days`` days (default: the
+    ``RUN_RETENTION_DAYS`` setting) in the database ``using`` (default: the
+    scheduler's); return how many. Runs still running are kept.
+
+    ``days=0`` deletes every finished run; with the setting at 0 (keep for ever) and no
+    ``days`` given, nothing is deleted. ``runscheduler`` calls it once an hour;
+    ``manage.py htask prune`` calls it on demand.
+    """
+    from django_htask.conf import get_settings  # noqa: PLC0415
+
+    if days is None:
+        days = get_settings().run_retention_days
+        if days == 0:
+            return 0
+    if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+        raise ValueError(f"days must be an int >= 0, got {days!r}")
+    cutoff = clock.now() - timedelta(days=days)
+    old = Run.objects.using(using or scheduler_alias()).filter(finished_at__lt=cutoff)
+    old = old.exclude(status=RunStatus.RUNNING)
+    deleted, _ = old.delete()
+    return deleted

@@ -1,0 +1,216 @@
+"""A one-off call: :class:`Task`, and the indexes a claim reads."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+
+from django_htask.enums import TaskStatus
+from django_htask.keys import KEY_MAX_LENGTH, LOCK_MAX_LENGTH
+
+from .fields import (
+    MAX_ATTEMPTS_MAX,
+    MAX_RUNNING_MAX,
+    MAX_RUNNING_RANGE,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    PRIORITY_RANGE,
+    RETRY_BACKOFF_MAX,
+    RETRY_BACKOFF_RANGE,
+    TIMEOUT_MAX,
+    TIMEOUT_MIN,
+    _abort_requested_at,
+    _constraint,
+    _max_attempts,
+    _queue_name,
+    _retry_constraints,
+    _retry_fields,
+    _timeout,
+    new_token,
+)
+from .managers import TaskManager
+
+logger = logging.getLogger(__name__)
+
+
+#: The index a claim of due tasks reads, in the claim's order.
+CLAIM_INDEX = "htask_task_claim"
+#: The partial unique index behind keys: one pending task per key, across queues; rows
+#: without a key are not in it. Its predicate, as SQL, is the conflict target's of
+#: ``INSERT … ON CONFLICT`` (store/inserts.py), which must match it word for word.
+KEY_INDEX = "htask_task_pending_key"
+KEY_PREDICATE = '"key" IS NOT NULL AND "status" = \'pending\''
+#: The pending tasks with a lock or a limit (docs/howto-exactly-one.md), which a claim
+#: starts only when their lock is free and their function below its limit; the partial
+#: index over them, and its predicate as SQL (a claim's query must imply it word for
+#: word for SQLite to read the index).
+GATED = Q(status="pending") & (Q(lock__isnull=False) | Q(max_running__isnull=False))
+GATED_INDEX = "htask_task_gated"
+GATED_PREDICATE = "status = 'pending' AND (lock IS NOT NULL OR max_running IS NOT NULL)"
+#: The tasks a node holds (``locked_by`` set).
+HOLDER_INDEX = "htask_task_holder"
+
+
+class Task(models.Model):
+    """A one-off call, scheduled for a time, cancellable by its public token."""
+
+    objects = TaskManager()
+
+    token = models.CharField(max_length=64, default=new_token, editable=False)
+    key = models.CharField(
+        max_length=KEY_MAX_LENGTH,
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="at most one pending task has this key (schedule(key=...)); empty: none",
+    )
+    lock = models.CharField(
+        max_length=LOCK_MAX_LENGTH,
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="tasks sharing a lock never run at the same time on any node "
+        "(schedule(lock=...), @task(lock=...)); empty: none",
+    )
+    max_running = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        validators=[MAX_RUNNING_RANGE],
+        help_text="at most this many tasks of its function run at once on all the nodes "
+        "(@task(max_running=...) when it was queued); empty: no limit",
+    )
+    function = models.CharField(max_length=300)
+    payload = models.BinaryField(default=b"", editable=False)
+    run_at = models.DateTimeField(db_index=True)
+    # Not indexed on its own: the indexes below begin with it (see Meta).
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    max_attempts = _max_attempts("runs in all, retries included (1 to 1000)")
+    retry_backoff = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[RETRY_BACKOFF_RANGE],
+        help_text="seconds before the first retry (to 86400); empty: RETRY_BACKOFF",
+    )
+    retry_kind, retry_backoff_max, retry_jitter, retry_on, give_up_on = _retry_fields()
+    queue_name = _queue_name("run it (runscheduler --queue)")
+    backend = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        db_default="",
+        editable=False,
+        help_text="the django.tasks backend alias it was enqueued through (runscheduler "
+        "--backend), empty for django-htask's own",
+    )
+    priority = models.SmallIntegerField(
+        default=0,
+        db_default=0,  # rows inserted by raw SQL or another language's producer
+        validators=[PRIORITY_RANGE],
+        help_text="among tasks due together, a higher priority starts first (-100 to 100)",
+    )
+    timeout = _timeout()
+    locked_by = models.CharField(max_length=100, blank=True, null=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    abort_requested_at = _abort_requested_at()
+    started_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="when its last attempt started"
+    )
+    last_error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    return_value = models.JSONField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="what a django.tasks task returned (JSON), once it succeeded",
+    )
+    result = models.BinaryField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="what the function returned (msgpack), once it succeeded; empty if None",
+    )
+
+    class Meta:
+        ordering = ("run_at", "id")
+        indexes = (
+            models.Index(fields=("status", "run_at"), name="htask_task_due"),
+            # The claim's order after its status: a claim reads the few rows it takes,
+            # not every pending one (a backlog of 100k tasks made each claim sort them
+            # all). Not a partial index: SQLite uses one only for a literal status.
+            models.Index(fields=("status", "-priority", "run_at", "id"), name=CLAIM_INDEX),
+            # The aborts a node looks for, as for runs.
+            models.Index(
+                fields=("locked_by",),
+                condition=Q(abort_requested_at__isnull=False),
+                name="htask_task_abort",
+            ),
+            # The pending tasks with a lock or a limit, in the claim's order: a claim
+            # looks for them here first, and finds none at once when there are none.
+            models.Index(fields=("-priority", "run_at", "id"), condition=GATED, name=GATED_INDEX),
+            # The tasks a node holds (its heartbeat renews their leases): partial, so
+            # that queuing a task, which no node holds yet, does not write it (on
+            # MySQL/MariaDB, which have no partial index, Django drops the condition).
+            models.Index(
+                fields=("locked_by",), condition=Q(locked_by__isnull=False), name=HOLDER_INDEX
+            ),
+        )
+        constraints = (
+            _constraint("task", "max_attempts", 1, MAX_ATTEMPTS_MAX),
+            _constraint("task", "retry_backoff", 0, RETRY_BACKOFF_MAX, null=True),
+            *_retry_constraints("task"),
+            _constraint("task", "priority", PRIORITY_MIN, PRIORITY_MAX),
+            _constraint("task", "timeout", TIMEOUT_MIN, TIMEOUT_MAX, null=True),
+            _constraint("task", "max_running", 1, MAX_RUNNING_MAX, null=True),
+            models.UniqueConstraint(
+                fields=("key",),
+                condition=Q(key__isnull=False, status="pending"),
+                name=KEY_INDEX,
+            ),
+            # A constraint rather than unique=True, which on PostgreSQL also builds a
+            # second index for LIKE (varchar_pattern_ops) that no query uses and every
+            # task queued would write.
+            models.UniqueConstraint(fields=("token",), name="htask_task_token"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.function} at {self.run_at:%Y-%m-%d %H:%M:%S} ({self.status})"
+
+    @property
+    def call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The stored ``(args, kwargs)``."""
+        from django_htask.engine import decode_call  # noqa: PLC0415
+
+        _name, args, kwargs = decode_call(bytes(self.payload))
+        return tuple(args), dict(kwargs)
+
+    def result_value(self) -> Any:
+        """What the function returned, once the task succeeded; None before, or if it
+        returned None. Decoded and converted to the function's return annotation; read
+        as decoded (logged, action ``result_as_decoded``) when the function is not
+        registered in this process or the value no longer fits its annotation. A
+        django.tasks task's value is its JSON ``return_value``. Raises
+        ``PayloadError`` if the stored bytes are not a result."""
+        from django_htask.engine import registry  # noqa: PLC0415
+        from django_htask.engine.codec import decode_result  # noqa: PLC0415
+        from django_htask.engine.errors import ArgumentError, FunctionNotRegistered  # noqa: PLC0415
+
+        if self.result is None:
+            return self.return_value
+        data = bytes(self.result)
+        try:
+            return registry.read_result(self.function, data)
+        except (FunctionNotRegistered, ArgumentError) as exc:
+            logger.warning(
+                "the result of task %s is read as decoded: %s",
+                self.token,
+                exc,
+                extra={"action": "result_as_decoded", "token": self.token},
+            )
+            return decode_result(data)

@@ -1,0 +1,65 @@
+"""The store on the Django ORM: everything that works the same on every database.
+
+The class is composed of its parts, one module each (:mod:`.core`: the connection, the
+fence and the translation of errors; :mod:`.nodes`; :mod:`.schedules`; :mod:`.tasks`:
+claims, starts and ends; :mod:`.putback`); the names other modules use are imported
+here, where they always were.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_htask.exceptions import NotMigrated
+from django_htask.store.base import INTERFACE
+
+from .core import _CHUNK as _CHUNK
+from .core import _NO_SUCH_TABLE, _TABLES, OrmStore, _translate, check_fence, unavailable
+from .core import Probe as Probe
+from .nodes import NodeRows
+from .putback import put_back, supersede
+from .schedules import _ROW_FIELDS as _ROW_FIELDS
+from .schedules import RefReader, ScheduleRows
+from .schedules import schedule_row as schedule_row
+from .tasks import TaskRows
+from .tasks import gate_key as gate_key
+from .tasks import served_sql as served_sql
+from .tasks import started_task as started_task
+
+__all__ = [
+    "DatabaseStore",
+    "RefReader",
+    "check_fence",
+    "not_migrated",
+    "put_back",
+    "supersede",
+    "unavailable",
+]
+
+
+class DatabaseStore(NodeRows, ScheduleRows, TaskRows, OrmStore):
+    """The ORM store over the database alias ``using``. Its public methods, and those
+    a subclass defines, raise StoreUnavailable for a database error (:func:`unavailable`)."""
+
+    vendor = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _translate(cls, INTERFACE & vars(cls).keys())
+
+
+_translate(DatabaseStore, INTERFACE)  # the methods of its parts
+
+
+def not_migrated(exc: Exception, using: str | None = None) -> NotMigrated | None:
+    """The :class:`NotMigrated` that ``exc``, an error of the database ``using``, means
+    when it says one of django_htask's tables does not exist; None otherwise.
+
+    Reads the error only, no query: the failed statement may have aborted the
+    transaction, and the callers (``schedule()``, the commands) pay nothing until a
+    statement fails."""
+    match = _NO_SUCH_TABLE.search(str(exc))
+    table = next((name for name in match.groups() if name), "") if match else ""
+    if table not in _TABLES:
+        return None
+    return DatabaseStore(using)._not_migrated(f"table {table}")  # using: as the store's

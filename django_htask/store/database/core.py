@@ -1,0 +1,217 @@
+"""The ORM store's core, which its parts (:mod:`.nodes`, :mod:`.schedules`,
+:mod:`.tasks`) build on: the alias and its connection, the migrations check, the fence
+of a node's writes, a run's row, and :func:`unavailable`, the one place a database
+error becomes :class:`~django_htask.exceptions.StoreUnavailable`."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
+from typing import Any, NamedTuple, TypeVar
+
+from django.db import DatabaseError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from django_htask.db import scheduler_alias
+from django_htask.exceptions import NodeFenced, NotMigrated, StoreUnavailable
+from django_htask.models import Node, Run, RunStatus, Schedule, Task
+from django_htask.store.base import RunOutcome, Store
+
+#: SQLite allows 999 host parameters in old builds: chunk ``IN (...)`` lists.
+_CHUNK = 500
+_NODE = Node._meta.db_table
+_TASK = Task._meta.db_table
+#: django_htask's tables.
+_TABLES = frozenset(model._meta.db_table for model in (Node, Run, Schedule, Task))
+#: How SQLite and PostgreSQL say a statement's table does not exist.
+_NO_SUCH_TABLE = re.compile(
+    r'no such table: (?:\w+\.)?(\w+)|relation "(?:\w+\.)?(\w+)" does not exist'
+)
+
+
+def _same(value: datetime) -> datetime:
+    return value
+
+
+def _as_datetime(value: datetime | str) -> datetime:
+    """A timestamp read by raw SQL (SQLite gives UTC, as text or a naive datetime), as
+    an aware datetime."""
+    parsed = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def check_fence(node_id: str, row: tuple[Any, ...] | None) -> None:
+    """Raise NodeFenced unless ``row``, the node's row read by a fence (its
+    ``stopped_at`` first), says ``node_id`` is registered and not declared dead."""
+    if row is None or row[0] is not None:
+        raise NodeFenced(node_id, None if row is None else _as_datetime(row[0]))
+
+
+@contextmanager
+def _fenced_in(
+    atomic: AbstractContextManager[Any], store: OrmStore, node_id: str
+) -> Iterator[None]:
+    with atomic:
+        store._fence(node_id)
+        yield
+
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def unavailable(method: Method) -> Method:
+    """``method``, whose database errors (the driver's, or Django's ``DatabaseError``,
+    ``IntegrityError`` included: a key clash the store could not settle is retried)
+    become :class:`~django_htask.exceptions.StoreUnavailable`, the original its
+    ``__cause__`` and its message the same. The one place a database store's errors
+    are translated: every public method of the interface
+    (:data:`~django_htask.store.base.INTERFACE`) goes through it (a ``try`` around the
+    call, nothing more on the hot path); :class:`NodeFenced` and
+    :class:`NotMigrated` are no database errors and pass as they are."""
+
+    @functools.wraps(method)
+    def translated(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except DatabaseError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    return translated  # type: ignore[return-value]
+
+
+def _translate(cls: type[Store], names: Iterable[str]) -> None:
+    for name in names:
+        setattr(cls, name, unavailable(getattr(cls, name)))
+
+
+class OrmStore(Store):
+    """What every part of the ORM store shares: the database alias ``using``, its
+    connection and transactions, and the fence of a node's writes."""
+
+    vendor = ""
+
+    def __init__(self, using: str | None = None) -> None:
+        #: The database alias (default: the scheduler's, django_htask.db).
+        self.using = using or scheduler_alias()
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        return connections[self.using]
+
+    def check_migrated(self) -> None:
+        """Compare django_htask's migration files with those recorded as applied (a
+        listing and one query: loading the whole migration graph would cost more than
+        the rest of the start)."""
+        import pkgutil  # noqa: PLC0415
+
+        from django.apps import apps  # noqa: PLC0415
+        from django.db.migrations.recorder import MigrationRecorder  # noqa: PLC0415
+
+        # The folder, not the package: importing it would import the package's root,
+        # which sits above the store.
+        folder = os.path.join(apps.get_app_config("django_htask").path, "migrations")
+        wanted = {m.name for m in pkgutil.iter_modules([folder]) if m.name[0].isdigit()}
+        recorder = MigrationRecorder(self.connection)
+        applied = set()
+        if recorder.has_table():
+            applied = set(
+                recorder.migration_qs.filter(app="django_htask").values_list("name", flat=True)
+            )
+        missing = sorted(wanted - applied)
+        if missing:
+            raise self._not_migrated(
+                f"tables or some of its migrations ({len(missing)} not applied: "
+                f"{', '.join(missing)})"
+            )
+
+    def _not_migrated(self, lacking: str) -> NotMigrated:
+        """What to say when this database lacks ``lacking`` of django_htask's (the
+        one wording of ``check_migrated`` and :func:`not_migrated`)."""
+        return NotMigrated(
+            f"the database {self.describe()!r} lacks django_htask's {lacking}: "
+            "run `manage.py migrate`"
+        )
+
+    def install(self) -> None:
+        pass
+
+    def describe(self) -> str:
+        settings = self.connection.settings_dict
+        return f"{self.connection.vendor} {settings.get('NAME')}"
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def refresh(self) -> None:
+        """Drop this thread's connection if it failed and is unusable, or if it is older
+        than ``CONN_MAX_AGE`` when that is set (a node polls every second: reconnecting
+        each time, as ``CONN_MAX_AGE = 0`` means for requests, would be waste)."""
+        conn = self.connection
+        if conn.connection is None:
+            return
+        if conn.errors_occurred:
+            if conn.is_usable():
+                conn.errors_occurred = False
+            else:
+                conn.close()
+                return
+        max_age = conn.settings_dict.get("CONN_MAX_AGE") or 0
+        if max_age and conn.close_at is not None and time.monotonic() >= conn.close_at:
+            conn.close()
+
+    def _atomic(self) -> AbstractContextManager[Any]:
+        return transaction.atomic(using=self.using)
+
+    def _fenced(
+        self, node_id: str, *, claim: bool = False, probe: Probe | None = None
+    ) -> AbstractContextManager[Any]:
+        """A write transaction of node ``node_id``, which first checks that the node is
+        registered and not declared dead (:meth:`_fence`). ``claim``: a claim's (finished
+        tasks written, due ones started), whose plans PostgreSQL pins; ``probe``: an
+        ``EXISTS`` the fence may answer in the same statement, as ``gated_due`` of the
+        context manager (PostgreSQL: see :meth:`_gated_probe`; ignored here)."""
+        return _fenced_in(self._atomic(), self, node_id)
+
+    # -- fencing ---------------------------------------------------------------------
+    #: Appended to the fencing read: PostgreSQL locks the node's row for the
+    #: transaction (SQLite's write transactions are exclusive already).
+    _fence_lock = ""
+
+    def _fence(self, node_id: str) -> None:
+        """Raise NodeFenced unless ``node_id`` is registered and not declared dead; call
+        inside the write transaction (see the module :mod:`~django_htask.store.base`)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT stopped_at FROM {_NODE} WHERE id = %s{self._fence_lock}", [node_id]
+            )
+            check_fence(node_id, cursor.fetchone())
+
+    @staticmethod
+    def _run(o: RunOutcome, schedule_id: int | None = None) -> Run:
+        return Run(
+            schedule_id=schedule_id or o.schedule_id,
+            task_id=o.task_id,
+            name=o.name,
+            function=o.function,
+            node=o.node,
+            attempt=o.attempt,
+            scheduled_for=o.scheduled_for,
+            started_at=o.started_at,
+            finished_at=None if o.status == RunStatus.RUNNING else o.finished_at,
+            status=o.status,
+            error=o.error,
+            traceback=o.traceback,
+            duration=o.duration,
+        )
+
+
+class Probe(NamedTuple):
+    """A query and its parameters (:meth:`DatabaseStore._gated_probe`)."""
+
+    sql: str
+    params: list[Any]

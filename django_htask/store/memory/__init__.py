@@ -1,0 +1,362 @@
+"""The whole store interface in memory: a node's logic without a database.
+
+:class:`InMemoryStore` keeps nodes, schedules, tasks and runs in dictionaries under one
+lock (each method is one atomic step, as each database method is one transaction), and
+behaves as the database stores do: versions that only grow, the compare-and-set that
+fires an occurrence once, claims of what workers take, fencing, reaping, abandoning.
+The same contract tests run on it and on SQLite and PostgreSQL
+(``tests/contract/``). Several nodes may share one (it supports several nodes, and
+notifies its listeners as PostgreSQL does).
+
+It is for tests, the node's own and users': see :mod:`django_htask.testing`. An outage
+of the database is :meth:`InMemoryStore.outage`: every method of the interface raises
+:class:`~django_htask.exceptions.StoreUnavailable` until it ends, as a database store's
+do when its database is away.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from django_htask.enums import RunStatus, TaskStatus
+from django_htask.exceptions import StoreUnavailable
+from django_htask.querysets import task_is_claimable, task_is_served
+from django_htask.store import base, rules, values
+from django_htask.store.base import (
+    Gated,
+    RunOutcome,
+    ScheduleRef,
+    ScheduleRow,
+    StartedTask,
+    Store,
+    pick_gated,
+)
+
+from .nodes import MemoryNodes
+from .outside import OutsideWrites
+from .records import MemoryTables, NodeRecord, ScheduleRecord, TaskRecord, _Listener
+
+__all__ = ["InMemoryStore", "NodeRecord", "ScheduleRecord", "TaskRecord"]
+
+
+class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
+    """A store in memory (see the module). ``clock`` gives "now" to the helpers that add
+    rows (:meth:`add_schedule`) and to :meth:`prune_runs`."""
+
+    vendor = "memory"
+    supports_several_nodes = True
+
+    @contextmanager
+    def outage(self, reason: str = "connection refused") -> Iterator[None]:
+        """The database away for the block: every method of the store interface raises
+        :class:`~django_htask.exceptions.StoreUnavailable` (its cause a
+        ``ConnectionError(reason)``), but for :meth:`close` and :meth:`refresh` (a
+        connection dropped needs no database). The helpers for tests
+        (:meth:`add_task`, :meth:`runs_of` ...) go on working: they are the outside."""
+        if self.away is not None:
+            raise RuntimeError(f"the store is in an outage already ({self.away})")
+        self.away = reason
+        try:
+            yield
+        finally:
+            self.away = None
+
+    def aborts(self, node_id: str) -> list[tuple[str, int]]:
+        with self._lock:
+            tasks = [
+                ("task", t.id)
+                for t in self.tasks.values()
+                if t.abort_requested_at is not None
+                and t.locked_by == node_id
+                and t.status == TaskStatus.RUNNING
+            ]
+            runs = [
+                ("run", i)
+                for i in sorted(self.run_aborts)
+                if self.runs[i].node == node_id and self.runs[i].status == RunStatus.RUNNING
+            ]
+            return tasks + runs
+
+    # -- the store -------------------------------------------------------------------
+    def _listen(self, to: values.ListenTo) -> _Listener:
+        on_notify, on_reconnect = to.on_notify, to.on_reconnect
+        listener = _Listener(self, (on_notify, on_reconnect))
+        self._listeners.add(listener)
+        return listener
+
+    def check_migrated(self) -> None:
+        pass
+
+    def install(self) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "memory (django_htask.testing.InMemoryStore)"
+
+    def close(self) -> None:
+        pass
+
+    def refresh(self) -> None:
+        pass
+
+    # -- schedules -------------------------------------------------------------------
+    def load_schedules(self) -> tuple[list[ScheduleRef], int]:
+        with self._lock:
+            refs = [
+                ScheduleRef(s.id, s.next_run_at, s.version, queue=s.queue_name)
+                for s in self.schedules.values()
+                if s.enabled and s.next_run_at is not None
+            ]
+            return refs, self._top()
+
+    def _top(self) -> int:
+        return max((s.version for s in self.schedules.values()), default=0)
+
+    def changed_schedules(self, since: int) -> tuple[list[ScheduleRef], int]:
+        with self._lock:
+            changed = sorted(
+                (s for s in self.schedules.values() if s.version > since), key=lambda s: s.version
+            )
+            refs = [
+                ScheduleRef(s.id, s.next_run_at, s.version, s.enabled, s.queue_name)
+                for s in changed
+            ]
+            return refs, max([since, *(r.version for r in refs)])
+
+    def get_schedule(self, schedule_id: int) -> ScheduleRow | None:
+        with self._lock:
+            s = self.schedules.get(schedule_id)
+            if s is None:
+                return None
+            return ScheduleRow(
+                s.id,
+                s.name,
+                s.function,
+                s.schedule,
+                s.timezone,
+                s.payload,
+                s.enabled,
+                s.next_run_at,
+                s.grace,
+                s.catch_up,
+                s.overlap,
+                s.max_attempts,
+                s.retry_backoff,
+                s.version,
+                s.queue_name,
+                s.timeout,
+                s.retry,
+            )
+
+    def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> list[str]:
+        with self._lock:
+            live = self._live(dead_before)
+            return sorted(
+                {
+                    r.node
+                    for r in self.runs.values()
+                    if r.schedule_id == schedule_id
+                    and r.status == RunStatus.RUNNING
+                    and r.node != node_id
+                    and r.node in live
+                }
+            )
+
+    def _claim_occurrence(self, o: values.Occurrence) -> list[int] | None:
+        node_id, row, next_run_at, now, runs = o
+        with self._lock:
+            self._fence(node_id)
+            s = self.schedules.get(row.id)
+            if (
+                s is None
+                or not s.enabled
+                or (s.next_run_at, s.version) != (row.next_run_at, row.version)
+            ):
+                return None
+            s.next_run_at = next_run_at
+            if runs:
+                s.last_run_at, s.last_status = now, runs[-1].status
+            s.version = next(self._versions)
+            return [self._run(o, schedule_id=row.id) for o in runs]
+
+    def _mark_broken(self, b: values.Breakage) -> bool:
+        node_id, schedule_id, version, reason, run = b
+        with self._lock:
+            self._fence(node_id)
+            s = self.schedules.get(schedule_id)
+            if s is None or (version is not None and s.version != version):
+                return False
+            s.next_run_at, s.broken = None, rules.broken_reason(reason)
+            s.last_status, s.last_run_at = run.status, run.finished_at
+            s.version = next(self._versions)
+            self._run(run, schedule_id=schedule_id)
+            return True
+
+    def start_schedule_run(self, node_id: str, outcome: RunOutcome) -> int:
+        with self._lock:
+            self._fence(node_id)
+            return self._run(outcome)
+
+    # -- one-off tasks ---------------------------------------------------------------
+    @staticmethod
+    def _served(task: TaskRecord, serving: base.Serving) -> bool:
+        return task_is_served(task.queue_name, task.backend, serving.queues, serving.backend)
+
+    @staticmethod
+    def _claimable(task: TaskRecord, now: datetime) -> bool:
+        return task_is_claimable(
+            task.status, task.run_at, task.locked_by, task.lease_expires_at, now
+        )
+
+    def task_outlook(
+        self, now: datetime, serving: base.Serving = base.SERVE_ALL
+    ) -> tuple[bool, datetime | None]:
+        with self._lock:
+            served = [t for t in self.tasks.values() if self._served(t, serving)]
+            due = any(self._claimable(t, now) and not t.gated for t in served)
+            if not due:
+                due = bool(self._choose_gated(self._due(now, serving), now, 1))
+            later = [t.run_at for t in served if t.status == TaskStatus.PENDING and t.run_at > now]
+            return due, min(later, default=None)
+
+    def _due(self, now: datetime, serving: base.Serving) -> list[TaskRecord]:
+        """The tasks a claim may take, in its order, with the lock held."""
+        return sorted(
+            (
+                t
+                for t in self.tasks.values()
+                if self._claimable(t, now) and self._served(t, serving)
+            ),
+            key=lambda t: (-t.priority, t.run_at, t.id),
+        )
+
+    def _choose_gated(self, due: list[TaskRecord], now: datetime, limit: int) -> list[int]:
+        """The ids of the tasks with a lock or a limit among ``due`` a claim of ``limit``
+        starts (:func:`~django_htask.store.base.pick_gated`), with the lock held."""
+        held: set[str] = set()
+        running: Counter[str] = Counter()
+        for t in self.tasks.values():
+            lease = t.lease_expires_at
+            if t.status == TaskStatus.RUNNING and lease is not None and lease >= now:
+                running[t.function] += 1
+                if t.lock is not None:
+                    held.add(t.lock)
+        gated = [Gated(t.id, t.lock, t.function, t.max_running) for t in due if t.gated]
+        return [g.id for g in pick_gated(gated, held, running, limit)]
+
+    def _start_tasks(self, c: values.Claim) -> list[StartedTask]:
+        node_id, now, limit, lease_until, finished, serving = c
+        with self._lock:
+            self._fence(node_id)
+            released = self._record(node_id, finished)
+            due = self._due(now, serving)
+            picked = set(self._choose_gated(due, now, limit))
+            plain = [t for t in due if not t.gated][: limit - len(picked)]
+            started = []
+            for task in [t for t in due if t.id in picked] + plain:
+                task.status, task.attempts, task.started_at = (
+                    TaskStatus.RUNNING,
+                    task.attempts + 1,
+                    now,
+                )
+                task.locked_by, task.lease_expires_at = node_id, lease_until
+                started.append(
+                    StartedTask(
+                        task.id,
+                        task.token,
+                        task.function,
+                        task.payload,
+                        task.run_at,
+                        task.attempts,
+                        task.max_attempts,
+                        task.priority,
+                        task.timeout,
+                        task.retry,
+                        task.gated,
+                    )
+                )
+        if released:
+            self._notify("task")
+        return started
+
+    def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:
+        if not outcomes:
+            return
+        with self._lock:
+            self._fence(node_id)
+            released = self._record(node_id, outcomes)
+        if released:
+            self._notify("task")
+
+    def _record(self, node_id: str, outcomes: list[RunOutcome]) -> bool:
+        """Write ``outcomes``, with the lock held; return whether a task with a lock or
+        a limit ended (the others are told, as PostgreSQL's store does)."""
+        released = False
+        for o in outcomes:
+            if o.task_id is not None:
+                task = self.tasks.get(o.task_id)
+                if task is None or task.locked_by != node_id or task.status != TaskStatus.RUNNING:
+                    continue  # reaped meanwhile: the survivors' record stands
+                released = released or task.gated
+                task.locked_by = task.lease_expires_at = None
+                task.last_error, task.traceback = o.error, o.traceback
+                if o.retry_at is not None:
+                    if not self._superseded(task, o.finished_at):
+                        task.status, task.run_at = TaskStatus.PENDING, o.retry_at
+                else:
+                    task.status, task.finished_at = o.status, o.finished_at
+                    task.result = o.result
+                self._run(o)
+            elif o.run_id is not None:
+                run = self.runs.get(o.run_id)
+                if run is not None and run.status == RunStatus.RUNNING:
+                    run.status, run.finished_at, run.duration = o.status, o.finished_at, o.duration
+                    run.error, run.traceback = o.error, o.traceback
+        for schedule_id, (status, when) in values.last_statuses(outcomes).items():
+            s = self.schedules.get(schedule_id)
+            if s is not None and (s.last_run_at is None or s.last_run_at <= when):
+                s.last_status, s.last_run_at = status, when
+        return released
+
+    def count_pending_tasks(self) -> int:
+        with self._lock:
+            return sum(1 for t in self.tasks.values() if t.status == TaskStatus.PENDING)
+
+    # -- maintenance -----------------------------------------------------------------
+    def prune_runs(self, days: int) -> int:
+        cutoff = self.clock.now() - timedelta(days=days)
+        with self._lock:
+            old = [
+                i
+                for i, r in self.runs.items()
+                if r.finished_at is not None
+                and r.finished_at < cutoff
+                and r.status != RunStatus.RUNNING
+            ]
+            for i in old:
+                del self.runs[i]
+            return len(old)
+
+
+#: What an outage leaves working (:meth:`InMemoryStore.outage`).
+_LOCAL = frozenset({"close", "refresh"})
+
+
+def _away_check(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def checked(store: InMemoryStore, *args: Any, **kwargs: Any) -> Any:
+        reason = store.away
+        if reason is not None:
+            raise StoreUnavailable(reason) from ConnectionError(reason)
+        return method(store, *args, **kwargs)
+
+    return checked
+
+
+for _name in base.INTERFACE - _LOCAL:
+    setattr(InMemoryStore, _name, _away_check(getattr(InMemoryStore, _name)))

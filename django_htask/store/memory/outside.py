@@ -1,0 +1,165 @@
+"""What tests write into an in-memory store from outside, as another process would
+(``Schedule(...).save()``, ``schedule()``, ``cancel()``, ``abort()``), and what they
+read back (:meth:`~OutsideWrites.runs_of`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any
+
+from django_htask.engine import encode_call, parse_schedule
+from django_htask.enums import RunStatus, TaskStatus
+from django_htask.exceptions import DuplicateKey
+from django_htask.keys import OnConflict, check_key, check_lock
+from django_htask.queues import DEFAULT_QUEUE
+from django_htask.store.base import DEFAULT_RETRY, RetryColumns, RunOutcome
+
+from .records import MemoryTables, ScheduleRecord, TaskRecord
+
+
+class OutsideWrites(MemoryTables):
+    """The helpers for tests: rows as another process would write them."""
+
+    def add_schedule(
+        self,
+        name: str,
+        function: str,
+        schedule: str,
+        *,
+        args: tuple[Any, ...] | list[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        next_run_at: datetime | None = None,
+        **fields: Any,
+    ) -> int:
+        """A schedule, as ``Schedule(...).save()`` makes it (``next_run_at``: the next
+        occurrence after now, unless given). Return its id."""
+        tz = fields.get("timezone", "UTC")
+        if next_run_at is None and fields.get("enabled", True):
+            next_run_at = parse_schedule(schedule, tz=tz or None).next_after(self.clock.now())
+        with self._lock:
+            row = ScheduleRecord(
+                next(self._ids),
+                name,
+                function,
+                schedule,
+                payload=encode_call(function, tuple(args), dict(kwargs or {})),
+                next_run_at=next_run_at,
+                version=next(self._versions),
+                **fields,
+            )
+            self.schedules[row.id] = row
+        self._notify("schedule")
+        return row.id
+
+    def update_schedule(self, schedule_id: int, **changes: Any) -> None:
+        """Change a schedule's fields, as ``QuerySet.update()`` or raw SQL would (its
+        version rises)."""
+        with self._lock:
+            row = self.schedules[schedule_id]
+            for key, value in changes.items():
+                setattr(row, key, value)
+            row.version = next(self._versions)
+        self._notify("schedule")
+
+    def add_task(
+        self,
+        function: str,
+        *args: Any,
+        run_at: datetime | None = None,
+        max_attempts: int = 1,
+        priority: int = 0,
+        queue_name: str = DEFAULT_QUEUE,
+        timeout: float | None = None,
+        retry: RetryColumns = DEFAULT_RETRY,
+        key: str | None = None,
+        on_conflict: str = OnConflict.IGNORE,
+        lock: str | None = None,
+        max_running: int | None = None,
+        **kwargs: Any,
+    ) -> int:
+        """A pending one-off task ``function(*args, **kwargs)``, as ``schedule()`` makes
+        it (due now unless ``run_at``). Return its id. With a ``key`` another pending
+        task holds, ``on_conflict`` decides, as for ``schedule()``: that task's id is
+        returned (``replace``: moved to this call first), or DuplicateKey is raised."""
+        conflict = OnConflict.of(on_conflict)
+        with self._lock:
+            task = TaskRecord(
+                next(self._ids),
+                function,
+                encode_call(function, args, kwargs),
+                run_at or self.clock.now(),
+                max_attempts=max_attempts,
+                priority=priority,
+                queue_name=queue_name,
+                timeout=timeout,
+                retry=retry,
+                key=None if key is None else check_key(key),
+                lock=None if lock is None else check_lock(lock),
+                max_running=max_running,
+            )
+            held = self._pending_with(task.key)
+            if held is None:
+                self.tasks[task.id] = task
+            elif conflict is OnConflict.RAISE:
+                raise DuplicateKey(held.key or "", held.token)
+            elif conflict is OnConflict.IGNORE:
+                return held.id
+            else:
+                for name in (
+                    "function",
+                    "payload",
+                    "run_at",
+                    "max_attempts",
+                    "timeout",
+                    "retry",
+                    "lock",
+                    "max_running",
+                ):
+                    setattr(held, name, getattr(task, name))
+                held.queue_name, held.priority, held.attempts = queue_name, priority, 0
+                held.locked_by = held.lease_expires_at = None
+                held.last_error = held.traceback = ""
+                task = held
+        self._notify("task")
+        return task.id
+
+    def cancel_task(self, task_id: int) -> bool:
+        """Cancel a pending task (``cancel(token)``); False if it is not pending."""
+        with self._lock:
+            task = self.tasks[task_id]
+            if task.status != TaskStatus.PENDING:
+                return False
+            task.status, task.finished_at = TaskStatus.CANCELLED, self.clock.now()
+            task.locked_by = task.lease_expires_at = None
+        self._notify("task")
+        return True
+
+    def request_abort(self, *, task_id: int | None = None, run_id: int | None = None) -> bool:
+        """Ask for the abort of a running task or schedule run (as ``abort(token)`` and
+        the admin do); False if it is not running, or was asked already."""
+        with self._lock:
+            now = self.clock.now()
+            if task_id is not None:
+                task = self.tasks[task_id]
+                if task.status != TaskStatus.RUNNING or task.abort_requested_at is not None:
+                    return False
+                task.abort_requested_at = now
+            elif run_id is not None:
+                if self.runs[run_id].status != RunStatus.RUNNING or run_id in self.run_aborts:
+                    return False
+                self.run_aborts.add(run_id)
+        self._notify("task")
+        return True
+
+    def runs_of(
+        self, *, schedule_id: int | None = None, task_id: int | None = None
+    ) -> list[RunOutcome]:
+        """The runs of a schedule or a task, in the order they were written (copies)."""
+        with self._lock:
+            return [
+                dataclasses.replace(r)
+                for r in self.runs.values()
+                if (schedule_id is None or r.schedule_id == schedule_id)
+                and (task_id is None or r.task_id == task_id)
+            ]

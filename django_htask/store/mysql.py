@@ -66,6 +66,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -80,6 +81,7 @@ from django_htask.models import (
     Node,
     Schedule,
     Task,
+    TaskStatus,
 )
 
 from . import values
@@ -103,6 +105,8 @@ COUNTER = "django_htask_counter"
 SCHEDULE = Schedule._meta.db_table
 TASK = Task._meta.db_table
 NODE = Node._meta.db_table
+#: Tasks whose end one statement writes (:meth:`MySQLStore._write_ends`).
+_ENDS_CHUNK = 200
 #: The counter's row the reaper locks.
 REAPER = "reaper"
 #: How many counter rows the locks and functions of claims hash to (``gate:0000`` …).
@@ -316,6 +320,37 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         last: datetime = row[1]
         self._heartbeat_after(now - (last if last.tzinfo else last.replace(tzinfo=UTC)))
         return renewed
+
+    def _write_ends(self, ends: list[tuple[Any, ...]]) -> None:
+        """As the generic one, in one statement: the rows joined to the table by id.
+        MySQL's driver sends an ``executemany`` of an ``UPDATE`` as one statement per
+        row, which was half the statements of a node's claims on MariaDB. A result
+        goes as hex: bytes in a derived table are read in the connection's character
+        set, where most byte strings are not valid."""
+        one = (
+            "SELECT %s AS status, %s AS retry_at, %s AS finished_at, %s AS error, "
+            "%s AS traceback, UNHEX(%s) AS result, %s AS id"
+        )
+        for i in range(0, len(ends), _ENDS_CHUNK):
+            chunk = ends[i : i + _ENDS_CHUNK]
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    f"UPDATE {TASK} AS t JOIN ({' UNION ALL '.join([one] * len(chunk))}) AS v "
+                    "ON t.id = v.id SET t.status = v.status, "
+                    "t.run_at = COALESCE(v.retry_at, t.run_at), t.finished_at = v.finished_at, "
+                    "t.locked_by = NULL, t.lease_expires_at = NULL, t.last_error = v.error, "
+                    "t.traceback = v.traceback, t.result = v.result "
+                    f"WHERE t.id IN ({', '.join(['%s'] * len(chunk))}) AND t.status = %s",
+                    [
+                        *(
+                            value
+                            for *head, result, task_id in chunk
+                            for value in (*head, None if result is None else result.hex(), task_id)
+                        ),
+                        *(end[-1] for end in chunk),
+                        TaskStatus.RUNNING,
+                    ],
+                )
 
     def _record_in(
         self, node_id: str, outcomes: list[RunOutcome]

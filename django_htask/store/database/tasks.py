@@ -353,20 +353,10 @@ class TaskRows(OrmStore):
             runs.bulk_create([self._run(o) for o in ended], batch_size=_CHUNK // 2)
 
     def _end_tasks(self, outcomes: list[RunOutcome]) -> None:
-        """Write the tasks whose attempt ended: finished, or pending again for a retry.
-
-        One prepared statement for all (``executemany``): the ORM's ``update()`` per row
-        costs more than the jobs themselves when the jobs are trivial.
-        """
-        ops = self.connection.ops
-        table = ops.quote_name(Task._meta.db_table)
-        sql = (
-            f"UPDATE {table} SET status = %s, run_at = COALESCE(%s, run_at), "
-            "finished_at = %s, locked_by = NULL, lease_expires_at = NULL, "
-            "last_error = %s, traceback = %s, result = %s WHERE id = %s AND status = %s"
-        )
-        adapt = ops.adapt_datetimefield_value
-        params = [
+        """Write the tasks whose attempt ended: finished, or pending again for a retry
+        (:meth:`_write_ends`)."""
+        adapt = self.connection.ops.adapt_datetimefield_value
+        ends = [
             (
                 TaskStatus.PENDING if o.retry_at is not None else o.status,
                 adapt(o.retry_at),
@@ -375,22 +365,33 @@ class TaskRows(OrmStore):
                 o.traceback,
                 o.result,
                 o.task_id,
-                TaskStatus.RUNNING,
             )
             for o in outcomes
         ]
         retried = [o.task_id for o in outcomes if o.task_id is not None and o.retry_at is not None]
 
         def write() -> int:
-            with self.connection.cursor() as cursor:
-                cursor.executemany(sql, params)
-            return len(params)
+            self._write_ends(ends)
+            return len(ends)
 
         if not retried:
             write()
             return
         now = max(o.finished_at for o in outcomes)
         put_back(self.using, retried, TaskStatus.RUNNING, now, write)
+
+    def _write_ends(self, ends: list[tuple[Any, ...]]) -> None:
+        """Write each task of ``ends`` (status, retry time or None, finished_at, error,
+        traceback, result, id) if it still runs: one prepared statement for all
+        (``executemany``): the ORM's ``update()`` per row costs more than the jobs
+        themselves when the jobs are trivial."""
+        with self.connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {_TASK} SET status = %s, run_at = COALESCE(%s, run_at), "
+                "finished_at = %s, locked_by = NULL, lease_expires_at = NULL, "
+                "last_error = %s, traceback = %s, result = %s WHERE id = %s AND status = %s",
+                [(*end, TaskStatus.RUNNING) for end in ends],
+            )
 
     def count_pending_tasks(self) -> int:
         return Task.objects.using(self.using).filter(status=TaskStatus.PENDING).count()

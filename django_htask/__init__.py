@@ -43,8 +43,8 @@ _LAZY = {
     "aabort": "django_htask.scheduled",
     "abort": "django_htask.scheduled",
     "current_token": "django_htask.engine",
-    "task": "django_htask.decorators",
-    "periodic": "django_htask.decorators",
+    "task": "django_htask.functions",
+    "periodic": "django_htask.code_schedules",
     "schedule": "django_htask.api",
     "cancel": "django_htask.scheduled",
     "reschedule": "django_htask.scheduled",
@@ -62,9 +62,10 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from .api import aschedule, aschedule_many, schedule, schedule_many
-    from .decorators import periodic, task
+    from .code_schedules import periodic
     from .engine import current_token
     from .engine.backoff import RetryPolicy
+    from .functions import task
     from .scheduled import (
         AbortResult,
         Result,

@@ -34,7 +34,8 @@ from django_htask.engine.errors import ArgumentError, FunctionNotRegistered, Pay
 
 from . import notices
 from .db import scheduler_alias
-from .decorators import (
+from .due import MAX_DELAY, due_time
+from .functions import (
     check_max_running,
     check_policy,
     check_timeout,
@@ -44,7 +45,6 @@ from .decorators import (
     task_policy,
     task_timeout,
 )
-from .due import MAX_DELAY, due_time
 from .keys import OnConflict, check_key, check_lock
 from .models import MAX_ATTEMPTS_RANGE, Task
 from .queues import DEFAULT_QUEUE

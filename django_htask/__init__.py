@@ -38,30 +38,35 @@ __all__ = [
 ]
 
 _LAZY = {
-    "AbortResult": "django_htask.api",
+    "AbortResult": "django_htask.scheduled",
     "RetryPolicy": "django_htask.engine.backoff",
-    "aabort": "django_htask.api",
-    "abort": "django_htask.api",
+    "aabort": "django_htask.scheduled",
+    "abort": "django_htask.scheduled",
     "current_token": "django_htask.engine",
-    "task": "django_htask.decorators",
-    "periodic": "django_htask.decorators",
+    "task": "django_htask.functions",
+    "periodic": "django_htask.code_schedules",
     "schedule": "django_htask.api",
-    "cancel": "django_htask.api",
-    "reschedule": "django_htask.api",
-    "get_task": "django_htask.api",
-    "get_result": "django_htask.api",
-    "aget_result": "django_htask.api",
-    "Result": "django_htask.api",
+    "cancel": "django_htask.scheduled",
+    "reschedule": "django_htask.scheduled",
+    "get_task": "django_htask.scheduled",
+    "get_result": "django_htask.scheduled",
+    "aget_result": "django_htask.scheduled",
+    "Result": "django_htask.scheduled",
     "aschedule": "django_htask.api",
-    "acancel": "django_htask.api",
-    "areschedule": "django_htask.api",
-    "aget_task": "django_htask.api",
+    "acancel": "django_htask.scheduled",
+    "areschedule": "django_htask.scheduled",
+    "aget_task": "django_htask.scheduled",
     "schedule_many": "django_htask.api",
     "aschedule_many": "django_htask.api",
 }
 
 if TYPE_CHECKING:
-    from .api import (
+    from .api import aschedule, aschedule_many, schedule, schedule_many
+    from .code_schedules import periodic
+    from .engine import current_token
+    from .engine.backoff import RetryPolicy
+    from .functions import task
+    from .scheduled import (
         AbortResult,
         Result,
         aabort,
@@ -70,18 +75,11 @@ if TYPE_CHECKING:
         aget_result,
         aget_task,
         areschedule,
-        aschedule,
-        aschedule_many,
         cancel,
         get_result,
         get_task,
         reschedule,
-        schedule,
-        schedule_many,
     )
-    from .decorators import periodic, task
-    from .engine import current_token
-    from .engine.backoff import RetryPolicy
 
 
 def __getattr__(name: str) -> Any:

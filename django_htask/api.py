@@ -1,5 +1,6 @@
-"""Scheduling one-off tasks from views: ``schedule``, ``cancel``, ``abort``,
-``reschedule``, ``get_task`` and their async twins.
+"""Scheduling one-off tasks from views: ``schedule``, ``schedule_many`` and their async
+twins. What is done with a task once scheduled (``cancel``, ``abort``, ``reschedule``,
+``get_task``, ``get_result``) is :mod:`django_htask.scheduled`, re-exported here.
 
 ::
 
@@ -19,9 +20,7 @@ transaction commits. A transaction on another alias does not cover it.
 
 from __future__ import annotations
 
-import enum
 import itertools
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,9 +32,10 @@ from django.db import DatabaseError, transaction
 from django_htask.engine import registry
 from django_htask.engine.errors import ArgumentError, FunctionNotRegistered, PayloadError
 
-from . import clock, notices
+from . import notices
 from .db import scheduler_alias
-from .decorators import (
+from .due import MAX_DELAY, due_time
+from .functions import (
     check_max_running,
     check_policy,
     check_timeout,
@@ -46,10 +46,24 @@ from .decorators import (
     task_timeout,
 )
 from .keys import OnConflict, check_key, check_lock
-from .models import MAX_ATTEMPTS_RANGE, Task, TaskStatus
+from .models import MAX_ATTEMPTS_RANGE, Task
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
 from .retry import RetryPolicy, attempts_of, policy_columns
+from .scheduled import (
+    AbortResult,
+    Result,
+    aabort,
+    abort,
+    acancel,
+    aget_result,
+    aget_task,
+    areschedule,
+    cancel,
+    get_result,
+    get_task,
+    reschedule,
+)
 from .signals import task_scheduled
 from .store.database import not_migrated
 from .store.inserts import insert_tasks
@@ -74,49 +88,6 @@ __all__ = [
     "schedule",
     "schedule_many",
 ]
-
-
-#: The furthest ahead a one-off task may be scheduled: 100 years (of 365.25 days).
-#: Anything later is almost always a unit mistake, and stays far from ``datetime.max``.
-MAX_DELAY = timedelta(days=36525)
-
-
-def due_time(at: datetime | None, delay: float | timedelta | None) -> datetime:
-    """When a task given ``at`` or ``delay`` runs; ValueError naming the bad argument
-    (a missing zone, a negative delay, or more than :data:`MAX_DELAY` ahead)."""
-    if at is not None and delay is not None:
-        raise ValueError(f"give at or delay, not both (at={at!r}, delay={delay!r})")
-    now = clock.now()
-    if at is not None:
-        if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
-            raise ValueError(f"at must be an aware datetime, got {at!r}")
-        latest = now + MAX_DELAY
-        if at > latest:
-            raise ValueError(
-                f"at must be at most 100 years from now (no later than "
-                f"{latest.isoformat(timespec='seconds')}), got {at!r}"
-            )
-        return at
-    if delay is None:
-        return now
-    if isinstance(delay, timedelta):
-        seconds = delay.total_seconds()
-    elif isinstance(delay, int | float) and not isinstance(delay, bool):
-        seconds = float(delay)
-    else:
-        raise TypeError(f"delay must be seconds or a timedelta, got {delay!r}")
-    if not 0 <= seconds < math.inf:
-        raise ValueError(f"delay must be >= 0 and finite, got {delay!r}")
-    if seconds > MAX_DELAY.total_seconds():
-        raise ValueError(
-            f"delay must be at most 100 years ({MAX_DELAY.total_seconds():.0f} seconds), "
-            f"got {delay!r}"
-        )
-    return now + timedelta(seconds=seconds)
-
-
-def _after_commit(using: str, fn: Callable[[], None]) -> None:
-    transaction.on_commit(fn, using=using, robust=True)
 
 
 def schedule(
@@ -333,7 +304,7 @@ def _store(
             task_scheduled.send_robust(sender=Task, task=task)
         notices.notify_local_change()
 
-    _after_commit(using, committed)
+    transaction.on_commit(committed, using=using, robust=True)
     return tasks
 
 
@@ -361,118 +332,6 @@ def _checked(i: int, call: object) -> tuple[str, bytes, str | None, str | None]:
         raise type(exc)(f"calls[{i}]: {exc}") from exc
 
 
-class AbortResult(enum.StrEnum):
-    """What :func:`abort` did. True unless :attr:`NOT_FOUND`."""
-
-    #: The task had not started: it is cancelled and will not run.
-    CANCELLED = "cancelled"
-    #: The task is running: its node stops it (docs/timeouts.md) and records its run
-    #: as aborted; it is not retried.
-    REQUESTED = "requested"
-    #: No task has this token, or it has finished.
-    NOT_FOUND = "not_found"
-
-    def __bool__(self) -> bool:
-        return self is not AbortResult.NOT_FOUND
-
-
-def abort(token: str) -> AbortResult:
-    """Stop the task with this token: cancel it if it has not started, else ask its node
-    to stop it (cooperatively first, by force after ``TIMEOUT_GRACE``)."""
-    if cancel(token):
-        return AbortResult.CANCELLED
-    using = scheduler_alias()
-    running = Task.objects.using(using).filter(token=token, status=TaskStatus.RUNNING)
-    asked = running.filter(abort_requested_at__isnull=True).update(abort_requested_at=clock.now())
-    if asked:  # on PostgreSQL the update notifies the nodes; here, a node in this process
-        _after_commit(using, notices.notify_local_change)
-    return AbortResult.REQUESTED if asked or running.exists() else AbortResult.NOT_FOUND
-
-
-_abort = abort  # cancel(abort=True) reaches it under its parameter's name
-
-
-def cancel(token: str, *, abort: bool = False) -> bool:
-    """Cancel a pending task. False if the token is unknown, or the task is running or
-    finished. With ``abort=True`` a running task is stopped too (see :func:`abort`,
-    which also says which of the two happened)."""
-    if abort:
-        return bool(_abort(token))
-    using = scheduler_alias()
-    count = (
-        Task.objects.using(using)
-        .filter(token=token, status=TaskStatus.PENDING)
-        .update(
-            status=TaskStatus.CANCELLED,
-            finished_at=clock.now(),
-            locked_by=None,
-            lease_expires_at=None,
-        )
-    )
-    return count == 1
-
-
-def reschedule(
-    token: str, at: datetime | None = None, delay: float | timedelta | None = None
-) -> bool:
-    """Move a pending task to ``at`` (or ``delay`` seconds from now, or now).
-
-    False if the token is unknown, or the task is running or finished.
-    """
-    run_at = due_time(at, delay)
-    using = scheduler_alias()
-    count = (
-        Task.objects.using(using)
-        .filter(token=token, status=TaskStatus.PENDING)
-        .update(run_at=run_at, locked_by=None, lease_expires_at=None)
-    )
-    if count:
-        _after_commit(using, notices.notify_local_change)
-    return count == 1
-
-
-def get_task(token: str) -> Task | None:
-    """The task with this token, or None."""
-    return Task.objects.using(scheduler_alias()).filter(token=token).first()
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """Where a task is and, once it succeeded, what its function returned
-    (:func:`get_result`)."""
-
-    token: str
-    #: ``pending``, ``running``, ``succeeded``, ``failed`` or ``cancelled``.
-    status: TaskStatus
-    #: What the function returned, decoded to its return annotation; None until it
-    #: succeeded, or when it returned None.
-    value: Any
-    #: The last attempt's error ("" if none failed).
-    error: str
-    #: Attempts started so far.
-    attempts: int
-    #: When it succeeded, failed or was cancelled; None before.
-    finished_at: datetime | None
-
-
-def get_result(token: str) -> Result | None:
-    """The status and result of the task with this token, or None if there is none
-    (as :func:`get_task`). A task that has not succeeded has ``value`` None. Raises
-    ``PayloadError`` if its stored result cannot be read (see docs/api.md)."""
-    fields = ("token", "function", "status", "result", "return_value", "last_error")
-    row = (
-        Task.objects.using(scheduler_alias())
-        .only(*fields, "attempts", "finished_at")
-        .filter(token=token)
-        .first()
-    )
-    if row is None:
-        return None
-    status = TaskStatus(row.status)
-    value = row.result_value() if status == TaskStatus.SUCCEEDED else None
-    return Result(row.token, status, value, row.last_error, row.attempts, row.finished_at)
-
-
 # The async twins run the sync function in Django's thread for sync code
 # (``thread_sensitive``), so a transaction opened around them behaves as in a view.
 
@@ -490,30 +349,3 @@ async def aschedule_many(
 ) -> list[Task]:
     """:func:`schedule_many` for async views: the same arguments."""
     return await sync_to_async(schedule_many)(calls, **options)
-
-
-async def acancel(token: str, *, abort: bool = False) -> bool:
-    """:func:`cancel` for async views."""
-    return await sync_to_async(cancel)(token, abort=abort)
-
-
-async def aabort(token: str) -> AbortResult:
-    """:func:`abort` for async views."""
-    return await sync_to_async(abort)(token)
-
-
-async def areschedule(
-    token: str, at: datetime | None = None, delay: float | timedelta | None = None
-) -> bool:
-    """:func:`reschedule` for async views."""
-    return await sync_to_async(reschedule)(token, at=at, delay=delay)
-
-
-async def aget_task(token: str) -> Task | None:
-    """:func:`get_task` for async views."""
-    return await sync_to_async(get_task)(token)
-
-
-async def aget_result(token: str) -> Result | None:
-    """:func:`get_result` for async views."""
-    return await sync_to_async(get_result)(token)

@@ -57,11 +57,11 @@ from django_htask.engine import errors as engine_errors
 from django_htask.engine import registry
 
 from . import clock, notices
-from .api import due_time
 from .conf import get_settings, is_dotted_name
 from .db import scheduler_alias
-from .decorators import task as htask_task
+from .due import due_time
 from .exceptions import RunInterrupted, TaskCancelled, UnknownDjangoTask
+from .functions import task as htask_task
 from .models import MAX_ATTEMPTS_MAX, Run, RunStatus, Task, TaskStatus, new_token
 
 __all__ = [

@@ -192,7 +192,7 @@ def _unrouted(database: str) -> list[Any]:
 def check_periodic_declarations(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[Any]:
-    from .decorators import bad_declarations  # noqa: PLC0415
+    from .code_schedules import bad_declarations  # noqa: PLC0415
 
     return [
         checks.Error(

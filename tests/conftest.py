@@ -253,29 +253,29 @@ def make_node(fake_clock: FakeClock) -> Iterator[Callable[..., Any]]:
 def declared() -> Iterator[None]:
     """Restore the declared schedules, and the declarations that could not be read,
     after a test declares more."""
-    from django_htask import decorators
+    from django_htask import code_schedules
 
-    with decorators._lock:
-        before, bad = dict(decorators._declared), dict(decorators._bad)
+    with code_schedules._lock:
+        before, bad = dict(code_schedules._declared), dict(code_schedules._bad)
     yield
-    with decorators._lock:
-        decorators._declared.clear()
-        decorators._declared.update(before)
-        decorators._bad.clear()
-        decorators._bad.update(bad)
+    with code_schedules._lock:
+        code_schedules._declared.clear()
+        code_schedules._declared.update(before)
+        code_schedules._bad.clear()
+        code_schedules._bad.update(bad)
 
 
 def refused(declare: Callable[[], object]) -> BadDeclaration:
     """The one declaration that ``declare()`` makes, recorded by ``@periodic`` as
     unreadable (not raised); taken out of the record."""
-    from django_htask import decorators
+    from django_htask import code_schedules
 
-    before = set(decorators._bad)
+    before = set(code_schedules._bad)
     declare()
-    with decorators._lock:
-        made = [key for key in decorators._bad if key not in before]
+    with code_schedules._lock:
+        made = [key for key in code_schedules._bad if key not in before]
         assert len(made) == 1, f"expected one bad declaration, got {made}"
-        return decorators._bad.pop(made[0])
+        return code_schedules._bad.pop(made[0])
 
 
 @pytest.fixture

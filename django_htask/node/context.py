@@ -22,11 +22,11 @@ __all__ = ["NodeContext", "Results"]
 class Results:
     """Finished runs waiting to be written (in batches, with the next claim)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_push: Callable[[], object]) -> None:
         self._lock = threading.Lock()
         self._waiting: list[RunOutcome] = []
         #: Called after each push (the node asks for a dispatch: a worker is free).
-        self.on_push: Callable[[], object] = lambda: None
+        self._on_push = on_push
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -34,7 +34,7 @@ class Results:
     def push(self, outcome: RunOutcome) -> None:
         with self._lock:
             self._waiting.append(outcome)
-        self.on_push()
+        self._on_push()
 
     def take(self) -> list[RunOutcome]:
         with self._lock:
@@ -64,8 +64,9 @@ class NodeContext:
     control: ControlThread
     jobs: EngineScheduler
     task_retry: RetryPolicy
+    #: The runs finished and not yet written (schedule runs and tasks alike).
+    results: Results
     running: Running = field(default_factory=Running)
-    results: Results = field(default_factory=Results)
     #: Whether the node stops: nothing new is started.
     stopping: Callable[[], bool] = lambda: False
     #: What its threads do with the database connections the node cannot see (a

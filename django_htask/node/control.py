@@ -136,12 +136,22 @@ class ControlThread:
         return Once(self, fn)
 
     def guarded(self, fn: Callable[[], object], what: str, retry: Once | None = None) -> bool:
-        """Call ``fn`` (a step of this thread) and handle what can go wrong: the
-        database away (back off; ``retry`` is asked for again after the delay), this
-        node declared dead (it stops), anything else (logged with its traceback, never
-        silent). Return whether it succeeded."""
-        try:
+        """Call ``fn`` (a step of this thread) and handle what can go wrong (see
+        :meth:`attempt`). Return whether it succeeded."""
+
+        def step() -> bool:
             fn()
+            return True
+
+        return self.attempt(step, what, retry) is not None
+
+    def attempt(self, fn: Callable[[], T], what: str, retry: Once | None = None) -> T | None:
+        """Call ``fn`` (a step of this thread) and return its value (never None), or
+        None if it failed: the database away (back off; ``retry`` is asked for again
+        after the delay), this node declared dead (it stops), anything else (logged with
+        its traceback, never silent)."""
+        try:
+            value = fn()
         except NodeFenced as exc:
             self._on_fenced(exc)
         except StoreUnavailable as exc:
@@ -154,8 +164,8 @@ class ControlThread:
             )
         else:
             self.backoff.succeeded()
-            return True
-        return False
+            return value
+        return None
 
     def stuck_for(self) -> float:
         """For how long the thread has been inside one call while work waits (0 when it

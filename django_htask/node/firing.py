@@ -57,10 +57,12 @@ class _Held:
 class Firing:
     """The schedules one node fires (see the module)."""
 
-    def __init__(self, ctx: NodeContext, supervisor: Supervisor) -> None:
+    def __init__(
+        self, ctx: NodeContext, supervisor: Supervisor, roles: Roles | None = None
+    ) -> None:
         self.ctx = ctx
         self.supervisor = supervisor
-        self.roles: Roles | None = None  # several nodes
+        self.roles = roles  # several nodes
         self._table: Timetable[int, _Held] = Timetable(ctx.control.scheduler, self._due)
         self._delayed: dict[int, _Held | None] = {}  # waiting for a run (overlap=delay)
         self.seen_version = 0
@@ -292,12 +294,12 @@ class Firing:
             now,
             attempt=previous.attempt + 1,
         )
-        run_ids: list[int] = []
-        if ctx.control.guarded(
-            lambda: run_ids.append(ctx.store.start_schedule_run(ctx.node_id, outcome)),
+        run_id = ctx.control.attempt(
+            lambda: ctx.store.start_schedule_run(ctx.node_id, outcome),
             f"retry of schedule {row.name}",
-        ):
-            self._start_run(row, run_ids[0], outcome)
+        )
+        if run_id is not None:
+            self._start_run(row, run_id, outcome)
         elif ctx.control.backoff.delay:
             ctx.control.later(ctx.control.backoff.delay, self._retry, row, previous)
 

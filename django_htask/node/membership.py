@@ -44,7 +44,7 @@ from .context import NodeContext
 from .control import Once
 from .firing import Firing
 
-__all__ = ["LATE_BEATS", "Membership", "late"]
+__all__ = ["LATE_BEATS", "Membership", "NodeRoles", "late"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,30 +73,117 @@ def late(live: Live, since: datetime | None, heartbeat_interval: float) -> set[s
     return {node for node, (beat, _queues) in live.items() if beat < since}
 
 
-class Membership:
-    """The several-node part of one node (see the module)."""
+class NodeRoles:
+    """This node's part in each schedule among the live nodes (the
+    :class:`~django_htask.node.firing.Roles` that :class:`~django_htask.node.firing.Firing`
+    asks): the partition, the one it is handing over from, and the owners it stands in
+    for. Kept apart from :class:`Membership`, which moves it and places the schedules
+    again, so that neither Firing nor Membership is wired after it is made."""
 
-    def __init__(self, ctx: NodeContext, firing: Firing, wake: Callable[[], None]) -> None:
+    def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
-        self.firing = firing
-        self._wake = wake
         self._lock = threading.Lock()
         self._queues = ctx.serving.schedules
         self._partition = Partition(ctx.node_id, [], self._queues)
         self._previous = self._partition
-        self._listener: Listening | None = None
-        self._load_owed = False  # a rebalance whose full read of the schedules failed
         #: Owners suspected of being gone: id -> when this node began to stand in.
         self._suspected: dict[str, datetime] = {}
         #: This node's last heartbeats, as the others read them (for :func:`late`).
         self._beats: deque[datetime] = deque(maxlen=LATE_BEATS + 1)
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return self._partition.members
+
+    @property
+    def handing_over(self) -> bool:
+        """Whether the members changed at the last move (what was given away is still
+        held, for one more heartbeat)."""
+        return self._previous.members != self._partition.members
+
+    def holding(self, schedule_id: int, queue: str = DEFAULT_QUEUE) -> str | None:
+        """This node's part in the schedule: "" to fire it (it owns it, or is handing it
+        over), the owner's id to stand by for it, None to leave it."""
+        if self._previous is not self._partition and self._previous.owns(schedule_id, queue):
+            return ""
+        return self._partition.role(schedule_id, queue)
+
+    def standby_delay(self, owner: str) -> float:
+        """Seconds after an occurrence of ``owner``'s that this node fires it itself."""
+        return 0.0 if owner in self._suspected else self.ctx.settings.standby_delay
+
+    def suspect(self, owner: str, now: datetime) -> bool:
+        """``owner`` left an occurrence unclaimed: stand in for it until its heartbeat
+        moves. Return whether it was not suspected yet."""
+        with self._lock:
+            if owner in self._suspected:
+                return False
+            self._suspected[owner] = now
+            return True
+
+    @property
+    def suspected(self) -> dict[str, datetime]:
+        with self._lock:
+            return dict(self._suspected)
+
+    def begin(self, live: Live) -> None:
+        """The first partition (no handover)."""
+        self._partition = self._previous = self.partition_of(live)
+
+    def move_to(self, current: Partition) -> None:
+        """The members changed or a handover ends: ``current`` is the partition now."""
+        self._previous, self._partition = self._partition, current
+
+    def partition_of(self, live: Live) -> Partition:
+        """The partition among the live nodes that are not late (see :func:`late`)."""
+        node_id, beats = self.ctx.node_id, self._beats
+        if node_id in live and (not beats or live[node_id][0] > beats[-1]):
+            beats.append(live[node_id][0])
+        since = beats[0] if len(beats) > LATE_BEATS else None
+        behind = late(live, since, self.ctx.settings.heartbeat_interval) - {node_id}
+        members = {node: queues for node, (_beat, queues) in live.items() if node not in behind}
+        return Partition(self.ctx.node_id, members, self._queues)
+
+    def clear_suspicions(self, live: Live) -> list[str]:
+        """Forget the suspicion of owners whose heartbeat moved since (alive after all)
+        or that are no longer members (their standby now owns their schedules); return
+        those alive after all."""
+        cleared = []
+        with self._lock:
+            for owner, since in list(self._suspected.items()):
+                beat = live[owner][0] if owner in live else None
+                if beat is None or beat > since:
+                    del self._suspected[owner]
+                    if beat is not None:
+                        cleared.append(owner)
+        for owner in cleared:
+            logger.info(
+                "node %s is alive after all: standing by for it again",
+                owner,
+                extra={"action": "owner_back", "node": owner},
+            )
+        return cleared
+
+
+class Membership:
+    """The several-node part of one node (see the module): it listens, re-reads the live
+    nodes into ``roles`` and has ``firing`` hold the schedules again."""
+
+    def __init__(
+        self, ctx: NodeContext, roles: NodeRoles, firing: Firing, wake: Callable[[], None]
+    ) -> None:
+        self.ctx = ctx
+        self.roles = roles
+        self.firing = firing
+        self._wake = wake
+        self._listener: Listening | None = None
+        self._load_owed = False  # a rebalance whose full read of the schedules failed
         self.refresher: Once = ctx.control.once(self._refresh_now)
-        firing.roles = self
 
     # -- life cycle ------------------------------------------------------------------
     def start(self) -> None:
         """Read the live nodes and start listening (after the node is registered)."""
-        self._partition = self._previous = self._partition_of(self._live())
+        self.roles.begin(self._live())
         s = self.ctx.settings
         self._listener = self.ctx.store.listen(
             self._on_notify,
@@ -125,68 +212,14 @@ class Membership:
         self._wake()
         self.refresher.request()
 
-    # -- roles (the control thread) --------------------------------------------------
+    # -- the members (the control thread) --------------------------------------------
     @property
     def members(self) -> tuple[str, ...]:
-        return self._partition.members
-
-    def holding(self, schedule_id: int, queue: str = DEFAULT_QUEUE) -> str | None:
-        """This node's part in the schedule: "" to fire it (it owns it, or is handing it
-        over), the owner's id to stand by for it, None to leave it."""
-        if self._previous is not self._partition and self._previous.owns(schedule_id, queue):
-            return ""
-        return self._partition.role(schedule_id, queue)
-
-    def standby_delay(self, owner: str) -> float:
-        """Seconds after an occurrence of ``owner``'s that this node fires it itself."""
-        return 0.0 if owner in self._suspected else self.ctx.settings.standby_delay
-
-    def suspect(self, owner: str, now: datetime) -> bool:
-        """``owner`` left an occurrence unclaimed: stand in for it until its heartbeat
-        moves. Return whether it was not suspected yet."""
-        with self._lock:
-            if owner in self._suspected:
-                return False
-            self._suspected[owner] = now
-            return True
-
-    @property
-    def suspected(self) -> dict[str, datetime]:
-        with self._lock:
-            return dict(self._suspected)
+        return self.roles.members
 
     def _live(self, now: datetime | None = None) -> Live:
         now = now or self.ctx.clock.now()
         return self.ctx.store.live_nodes(self.ctx.settings.dead_before(now))
-
-    def _partition_of(self, live: Live) -> Partition:
-        """The partition among the live nodes that are not late (see :func:`late`)."""
-        node_id, beats = self.ctx.node_id, self._beats
-        if node_id in live and (not beats or live[node_id][0] > beats[-1]):
-            beats.append(live[node_id][0])
-        since = beats[0] if len(beats) > LATE_BEATS else None
-        behind = late(live, since, self.ctx.settings.heartbeat_interval) - {node_id}
-        members = {node: queues for node, (_beat, queues) in live.items() if node not in behind}
-        return Partition(self.ctx.node_id, members, self._queues)
-
-    def _clear_suspicions(self, live: Live) -> list[str]:
-        """Forget the suspicion of owners whose heartbeat moved since (alive after all)
-        or that are no longer members (their standby now owns their schedules)."""
-        cleared = []
-        with self._lock:
-            for owner, since in list(self._suspected.items()):
-                beat = live[owner][0] if owner in live else None
-                if beat is None or beat > since:
-                    del self._suspected[owner]
-                    if beat is not None:
-                        cleared.append(owner)
-        for owner in cleared:
-            logger.info(
-                "node %s is alive after all: standing by for it again",
-                owner,
-                extra={"action": "owner_back", "node": owner},
-            )
-        return cleared
 
     def _refresh_now(self) -> None:
         self.ctx.control.guarded(lambda: self.refresh(self.ctx.clock.now()), "member refresh")
@@ -195,15 +228,14 @@ class Membership:
         """Re-read the live nodes; rebalance if the members changed, a handover ended or
         an earlier rebalance could not read the schedules. Return whether the schedules
         held changed."""
-        live = self._live(now)
-        for owner in self._clear_suspicions(live):
+        live, roles = self._live(now), self.roles
+        for owner in roles.clear_suspicions(live):
             self.firing.replace_held(owner)
-        current = self._partition_of(live)
-        handing_over = self._previous.members != self._partition.members
-        changed = current.members != self._partition.members
-        if not changed and not handing_over and not self._load_owed:
+        current = roles.partition_of(live)
+        changed = current.members != roles.members
+        if not changed and not roles.handing_over and not self._load_owed:
             return False
-        self._previous, self._partition = self._partition, current
+        roles.move_to(current)
         if changed:
             logger.info(
                 "nodes now %s: rebalancing the schedules",

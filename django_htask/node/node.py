@@ -36,11 +36,11 @@ from django_htask.store import (
     get_store,
 )
 
-from .context import NodeContext
+from .context import NodeContext, Results
 from .control import ControlThread, DatabaseBackoff, Once
 from .firing import Firing
 from .liveness import Liveness
-from .membership import Membership
+from .membership import Membership, NodeRoles
 from .processes import ProcessPool
 from .shutdown import shut_down, shut_down_fenced
 from .supervisor import ABORTED, Supervisor
@@ -224,6 +224,13 @@ class Node:
         jobs = EngineScheduler(
             self.workers, clock=self.clock, name=f"{self.node_id}-jobs", on_thread_exit=close
         )
+
+        def dispatch() -> None:
+            # The results ask for the dispatch that writes them, which reads them: the
+            # one cycle, bound late here (``tasks`` is made below, before a job ends).
+            tasks.request.request()
+
+        results = Results(dispatch)
         ctx = NodeContext(
             self.node_id,
             self.clock,
@@ -234,16 +241,17 @@ class Node:
             control,
             jobs,
             self.task_retry,
+            results,
             stopping=lambda: self._stopping or self.fenced is not None,
             connections=self.connections,
         )
         supervisor = Supervisor(ctx, self._too_many_stuck, self.processes)
-        firing = Firing(ctx, supervisor)
-        tasks = TaskDispatch(ctx, supervisor, self.max_tasks)
-        tasks.on_dispatched = self._stop_when_done
+        roles = NodeRoles(ctx) if self.store.supports_several_nodes else None
+        firing = Firing(ctx, supervisor, roles)
+        tasks = TaskDispatch(ctx, supervisor, self.max_tasks, self._stop_when_done)
         membership = None
-        if self.store.supports_several_nodes:
-            membership = Membership(ctx, firing, self.wake)
+        if roles is not None:
+            membership = Membership(ctx, roles, firing, self.wake)
         on_beat = membership.refresher.request if membership is not None else _nothing
         liveness = Liveness(ctx, self._on_fenced, self.wake, on_beat)
         waker = control.once(self._on_wake)

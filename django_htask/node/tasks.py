@@ -36,7 +36,11 @@ class TaskDispatch:
     """The one-off tasks of a node (see the module)."""
 
     def __init__(
-        self, ctx: NodeContext, supervisor: Supervisor, max_tasks: int | None = None
+        self,
+        ctx: NodeContext,
+        supervisor: Supervisor,
+        max_tasks: int | None = None,
+        on_dispatched: Callable[[], object] = lambda: None,
     ) -> None:
         self.ctx = ctx
         self.supervisor = supervisor
@@ -48,9 +52,8 @@ class TaskDispatch:
         #: Asks for :meth:`dispatch` on the control thread (a worker is free, a result
         #: waits to be written).
         self.request = ctx.control.once(self.dispatch)
-        ctx.results.on_push = self.request.request
         #: Called after each dispatch (the node checks whether it is done).
-        self.on_dispatched: Callable[[], object] = lambda: None
+        self._on_dispatched = on_dispatched
 
     def next_wake(self) -> TimerHandle | None:
         handle = self._wake
@@ -94,7 +97,7 @@ class TaskDispatch:
         try:
             self._dispatch()
         finally:
-            self.on_dispatched()
+            self._on_dispatched()
 
     def _dispatch(self) -> None:
         """One round: write the results waiting, claim, start. If it started tasks, the
@@ -109,9 +112,9 @@ class TaskDispatch:
         free = self.free() if self.due else 0
         if free <= 0 and not outcomes:
             return
-        started: list[StartedTask] = []
-        step = functools.partial(self._start, max(free, 0), outcomes, started)
-        if not self.ctx.control.guarded(step, "task claim", retry=self.request):
+        step = functools.partial(self._start, max(free, 0), outcomes)
+        started = self.ctx.control.attempt(step, "task claim", retry=self.request)
+        if started is None:
             return
         if any(o.retry_at is not None for o in outcomes):
             self.ctx.control.guarded(self.watch, "look for tasks")
@@ -125,12 +128,13 @@ class TaskDispatch:
             self.ctx.jobs.call_soon(self._job, task)
         self.request.request()  # more may have finished meanwhile
 
-    def _start(self, free: int, finished: list[RunOutcome], into: list[StartedTask]) -> None:
+    def _start(self, free: int, finished: list[RunOutcome]) -> list[StartedTask]:
+        """Write ``finished`` and claim up to ``free`` due tasks: the tasks started."""
         ctx = self.ctx
         now = ctx.clock.now()
         lease_until = now + timedelta(seconds=ctx.settings.lease)
         try:
-            into += ctx.store.start_tasks(
+            return ctx.store.start_tasks(
                 ctx.node_id, now, free, lease_until, finished=finished, serving=ctx.serving
             )
         except StoreUnavailable:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from django_htask import decorators, periodic, task
+from django_htask import code_schedules, decorators, periodic, task
 from django_htask.engine import ArgumentError, FakeClock, InvalidSchedule, registry
 from django_htask.models import Origin, Run, RunStatus, Schedule
 from django_htask.tasks import autodiscover, discovered_modules
@@ -111,8 +111,8 @@ def test_sync_creates_updates_and_orphans(fake_clock: FakeClock) -> None:
     assert "sync-a" in again.unchanged
     assert Schedule.objects.get(name="sync-a").version == row.version  # no churn
 
-    with decorators._lock:
-        del decorators._declared["sync-a"]
+    with code_schedules._lock:
+        del code_schedules._declared["sync-a"]
     periodic("@every 10m", name="sync-a", kwargs={"n": 4})(job_a)
 
     twice = refused(lambda: periodic("@every 1m", name="sync-a")(other))
@@ -125,8 +125,8 @@ def test_sync_creates_updates_and_orphans(fake_clock: FakeClock) -> None:
     assert row.call == ((), {"n": 4})
 
     Run.objects.create(schedule=row, name="sync-a", function=row.function, status="succeeded")
-    with decorators._lock:
-        del decorators._declared["sync-a"]
+    with code_schedules._lock:
+        del code_schedules._declared["sync-a"]
     gone = decorators.sync_schedules()
     assert gone.orphaned == ["sync-a"]
     row.refresh_from_db()

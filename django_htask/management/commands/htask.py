@@ -37,8 +37,8 @@ from django.db import DatabaseError
 from django.db.models import Count, Model, QuerySet
 
 from django_htask import clock
+from django_htask.code_schedules import sync_schedules
 from django_htask.conf import get_settings
-from django_htask.decorators import sync_schedules
 from django_htask.health import DEFAULT_MAX_LATE, check_health, parse_max_late, parse_node
 from django_htask.management.database import add_database_option, database_of
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus

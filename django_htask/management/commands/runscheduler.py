@@ -22,8 +22,8 @@ from django.db import connections
 
 from django_htask._version import __version__
 from django_htask.apps import HTASK_BACKEND, is_htask_backend
+from django_htask.code_schedules import sync_schedules
 from django_htask.conf import POOLS, HtaskSettings, get_settings
-from django_htask.decorators import sync_schedules
 from django_htask.exceptions import InvalidSchedule, NotMigrated
 from django_htask.management.database import add_database_option, database_of
 from django_htask.models import Node as NodeRow

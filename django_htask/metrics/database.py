@@ -1,16 +1,10 @@
-"""Metrics in Prometheus' text format: what the database knows, for the URL module's
-``metrics/`` and ``runscheduler --metrics-port``, and, in a node's process, what that
-node did (:class:`NodeMetrics`).
+"""Collecting what the database knows, at each scrape: :class:`DatabaseCollector`.
 
-It needs ``prometheus-client`` (``pip install django-htask[metrics]``), imported here
-only and only when metrics are asked for: importing django_htask does not need it.
-
-:class:`DatabaseCollector` reads the database at each scrape, with a handful of
-aggregate queries over indexed columns: the tasks pending and running (by status), the
-runs started in the last :data:`WINDOW` seconds (by ``started_at``), the schedules due
-and the nodes not stopped. It only reads. A database error is the gauge
-``django_htask_database_up 0`` (and a warning logged), never a failed scrape. Every
-series is listed in docs/operating.md ("Metrics").
+A handful of aggregate queries over indexed columns: the tasks pending and running (by
+status), the runs started in the last :data:`~django_htask.metrics.prometheus.WINDOW`
+seconds (by ``started_at``), the schedules due and the nodes not stopped. It only reads.
+A database error is the gauge ``django_htask_database_up 0`` (and a warning logged),
+never a failed scrape.
 """
 
 from __future__ import annotations
@@ -21,7 +15,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.core.exceptions import ImproperlyConfigured
 from django.db import Error, close_old_connections
 from django.db.models import Count, F, Min, Q, Sum
 
@@ -30,53 +23,21 @@ from django_htask.conf import get_settings
 from django_htask.db import scheduler_alias
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.querysets import due_task, node_is_live
-from django_htask.signals import rows_reaped, run_finished, run_started
 from django_htask.store import rules
 
+from .prometheus import DURATION_BUCKETS, LATENESS_BUCKETS, WINDOW, require_prometheus
+
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
-__all__ = [
-    "DURATION_BUCKETS",
-    "INSTALL",
-    "LATENESS_BUCKETS",
-    "WINDOW",
-    "DatabaseCollector",
-    "MetricsServer",
-    "NodeMetrics",
-    "database_registry",
-    "render",
-    "require_prometheus",
-    "serve",
-]
+__all__ = ["DatabaseCollector"]
 
 logger = logging.getLogger(__name__)
 
-#: What to install when prometheus-client is missing.
-INSTALL = "pip install django-htask[metrics]"
-#: The seconds of runs the ``django_htask_recent_*`` series count: the last hour.
-WINDOW = 3600.0
-#: The buckets (upper bounds, seconds) of the run duration histograms.
-DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
-#: The buckets (seconds) of the lateness histogram: from due to started.
-LATENESS_BUCKETS = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 #: The runs that started a call (a missed or skipped occurrence did not).
 _STARTED = (RunStatus.RUNNING, RunStatus.SUCCEEDED, RunStatus.FAILED)
 
 
-def require_prometheus() -> None:
-    """Raise :class:`~django.core.exceptions.ImproperlyConfigured` naming what to
-    install unless ``prometheus_client`` can be imported."""
-    try:
-        import prometheus_client  # noqa: F401, PLC0415
-    except ImportError as exc:
-        raise ImproperlyConfigured(
-            f"django-htask's metrics need the prometheus-client package: {INSTALL}"
-        ) from exc
-
-
-# -- what the database knows ---------------------------------------------------------------
 @dataclass
 class _Histogram:
     """Cumulative bucket counts, their sum and count, for one label value."""
@@ -380,181 +341,3 @@ def _node_families(facts: _Facts, now: datetime) -> Iterator[Metric]:
         age.add_metric([node_id], (now - heartbeat).total_seconds())
     live.add_metric([], alive)
     yield from (live, up, age)
-
-
-def database_registry(*, using: str | None = None, window: float = WINDOW) -> Any:
-    """A new private :class:`prometheus_client.CollectorRegistry` (never the global
-    one) holding a :class:`DatabaseCollector`."""
-    require_prometheus()
-    from prometheus_client import CollectorRegistry  # noqa: PLC0415
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(DatabaseCollector(using=using, window=window))
-    return registry
-
-
-def render(registry: CollectorRegistry | None = None) -> tuple[bytes, str]:
-    """The scrape of ``registry`` (default: :func:`database_registry`) in Prometheus'
-    text format, and its content type."""
-    require_prometheus()
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest  # noqa: PLC0415
-
-    return generate_latest(registry or database_registry()), CONTENT_TYPE_LATEST
-
-
-# -- what one node did -----------------------------------------------------------------------
-class NodeMetrics:
-    """The counters of the node ``node_id`` in this process, on ``registry``: its
-    claims, runs started and finished, retries and the rows its reaper handed back.
-
-    Fed by the signals the node sends (``run_started``, ``run_finished``,
-    ``rows_reaped``: the node does not know of metrics); :meth:`connect` and
-    :meth:`disconnect` wire and unwire them."""
-
-    def __init__(self, node_id: str, registry: CollectorRegistry) -> None:
-        require_prometheus()
-        from prometheus_client import Counter, Gauge, Histogram  # noqa: PLC0415
-
-        self.node_id = node_id
-        self._uid = f"django_htask.metrics:{node_id}:{id(self)}"
-        labels = ("name", "function")
-        info = Gauge(
-            "django_htask_node_info",
-            "1, labelled with this process' node id and django-htask version.",
-            ("node", "version"),
-            registry=registry,
-        )
-        from django_htask._version import __version__  # noqa: PLC0415
-
-        info.labels(node_id, __version__).set(1)
-        self.claims = Counter(
-            "django_htask_node_claims",
-            "Runs this node claimed and started: a one-off task (kind=task) or a "
-            "schedule's occurrence (kind=schedule).",
-            ("kind",),
-            registry=registry,
-        )
-        self.started = Counter(
-            "django_htask_node_runs_started",
-            "Runs this node started, by schedule (or function) name and function.",
-            labels,
-            registry=registry,
-        )
-        self.finished = Counter(
-            "django_htask_node_runs_finished",
-            "Runs this node finished, by name, function and status (succeeded, failed).",
-            (*labels, "status"),
-            registry=registry,
-        )
-        self.retries = Counter(
-            "django_htask_node_retries",
-            "Runs this node started that were a retry (attempt > 1).",
-            labels,
-            registry=registry,
-        )
-        self.reaped = Counter(
-            "django_htask_node_reaped",
-            "Rows (nodes, tasks, runs) held by dead nodes that this node's reaper handed back.",
-            registry=registry,
-        )
-        self.duration = Histogram(
-            "django_htask_node_run_duration_seconds",
-            "How long the runs this node finished took, by name.",
-            ("name",),
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-
-    def connect(self) -> None:
-        run_started.connect(self._on_started, weak=False, dispatch_uid=self._uid)
-        run_finished.connect(self._on_finished, weak=False, dispatch_uid=self._uid)
-        rows_reaped.connect(self._on_reaped, weak=False, dispatch_uid=self._uid)
-
-    def disconnect(self) -> None:
-        run_started.disconnect(dispatch_uid=self._uid)
-        run_finished.disconnect(dispatch_uid=self._uid)
-        rows_reaped.disconnect(dispatch_uid=self._uid)
-
-    def _on_started(
-        self,
-        sender: Any,
-        *,
-        node: str,
-        name: str,
-        function: str,
-        attempt: int,
-        task_id: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        if node != self.node_id:
-            return
-        self.claims.labels("task" if task_id is not None else "schedule").inc()
-        self.started.labels(name, function).inc()
-        if attempt > 1:
-            self.retries.labels(name, function).inc()
-
-    def _on_reaped(self, sender: Any, *, node: str, rows: int, **kwargs: Any) -> None:
-        if node == self.node_id:
-            self.reaped.inc(rows)
-
-    def _on_finished(
-        self,
-        sender: Any,
-        *,
-        node: str,
-        name: str,
-        function: str,
-        status: str,
-        duration: float,
-        **kwargs: Any,
-    ) -> None:
-        if node != self.node_id:
-            return
-        self.finished.labels(name, function, str(status)).inc()
-        self.duration.labels(name).observe(max(0.0, duration))
-
-
-@dataclass
-class MetricsServer:
-    """The HTTP server of :func:`serve`: where it listens; :meth:`close` stops it."""
-
-    host: str
-    port: int
-    node_metrics: NodeMetrics
-    _server: Any
-    _thread: Any
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/metrics"
-
-    def close(self) -> None:
-        self.node_metrics.disconnect()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
-
-
-def serve(
-    port: int,
-    addr: str = "127.0.0.1",
-    *,
-    node_id: str,
-    using: str | None = None,
-    window: float = WINDOW,
-) -> MetricsServer:
-    """Serve, on ``addr:port`` (``port`` 0: any free one) in a thread, the metrics of
-    the database and the counters of the node ``node_id`` in this process, on a
-    private registry. Raises ImproperlyConfigured without prometheus-client, OSError
-    when the address cannot be bound."""
-    require_prometheus()
-    from prometheus_client import CollectorRegistry, start_http_server  # noqa: PLC0415
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(DatabaseCollector(using=using, window=window, refresh_connections=True))
-    node_metrics = NodeMetrics(node_id, registry)
-    server, thread = start_http_server(port, addr=addr, registry=registry)
-    node_metrics.connect()
-    host, bound = server.server_address[:2]
-    return MetricsServer(str(host), int(bound), node_metrics, server, thread)

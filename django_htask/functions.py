@@ -1,0 +1,236 @@
+"""``@task``: the functions registered, and what each declares for the tasks
+``schedule()`` makes of it (a timeout, a retry policy, a lock, a limit), with the checks
+of those options that ``schedule()`` and ``@periodic`` use too.
+
+::
+
+    from django_htask import task
+
+    @task(timeout=30, lock="mailbox")
+    def send_reminder(reminder_id: int) -> None: ...
+
+The function is returned unchanged; its registered name is ``package.module:qualname``
+unless given (:func:`function_name` finds it again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar, overload
+
+from django.apps import apps
+
+from django_htask.engine import FunctionNotRegistered, registry
+from django_htask.engine.registry import default_name
+
+from .keys import check_lock
+from .models import (
+    MAX_ATTEMPTS_RANGE,
+    MAX_RUNNING_RANGE,
+    RETRY_BACKOFF_RANGE,
+    RETRY_CAP_RANGE,
+    TIMEOUT_RANGE,
+)
+from .retry import NAMES_MAX, RetryPolicy
+
+__all__ = [
+    "NAME_ATTRIBUTE",
+    "check_max_running",
+    "check_policy",
+    "check_timeout",
+    "function_name",
+    "register",
+    "task",
+    "task_lock",
+    "task_max_running",
+    "task_policy",
+    "task_timeout",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+V = TypeVar("V")
+
+#: The attribute ``@task`` / ``@periodic`` set on a function: its registered name.
+NAME_ATTRIBUTE = "htask_name"
+
+_lock = threading.Lock()
+#: ``@task(timeout=...)``: registered name -> seconds, what ``schedule()`` stores.
+_timeouts: dict[str, float] = {}
+#: ``@task(retry=...)``: registered name -> policy, what ``schedule()`` stores.
+_policies: dict[str, RetryPolicy] = {}
+#: ``@task(lock=...)``: registered name -> lock, what ``schedule()`` stores.
+_locks: dict[str, str] = {}
+#: ``@task(max_running=...)``: registered name -> limit, what ``schedule()`` stores.
+_limits: dict[str, int] = {}
+
+
+def check_timeout(timeout: object) -> float:
+    """``timeout`` in seconds, checked (a ValueError naming it when out of range)."""
+    if isinstance(timeout, timedelta):
+        timeout = timeout.total_seconds()
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise ValueError(f"timeout must be seconds or a timedelta, got {timeout!r}")
+    TIMEOUT_RANGE.check(timeout)
+    return float(timeout)
+
+
+def check_policy(value: object) -> RetryPolicy:
+    """``retry=`` as ``schedule()``, ``@task`` and ``@periodic`` take it: a
+    :class:`RetryPolicy` whose numbers fit the columns that store it (raises naming
+    the bad value)."""
+    if not isinstance(value, RetryPolicy):
+        raise TypeError(f"retry must be a RetryPolicy, got {value!r}")
+    RETRY_BACKOFF_RANGE.check(value.backoff)
+    if math.isfinite(value.max_delay):
+        RETRY_CAP_RANGE.check(value.max_delay)
+    if value.attempts is not None:
+        MAX_ATTEMPTS_RANGE.check(value.attempts)
+    for name in ("retry_on", "give_up_on"):
+        text = ", ".join(getattr(value, name))
+        if len(text) > NAMES_MAX:
+            raise ValueError(
+                f"{name} must fit in {NAMES_MAX} characters as dotted paths, got {text!r}"
+            )
+    return value
+
+
+def check_max_running(value: object) -> int:
+    """``max_running=`` as ``@task`` and ``schedule()`` take it: an int from 1 to
+    ``MAX_RUNNING_MAX`` (a ValueError naming the value otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"max_running must be an int >= 1, got {value!r}")
+    MAX_RUNNING_RANGE.check(value)
+    return value
+
+
+def task_lock(name: str) -> str | None:
+    """The lock ``@task(lock=...)`` declared for the function registered as ``name``,
+    if any."""
+    return _locks.get(name)
+
+
+def task_max_running(name: str) -> int | None:
+    """The limit ``@task(max_running=...)`` declared for the function registered as
+    ``name``, if any."""
+    return _limits.get(name)
+
+
+def task_timeout(name: str) -> float | None:
+    """The timeout ``@task(timeout=...)`` declared for the function registered as
+    ``name``, if any."""
+    return _timeouts.get(name)
+
+
+def task_policy(name: str) -> RetryPolicy | None:
+    """The retry policy ``@task(retry=...)`` declared for the function registered as
+    ``name``, if any."""
+    return _policies.get(name)
+
+
+def register(fn: Callable[..., Any], name: str | None) -> str:
+    """Register ``fn`` (as ``name``, else its default name); its registered name."""
+    registry.register(fn, name=name)
+    registered = name or default_name(fn)
+    # Builtins and bound methods take no attribute: they are looked up by name.
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(fn, NAME_ATTRIBUTE, registered)
+    return registered
+
+
+def function_name(fn_or_name: Callable[..., Any] | str) -> str:
+    """The registered name of a function (or a name, checked to be registered).
+
+    ``FunctionNotRegistered`` names the function and says how to fix it: decorate it
+    with ``@task`` in the module every process imports at start, its app's ``tasks``.
+    """
+    if isinstance(fn_or_name, str):
+        if fn_or_name not in registry:
+            module = fn_or_name.partition(":")[0] if ":" in fn_or_name else None
+            raise _not_registered(f"no function is registered as {fn_or_name!r}", module)
+        return fn_or_name
+    if not callable(fn_or_name):
+        raise TypeError(f"expected a registered function or its name, got {fn_or_name!r}")
+    name = getattr(fn_or_name, NAME_ATTRIBUTE, None)
+    if isinstance(name, str):
+        return name
+    try:
+        return registry.name_of(fn_or_name)
+    except FunctionNotRegistered:
+        module = getattr(fn_or_name, "__module__", None)
+        qualname = getattr(fn_or_name, "__qualname__", None)
+        what = f"{module}.{qualname}" if module and qualname else repr(fn_or_name)
+        raise _not_registered(f"{what} is not registered", module) from None
+
+
+def _not_registered(problem: str, module: str | None) -> FunctionNotRegistered:
+    """``problem`` and the fix: ``@task`` in the tasks module of ``module``'s app, which
+    ``runscheduler`` imports at start (a function registered only in a view's module
+    is unknown to the scheduler's process)."""
+    app = apps.get_containing_app_config(module) if module and apps.apps_ready else None
+    where = f"{app.name}.tasks" if app else "<app>.tasks, the tasks module of an installed app"
+    return FunctionNotRegistered(
+        f"{problem}: decorate it with @task, in a module that is imported at start: {where}"
+    )
+
+
+@overload
+def task(fn: F, /) -> F: ...
+@overload
+def task(
+    *,
+    name: str | None = None,
+    timeout: float | timedelta | None = None,
+    retry: RetryPolicy | None = None,
+    lock: str | None = None,
+    max_running: int | None = None,
+) -> Callable[[F], F]: ...
+def task(
+    fn: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    timeout: float | timedelta | None = None,
+    retry: RetryPolicy | None = None,
+    lock: str | None = None,
+    max_running: int | None = None,
+) -> F | Callable[[F], F]:
+    """Register ``fn`` so that :func:`django_htask.schedule` can run it later.
+
+    Its name is ``package.module:qualname`` unless ``name`` is given. ``timeout``:
+    seconds a run of it may take, stored on each task ``schedule()`` makes without a
+    timeout of its own (docs/timeouts.md). ``retry``: its
+    :class:`~django_htask.retry.RetryPolicy`, stored on each task ``schedule()`` makes
+    without a policy of its own (docs/retries.md). ``lock``: tasks sharing a lock never
+    run at the same time on any node; stored on each task ``schedule()`` makes without
+    a lock of its own. ``max_running``: at most this many tasks of the function run at
+    once across the nodes; stored on each task ``schedule()`` makes, so a changed
+    limit applies to the tasks queued after the change (docs/howto-exactly-one.md).
+    """
+    seconds = None if timeout is None else check_timeout(timeout)
+    policy = None if retry is None else check_policy(retry)
+    lock_name = None if lock is None else check_lock(lock)
+    limit = None if max_running is None else check_max_running(max_running)
+
+    def decorate(f: F) -> F:
+        registered = register(f, name)
+        with _lock:
+            _declare_option(_timeouts, registered, seconds)
+            _declare_option(_policies, registered, policy)
+            _declare_option(_locks, registered, lock_name)
+            _declare_option(_limits, registered, limit)
+        return f
+
+    return decorate if fn is None else decorate(fn)
+
+
+def _declare_option(declared: dict[str, V], name: str, value: V | None) -> None:
+    """What ``@task`` declares for ``name``: ``value``, or nothing (a function
+    decorated again without it)."""
+    if value is None:
+        declared.pop(name, None)
+    else:
+        declared[name] = value

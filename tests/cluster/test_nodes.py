@@ -68,6 +68,24 @@ def hear_of_members(fake_clock: FakeClock, *, wait: bool = True) -> float:
     return HEARTBEAT
 
 
+def advance_beat_by_beat(fake_clock: FakeClock, seconds: float, *nodes: Any) -> None:
+    """``fake_clock.advance(seconds, wait=False)`` (a node's job is blocked: waiting
+    would wait for it), one heartbeat interval at a time, each step waiting (real time)
+    until every node of ``nodes`` has beaten in it. In one jump, one node's heartbeat
+    thread could beat for each interval passed before another's beat once; the first
+    then saw the other as late and took its schedules back (1 run in 20): a race of
+    the test, for in real time no node's heartbeats fall intervals behind another's."""
+    ids = [node.node_id for node in nodes]
+    left = seconds
+    while left >= HEARTBEAT:
+        before = fake_clock.now()
+        fake_clock.advance(HEARTBEAT, wait=False)
+        left -= HEARTBEAT
+        beaten = Node.objects.filter(id__in=ids, last_heartbeat__gt=before)
+        wait_for(lambda: beaten.count() == len(ids))  # noqa: B023 - called at once
+    fake_clock.advance(left, wait=False)
+
+
 def from_another_client(other_client: Callable[..., Any], sql: str, params: list[Any]) -> None:
     """Run ``sql`` in autocommit on a connection of another client (psycopg's on
     PostgreSQL, mysqlclient's on MariaDB)."""
@@ -302,7 +320,7 @@ def test_overlap_holds_across_nodes(
     fake_clock.advance(HEARTBEAT, wait=False)
     wait_for(lambda: sid not in a.owned_schedules())  # handed over to b (a stands by)
     # the next occurrence, b's: exactly at its time (a's standby timer is 2 s later)
-    fake_clock.advance(60 - HEARTBEAT - heard, wait=False)
+    advance_beat_by_beat(fake_clock, 60 - HEARTBEAT - heard, a, b)
     if overlap == "skip":
         wait_for(lambda: Run.objects.filter(status=RunStatus.SKIPPED).exists())
         skipped = Run.objects.get(status=RunStatus.SKIPPED)

@@ -27,6 +27,7 @@ M = TypeVar("M", bound=models.Model)
 
 __all__ = [
     "CLAIMABLE_SQL",
+    "HOLDING_SQL",
     "LIVE_NODE_SQL",
     "PLAIN_TASK_SQL",
     "SILENT_NODE_SQL",
@@ -35,6 +36,7 @@ __all__ = [
     "TaskQuerySet",
     "claimable_params",
     "due_task",
+    "holding_params",
     "live_node",
     "node_is_live",
     "node_is_silent",
@@ -42,6 +44,7 @@ __all__ = [
     "served_task_sql",
     "task_is_claimable",
     "task_is_due",
+    "task_is_holding",
     "task_is_lost",
     "task_is_served",
 ]
@@ -165,6 +168,25 @@ def task_is_lost(
     return (lease_expires_at is not None and lease_expires_at < now) or locked_by not in live
 
 
+# -- a task holding its lock and its function's place ---------------------------------------
+#: A task that holds its lock and counts toward its function's ``max_running``: running,
+#: under a lease not expired (a task whose lease expired is the reaper's, and may be
+#: claimed again), as SQL over the task table; its parameters are :func:`holding_params`.
+HOLDING_SQL = "status = %s AND lease_expires_at >= %s"
+
+
+def holding_params(now: Any) -> list[Any]:
+    """The parameters of :data:`HOLDING_SQL` at ``now`` (adapted as the database takes
+    a timestamp)."""
+    return [TaskStatus.RUNNING, now]
+
+
+def task_is_holding(status: str, lease_expires_at: datetime | None, now: datetime) -> bool:
+    """A task holding its lock and its function's place (:data:`HOLDING_SQL`): running,
+    its lease expiring at ``now`` or later."""
+    return status == TaskStatus.RUNNING and lease_expires_at is not None and lease_expires_at >= now
+
+
 # -- a task a node serves ----------------------------------------------------------------
 def served_task(queues: QueueFilter, backend: str | None = None) -> Q:
     """The tasks a node serving ``queues`` runs (with a ``backend`` alias: only the
@@ -223,6 +245,11 @@ class TaskQuerySet(models.QuerySet[M]):
         """The tasks lost by their node (:func:`task_is_lost`); ``live``: the live
         nodes' ids (a list, or a query of them)."""
         return self.filter(Q(lease_expires_at__lt=now) | ~Q(locked_by__in=live))
+
+    def holding(self, now: datetime) -> TaskQuerySet[M]:
+        """The tasks holding their lock and their function's place
+        (:func:`task_is_holding`, :data:`HOLDING_SQL`)."""
+        return self.filter(status=TaskStatus.RUNNING, lease_expires_at__gte=now)
 
     def plain(self) -> TaskQuerySet[M]:
         """The tasks without a lock or a limit (:data:`PLAIN_TASK_SQL`)."""

@@ -98,6 +98,19 @@ class Gated(NamedTuple):
     max_running: int | None
 
 
+def holders(rows: Iterable[tuple[str | None, str]]) -> tuple[set[str], Counter[str]]:
+    """The locks held and how many tasks each function runs, of the ``(lock,
+    function)`` of the tasks holding them (the rule of
+    :func:`~django_htask.querysets.task_is_holding`): what :func:`pick_gated` weighs."""
+    held: set[str] = set()
+    running: Counter[str] = Counter()
+    for lock, function in rows:
+        running[function] += 1
+        if lock is not None:
+            held.add(lock)
+    return held, running
+
+
 def pick_gated(
     candidates: Iterable[Gated], held: set[str], running: Counter[str], limit: int
 ) -> list[Gated]:

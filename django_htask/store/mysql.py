@@ -331,6 +331,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
             "SELECT %s AS status, %s AS retry_at, %s AS finished_at, %s AS error, "
             "%s AS traceback, UNHEX(%s) AS result, %s AS id"
         )
+        # rules.ended_task's fields, as SQL of their own (rows joined by id, as above).
         for i in range(0, len(ends), _ENDS_CHUNK):
             chunk = ends[i : i + _ENDS_CHUNK]
             with self.connection.cursor() as cursor:

@@ -534,6 +534,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         planner may read them through an index that begins with the status instead, every
         task marked running since the last vacuum, when stale statistics make those
         look like a row or two (see :data:`CLAIM_PLANNER`)."""
+        # rules.ended_task's fields of a finish, as SQL of their own (one statement).
         with self._cursor() as cursor:
             cursor.execute(
                 f"WITH {_FINISHED_VALUES}, done AS ("

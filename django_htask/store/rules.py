@@ -17,6 +17,10 @@ record. Time is a parameter; nothing here reads a clock or a table.
   outlived ``SHUTDOWN_TIMEOUT`` (:meth:`~django_htask.store.base.Store.abandon`).
 - :func:`crashed_run`: the failed run row of a started attempt that ended so.
 - :func:`broken_reason`: the reason kept on a broken schedule.
+- :func:`claimed_task`: a task a claim starts: running on its node, one attempt more,
+  under the claim's lease.
+- :func:`ended_task`: a task whose attempt ended (a :class:`RunOutcome`): finished, or
+  pending again for a retry; no node holds it.
 - :func:`superseded_task`: a task about to be put back to pending whose key a pending
   task holds is cancelled instead (:mod:`django_htask.keys`).
 
@@ -45,7 +49,9 @@ __all__ = [
     "abandoned_run",
     "abandoned_task",
     "broken_reason",
+    "claimed_task",
     "crashed_run",
+    "ended_task",
     "lost_run_error",
     "lost_task_error",
     "reaped_runs",
@@ -129,6 +135,39 @@ def reaped_task(
         changes.update(status=TaskStatus.PENDING, run_at=now + delay)
     else:
         changes.update(status=TaskStatus.FAILED, finished_at=now)
+    return changes
+
+
+def claimed_task(attempts: Any, node_id: str, now: Any, lease_until: Any) -> dict[str, Any]:
+    """The fields of a task (``attempts`` made) a claim of node ``node_id`` starts at
+    ``now``: running, one attempt more, held by the node until ``lease_until``.
+    ``attempts`` is a value, or an expression of the column that adds as one (the ORM
+    store passes ``F("attempts")``); ``now`` and ``lease_until`` as the store writes a
+    timestamp."""
+    return {
+        "status": TaskStatus.RUNNING,
+        "attempts": attempts + 1,
+        "started_at": now,
+        "locked_by": node_id,
+        "lease_expires_at": lease_until,
+    }
+
+
+def ended_task(o: RunOutcome) -> dict[str, Any]:
+    """The fields of a running task whose attempt ended as ``o``: no node holds it, its
+    error, traceback and result are ``o``'s; pending again at ``o.retry_at`` for a
+    retry (the store puts it back, unless a newer task holds its key, see
+    :mod:`django_htask.keys`), else finished with ``o.status`` at ``o.finished_at``."""
+    changes: dict[str, Any] = {
+        **UNLOCKED,
+        "last_error": o.error,
+        "traceback": o.traceback,
+        "result": o.result,
+    }
+    if o.retry_at is not None:
+        changes.update(status=TaskStatus.PENDING, run_at=o.retry_at, finished_at=None)
+    else:
+        changes.update(status=o.status, finished_at=o.finished_at)
     return changes
 
 

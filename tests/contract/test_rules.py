@@ -16,15 +16,18 @@ from django_htask.engine import encode_call
 from django_htask.models import Node, Task
 from django_htask.querysets import (
     CLAIMABLE_SQL,
+    HOLDING_SQL,
     LIVE_NODE_SQL,
     SILENT_NODE_SQL,
     claimable_params,
+    holding_params,
     node_is_live,
     node_is_silent,
     served_task,
     served_task_sql,
     task_is_claimable,
     task_is_due,
+    task_is_holding,
     task_is_lost,
     task_is_served,
 )
@@ -115,6 +118,30 @@ def test_a_claimable_task_is_one_rule_in_its_three_forms() -> None:
     assert set(Task.objects.lost(NOW, ["n1"]).values_list("id", flat=True)) == {
         t.pk for t in created if task_is_lost(t.locked_by, t.lease_expires_at, ["n1"], NOW)
     }
+
+
+def test_a_task_holding_its_lock_is_one_rule_in_its_three_forms() -> None:
+    payload = encode_call(ADD, (1,), {})
+    cases = itertools.product(
+        ("pending", "running", "failed"),
+        (None, NOW - S, NOW, NOW + S),  # lease_expires_at
+    )
+    Task.objects.bulk_create(
+        Task(
+            function=ADD,
+            payload=payload,
+            run_at=NOW - S,
+            status=status,
+            locked_by=None if lease is None else "n1",
+            lease_expires_at=lease,
+        )
+        for status, lease in cases
+    )
+    rows = list(Task.objects.values_list("id", "status", "lease_expires_at"))
+    by_values = {pk for pk, status, lease in rows if task_is_holding(status, lease, NOW)}
+    assert len(by_values) == 2  # running, its lease expiring at NOW or later
+    assert set(Task.objects.holding(NOW).values_list("id", flat=True)) == by_values
+    assert _ids(HOLDING_SQL, Task._meta.db_table, holding_params(NOW)) == by_values
 
 
 def test_a_served_task_is_one_rule_in_its_three_forms() -> None:

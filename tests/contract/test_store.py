@@ -22,7 +22,7 @@ from django_htask.queues import QueueFilter
 from django_htask.retry import RetryPolicy
 from django_htask.store import Abandoned, RunOutcome, ScheduleRow, Serving, Store, get_store
 from django_htask.store.base import DEFAULT_RETRY, RETRY_COLUMNS, RetryColumns
-from django_htask.store.rules import BROKEN_MAX
+from django_htask.store.rules import BROKEN_MAX, claimed_task, ended_task
 from django_htask.testing import InMemoryStore
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -318,6 +318,8 @@ def test_claims_take_due_tasks_by_priority_then_age_and_start_them(kit: Kit) -> 
         assert (task.started_at, task.lease_expires_at) == (NOW, LEASE)
     assert kit.task(future[0]).status == TaskStatus.PENDING
     assert kit.store.task_outlook(NOW) == (False, NOW + timedelta(seconds=1))
+    started = claimed_task(0, "n1", NOW, LEASE)  # the rule every store writes
+    assert {k: getattr(kit.task(late[0]), k) for k in started} == started
 
 
 def test_claims_serve_only_their_queues_and_backend(kit: Kit) -> None:
@@ -361,6 +363,12 @@ def test_a_finished_task_s_result_is_written_on_its_row_and_none_leaves_it_empty
         outcome({"task_id": retried}, status=RunStatus.FAILED, error="no", retry_at=later),
     ]
     kit.store.record("n1", finished)
+    for o in finished:  # the rule every store writes
+        ended = ended_task(o)
+        row = kit.task(o.task_id)
+        assert {k: getattr(row, k) for k in ended if k != "result"} == {
+            k: v for k, v in ended.items() if k != "result"
+        }
     assert bytes(kit.task(valued).result) == stored
     assert kit.task(empty).result is None
     assert (kit.task(retried).status, kit.task(retried).result) == (TaskStatus.PENDING, None)

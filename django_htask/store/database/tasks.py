@@ -25,13 +25,15 @@ from django_htask.models import (
 )
 from django_htask.querysets import (
     CLAIMABLE_SQL,
+    HOLDING_SQL,
     PLAIN_TASK_SQL,
     claimable_params,
+    holding_params,
     served_task,
     served_task_sql,
 )
-from django_htask.store import base, values
-from django_htask.store.base import Gated, RunOutcome, StartedTask, pick_gated
+from django_htask.store import base, rules, values
+from django_htask.store.base import Gated, RunOutcome, StartedTask, holders, pick_gated
 
 from .core import _CHUNK, _TASK, OrmStore, Probe, _as_datetime
 from .putback import put_back
@@ -64,6 +66,21 @@ def gate_key(key: str) -> int:
     collision only makes two gates wait for each other."""
     digest = hashlib.blake2b(key.encode(), digest_size=8, person=b"htask-gate").digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+class Column(str):
+    """A column read in a raw statement's ``SET`` (a rule's field may be an expression
+    of one: ``Column("attempts") + 1``)."""
+
+    def __add__(self, other: object) -> Column:
+        return Column(f"{self} + {other}")
+
+
+def set_sql(fields: dict[str, Any]) -> tuple[str, list[Any]]:
+    """A rule's ``fields`` (:mod:`~django_htask.store.rules`) as an SQL ``SET`` list and
+    its parameters: a value as a parameter, a :class:`Column` expression as written."""
+    sets = [f"{k} = {v}" if isinstance(v, Column) else f"{k} = %s" for k, v in fields.items()]
+    return ", ".join(sets), [v for v in fields.values() if not isinstance(v, Column)]
 
 
 class TaskRows(OrmStore):
@@ -120,16 +137,10 @@ class TaskRows(OrmStore):
         adapt = self.connection.ops.adapt_datetimefield_value
         lock = self.connection.ops.quote_name("lock")
         cursor.execute(
-            f"SELECT {lock}, function FROM {_TASK} WHERE status = %s AND lease_expires_at >= %s",
-            [TaskStatus.RUNNING, adapt(now)],
+            f"SELECT {lock}, function FROM {_TASK} WHERE {HOLDING_SQL}",
+            holding_params(adapt(now)),
         )
-        held: set[str] = set()
-        running: Counter[str] = Counter()
-        for lock, function in cursor.fetchall():
-            running[function] += 1
-            if lock is not None:
-                held.add(lock)
-        return held, running
+        return holders(cursor.fetchall())
 
     def _gated_probe(self, now: datetime, serving: base.Serving) -> Probe:
         """The due tasks with a lock or a limit that ``serving`` covers, as a query of
@@ -211,11 +222,7 @@ class TaskRows(OrmStore):
         transaction), and return them."""
         tasks = Task.objects.using(self.using)
         claimable.filter(id__in=ids).update(
-            status=TaskStatus.RUNNING,
-            attempts=F("attempts") + 1,
-            started_at=c.now,
-            locked_by=c.node_id,
-            lease_expires_at=c.lease_until,
+            **rules.claimed_task(F("attempts"), c.node_id, c.now, c.lease_until)
         )
         rows = (
             tasks.filter(id__in=ids, locked_by=c.node_id, status=TaskStatus.RUNNING)
@@ -237,19 +244,18 @@ class TaskRows(OrmStore):
         ``indexed_by``: a hint after the table name of the candidates' query."""
         node_id, now, limit, lease_until, _finished, serving = c
         served, served_params = served_sql(serving)
+        sets, set_params = set_sql(
+            rules.claimed_task(Column("attempts"), node_id, adapt(now), adapt(lease_until))
+        )
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {_TASK} SET status = %s, attempts = attempts + 1, started_at = %s,"
-                " locked_by = %s, lease_expires_at = %s WHERE id IN ("
+                f"UPDATE {_TASK} SET {sets} WHERE id IN ("
                 f" SELECT id FROM {_TASK}{indexed_by} WHERE {CLAIMABLE_SQL}"
                 f" AND {PLAIN_TASK_SQL}{served}"
                 f"  ORDER BY priority DESC, run_at, id LIMIT %s{lock}"
                 f") RETURNING {', '.join(_STARTED_FIELDS)}",
                 [
-                    TaskStatus.RUNNING,
-                    adapt(now),
-                    node_id,
-                    adapt(lease_until),
+                    *set_params,
                     *claimable_params(adapt(now)),
                     *served_params,
                     limit,
@@ -356,18 +362,20 @@ class TaskRows(OrmStore):
         """Write the tasks whose attempt ended: finished, or pending again for a retry
         (:meth:`_write_ends`)."""
         adapt = self.connection.ops.adapt_datetimefield_value
-        ends = [
-            (
-                TaskStatus.PENDING if o.retry_at is not None else o.status,
-                adapt(o.retry_at),
-                None if o.retry_at is not None else adapt(o.finished_at),
-                o.error,
-                o.traceback,
-                o.result,
-                o.task_id,
+        ends = []
+        for o in outcomes:
+            end = rules.ended_task(o)
+            ends.append(
+                (
+                    end["status"],
+                    adapt(end.get("run_at")),
+                    adapt(end["finished_at"]),
+                    end["last_error"],
+                    end["traceback"],
+                    end["result"],
+                    o.task_id,
+                )
             )
-            for o in outcomes
-        ]
         retried = [o.task_id for o in outcomes if o.task_id is not None and o.retry_at is not None]
 
         def write() -> int:
@@ -385,6 +393,8 @@ class TaskRows(OrmStore):
         traceback, result, id) if it still runs: one prepared statement for all
         (``executemany``): the ORM's ``update()`` per row costs more than the jobs
         themselves when the jobs are trivial."""
+        # rules.ended_task's fields, as SQL of their own: one statement for rows that
+        # differ in which fields they set (a retry keeps no run_at from a finish).
         with self.connection.cursor() as cursor:
             cursor.executemany(
                 f"UPDATE {_TASK} SET status = %s, run_at = COALESCE(%s, run_at), "

@@ -17,7 +17,6 @@ do when its database is away.
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -25,7 +24,7 @@ from typing import Any
 
 from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import StoreUnavailable
-from django_htask.querysets import task_is_claimable, task_is_served
+from django_htask.querysets import task_is_claimable, task_is_holding, task_is_served
 from django_htask.store import base, rules, values
 from django_htask.store.base import (
     Gated,
@@ -34,12 +33,13 @@ from django_htask.store.base import (
     ScheduleRow,
     StartedTask,
     Store,
+    holders,
     pick_gated,
 )
 
 from .nodes import MemoryNodes
 from .outside import OutsideWrites
-from .records import MemoryTables, NodeRecord, ScheduleRecord, TaskRecord, _Listener
+from .records import MemoryTables, NodeRecord, ScheduleRecord, TaskRecord, _Listener, _set
 
 __all__ = ["InMemoryStore", "NodeRecord", "ScheduleRecord", "TaskRecord"]
 
@@ -238,14 +238,11 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
     def _choose_gated(self, due: list[TaskRecord], now: datetime, limit: int) -> list[int]:
         """The ids of the tasks with a lock or a limit among ``due`` a claim of ``limit``
         starts (:func:`~django_htask.store.base.pick_gated`), with the lock held."""
-        held: set[str] = set()
-        running: Counter[str] = Counter()
-        for t in self.tasks.values():
-            lease = t.lease_expires_at
-            if t.status == TaskStatus.RUNNING and lease is not None and lease >= now:
-                running[t.function] += 1
-                if t.lock is not None:
-                    held.add(t.lock)
+        held, running = holders(
+            (t.lock, t.function)
+            for t in self.tasks.values()
+            if task_is_holding(t.status, t.lease_expires_at, now)
+        )
         gated = [Gated(t.id, t.lock, t.function, t.max_running) for t in due if t.gated]
         return [g.id for g in pick_gated(gated, held, running, limit)]
 
@@ -259,12 +256,7 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
             plain = [t for t in due if not t.gated][: limit - len(picked)]
             started = []
             for task in [t for t in due if t.id in picked] + plain:
-                task.status, task.attempts, task.started_at = (
-                    TaskStatus.RUNNING,
-                    task.attempts + 1,
-                    now,
-                )
-                task.locked_by, task.lease_expires_at = node_id, lease_until
+                _set(task, rules.claimed_task(task.attempts, node_id, now, lease_until))
                 started.append(
                     StartedTask(
                         task.id,
@@ -303,14 +295,7 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 if task is None or task.locked_by != node_id or task.status != TaskStatus.RUNNING:
                     continue  # reaped meanwhile: the survivors' record stands
                 released = released or task.gated
-                task.locked_by = task.lease_expires_at = None
-                task.last_error, task.traceback = o.error, o.traceback
-                if o.retry_at is not None:
-                    if not self._superseded(task, o.finished_at):
-                        task.status, task.run_at = TaskStatus.PENDING, o.retry_at
-                else:
-                    task.status, task.finished_at = o.status, o.finished_at
-                    task.result = o.result
+                self._write(task, rules.ended_task(o), o.finished_at)
                 self._run(o)
             elif o.run_id is not None:
                 run = self.runs.get(o.run_id)

@@ -105,8 +105,34 @@ COUNTER = "django_htask_counter"
 SCHEDULE = Schedule._meta.db_table
 TASK = Task._meta.db_table
 NODE = Node._meta.db_table
-#: Tasks whose end one statement writes (:meth:`MySQLStore._write_ends`).
-_ENDS_CHUNK = 200
+#: Bytes the tasks' ends one statement writes may reach (:meth:`MySQLStore._write_ends`):
+#: well under ``max_allowed_packet`` (16 MiB by default on MariaDB, 64 on MySQL 8),
+#: for results go as hex (twice their size) and texts may take 4 bytes a character.
+#: An end over it goes alone, as every end did before they were batched.
+_ENDS_BYTES = 4 << 20
+
+
+def _end_size(end: tuple[Any, ...]) -> int:
+    """The most bytes an end (:meth:`MySQLStore._write_ends`) can take in a statement."""
+    _status, _retry_at, _finished_at, error, traceback, result, _id = end
+    return 100 + 4 * (len(error or "") + len(traceback or "")) + 2 * len(result or b"")
+
+
+def _batches(ends: list[tuple[Any, ...]]) -> list[list[tuple[Any, ...]]]:
+    """``ends`` in order, cut so that none but a single end passes :data:`_ENDS_BYTES`."""
+    batches: list[list[tuple[Any, ...]]] = []
+    size = _ENDS_BYTES
+    for end in ends:
+        grown = size + _end_size(end)
+        if grown > _ENDS_BYTES:
+            batches.append([end])
+            size = _end_size(end)
+        else:
+            batches[-1].append(end)
+            size = grown
+    return batches
+
+
 #: The counter's row the reaper locks.
 REAPER = "reaper"
 #: How many counter rows the locks and functions of claims hash to (``gate:0000`` …).
@@ -326,14 +352,15 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         MySQL's driver sends an ``executemany`` of an ``UPDATE`` as one statement per
         row, which was half the statements of a node's claims on MariaDB. A result
         goes as hex: bytes in a derived table are read in the connection's character
-        set, where most byte strings are not valid."""
+        set, where most byte strings are not valid. Cut by size (:data:`_ENDS_BYTES`):
+        a batch of large results in one statement would pass ``max_allowed_packet``,
+        and its write would fail at every try."""
         one = (
             "SELECT %s AS status, %s AS retry_at, %s AS finished_at, %s AS error, "
             "%s AS traceback, UNHEX(%s) AS result, %s AS id"
         )
         # rules.ended_task's fields, as SQL of their own (rows joined by id, as above).
-        for i in range(0, len(ends), _ENDS_CHUNK):
-            chunk = ends[i : i + _ENDS_CHUNK]
+        for chunk in _batches(ends):
             with self.connection.cursor() as cursor:
                 cursor.execute(
                     f"UPDATE {TASK} AS t JOIN ({' UNION ALL '.join([one] * len(chunk))}) AS v "

@@ -375,6 +375,21 @@ def test_a_finished_task_s_result_is_written_on_its_row_and_none_leaves_it_empty
     assert len(kit.runs(task_id=valued)) == 1
 
 
+def test_finished_tasks_whose_results_pass_a_statement_s_size_are_all_written(
+    kit: Kit,
+) -> None:
+    """24 results of 1 MiB, the size a result may have by default, written at once:
+    more than MariaDB takes in one statement by default (``max_allowed_packet``)."""
+    kit.register("n1")
+    ids = kit.add_tasks(24)
+    kit.store.start_tasks("n1", NOW, 24, LEASE)
+    results = {i: bytes([n]) * (1 << 20) for n, i in enumerate(ids)}
+    kit.store.record("n1", [outcome({"task_id": i}, result=results[i]) for i in ids])
+    for i in ids:
+        assert kit.task(i).status == TaskStatus.SUCCEEDED
+        assert bytes(kit.task(i).result) == results[i]
+
+
 def test_timeouts_travel_with_the_started_task_and_the_schedule_row(kit: Kit) -> None:
     kit.register("n1")
     timed, plain = kit.add_tasks(1, timeout=2.5) + kit.add_tasks(1)

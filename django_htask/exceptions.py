@@ -100,6 +100,27 @@ class StoreUnavailable(HtaskError, RuntimeError):
         cause = self.__cause__ if self.__cause__ is not None else self
         return f"{type(cause).__name__}: {cause}"
 
+    @property
+    def deadlock(self) -> bool:
+        """Whether the database rolled the transaction back as a deadlock's victim (or
+        a serialization failure): nothing of it was written, and tried again at once it
+        most likely passes. PostgreSQL's SQLSTATE 40P01 and 40001; MySQL's and MariaDB's
+        error 1213 (Django's error keeps the driver's arguments)."""
+        error: BaseException | None = self.__cause__
+        while error is not None:
+            if getattr(error, "sqlstate", None) in _ROLLED_BACK_SQLSTATES:
+                return True
+            if error.args and error.args[0] == _MYSQL_DEADLOCK:
+                return True
+            error = error.__cause__
+        return False
+
+
+#: PostgreSQL's deadlock_detected and serialization_failure.
+_ROLLED_BACK_SQLSTATES = frozenset({"40P01", "40001"})
+#: MySQL's and MariaDB's ER_LOCK_DEADLOCK.
+_MYSQL_DEADLOCK = 1213
+
 
 class DuplicateKey(HtaskError, ValueError):
     """``schedule(..., key=k, on_conflict="raise")`` (or ``schedule_many``) found a

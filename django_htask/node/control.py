@@ -29,12 +29,18 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def database_lost(exc: StoreUnavailable, retry_in: float, close: Callable[[], object]) -> None:
+def database_lost(
+    exc: StoreUnavailable,
+    retry_in: float,
+    close: Callable[[], object],
+    level: int = logging.WARNING,
+) -> None:
     """Say the database is away (retrying in ``retry_in`` seconds), naming the driver's
     error (the store's error's cause), and drop this thread's connection (``close``):
     the next query opens another."""
     cause = exc.__cause__ if exc.__cause__ is not None else exc
-    logger.warning(
+    logger.log(
+        level,
         "database unavailable (%s: %s), retrying in %.1fs",
         type(cause).__name__,
         cause,
@@ -48,13 +54,26 @@ def database_lost(exc: StoreUnavailable, retry_in: float, close: Callable[[], ob
 class DatabaseBackoff:
     """Waits while the database is away: each failure waits longer (the one formula,
     :class:`~django_htask.retry.RetryPolicy`, from ``first`` up to ``most``), a success
-    starts over. It logs the database going away and coming back."""
+    starts over. It logs the database going away and coming back.
 
-    __slots__ = ("_close", "_failures")
+    A failure is logged as a warning once per delay announced: the node's steps that
+    fail meanwhile (each schedule due, each claim: hundreds a second) are logged at
+    DEBUG, so that an outage reads as a few lines, each with the next delay."""
 
-    def __init__(self, first: float, most: float, close: Callable[[], object]) -> None:
+    __slots__ = ("_close", "_failures", "_monotonic", "_quiet_until")
+
+    def __init__(
+        self,
+        first: float,
+        most: float,
+        close: Callable[[], object],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._failures = Backoff(RetryPolicy(first, most))
         self._close = close
+        self._monotonic = monotonic
+        #: Until when (``monotonic()``) further failures are logged at DEBUG.
+        self._quiet_until: float | None = None
 
     @property
     def delay(self) -> float:
@@ -68,10 +87,16 @@ class DatabaseBackoff:
         return delay
 
     def lost(self, exc: StoreUnavailable, retry_in: float) -> None:
-        """Say the database is away and drop this thread's connection."""
-        database_lost(exc, retry_in, self._close)
+        """Say the database is away (a warning, unless one was logged less than its
+        delay ago) and drop this thread's connection."""
+        now = self._monotonic()
+        quiet = self._quiet_until is not None and now < self._quiet_until
+        if not quiet:
+            self._quiet_until = now + retry_in
+        database_lost(exc, retry_in, self._close, logging.DEBUG if quiet else logging.WARNING)
 
     def succeeded(self) -> None:
+        self._quiet_until = None
         if self._failures.succeeded():
             logger.info("database back", extra={"action": "db_back"})
 

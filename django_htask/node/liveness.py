@@ -28,6 +28,9 @@ __all__ = ["PRUNE_INTERVAL", "Liveness"]
 
 logger = logging.getLogger(__name__)
 
+#: How often a heartbeat is tried at once when each try is a deadlock's victim.
+DEADLOCK_TRIES = 3
+
 #: Seconds between two prunings of old runs (``RUN_RETENTION_DAYS``).
 PRUNE_INTERVAL = 3600.0
 
@@ -88,7 +91,7 @@ class Liveness:
                     extra={"action": "control_stuck"},
                 )
             else:
-                ctx.store.heartbeat(ctx.node_id, now, now + timedelta(seconds=s.lease))
+                self._renew(now, now + timedelta(seconds=s.lease))
             if not ctx.stopping():
                 self.reap(now)
         except NodeFenced as exc:
@@ -97,6 +100,12 @@ class Liveness:
             return
         except StoreUnavailable as exc:
             ctx.control.backoff.lost(exc, s.heartbeat_interval)
+        except Exception:
+            # logged, and the beat goes on: a heartbeat not armed again would have the
+            # others declare this node dead while it runs
+            logger.exception(
+                "unexpected error in the node's heartbeat", extra={"action": "node_error"}
+            )
         if not ctx.stopping():
             self._on_beat()
         # From this beat's time, not from now: the work above takes a while, and arming
@@ -104,6 +113,24 @@ class Liveness:
         # clock jumped meanwhile).
         with contextlib.suppress(SchedulerClosed):
             self.beat.call_at(now + timedelta(seconds=s.heartbeat_interval), self._heartbeat)
+
+    def _renew(self, now: datetime, lease_until: datetime) -> None:
+        """The heartbeat, tried again at once when the database made it a deadlock's
+        victim (it wrote nothing): backing off a whole interval would show this node
+        late to the others (:data:`DEADLOCK_TRIES` tries in all)."""
+        ctx = self.ctx
+        for tries_left in range(DEADLOCK_TRIES - 1, -1, -1):
+            try:
+                ctx.store.heartbeat(ctx.node_id, now, lease_until)
+                return
+            except StoreUnavailable as exc:
+                if not (exc.deadlock and tries_left):
+                    raise
+                logger.info(
+                    "the heartbeat was a deadlock's victim (%s): trying again at once",
+                    exc.reason,
+                    extra={"action": "heartbeat_deadlock"},
+                )
 
     def reap(self, now: datetime) -> None:
         """Declare dead the nodes silent for ``NODE_TIMEOUT`` and hand back their work."""

@@ -258,7 +258,8 @@ class Node:
         return _Parts(ctx, firing, tasks, liveness, membership, waker, supervisor)
 
     def _backoff(self) -> DatabaseBackoff:
-        return DatabaseBackoff(self.settings.db_retry, self.settings.db_retry_max, self.store.close)
+        s = self.settings
+        return DatabaseBackoff(s.db_retry, s.db_retry_max, self.store.close, self.clock.monotonic)
 
     def _with_retry(self, fn: Callable[[], T]) -> T:
         """Run a start-up step, retrying while the database is unavailable (until a stop

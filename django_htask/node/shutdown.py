@@ -82,6 +82,9 @@ def shut_down(
     outcomes = ctx.results.take()
     left = abandoned(ctx.running.snapshot(), now, timeout, ctx.task_retry)
     unfinished = sum(a.started for a in left)
+    # This thread's connection was opened at start and has been idle since: after a
+    # database restart it is a dead one, and the stop would fail on it. A fresh one.
+    store.close()
     try:
         store.record(node_id, outcomes)
         if left:
@@ -94,7 +97,7 @@ def shut_down(
         on_fenced(exc)
     except StoreUnavailable as exc:
         logger.error(
-            "could not write the last %d runs at shutdown: %s",
+            "could not write the stop at shutdown (%d runs, and the node stopped): %s",
             len(outcomes),
             exc,
             extra={"action": "stop_unrecorded"},

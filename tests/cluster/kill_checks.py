@@ -6,10 +6,12 @@ schedules ``tick-…`` firing ``@every 1s`` with every occurrence caught up, one
 from __future__ import annotations
 
 import itertools
+import os
 import signal
 import time
 from collections import Counter, defaultdict
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from tests.acceptance.conftest import Scheduler
 from tests.cluster.site import ClusterSite
@@ -69,7 +71,10 @@ def stop(nodes: list[Scheduler]) -> None:
         node.send(signal.SIGTERM)
     for node in running:
         node.wait_exit(30)
+    keep = os.environ.get("HTASK_TEST_KEEP_LOGS")  # a directory: each node's log, by pid
     for node in nodes:
+        if keep:
+            Path(keep, f"{node.process.pid}.log").write_text(node.stderr)
         for stream in (node.process.stdout, node.process.stderr):
             if stream is not None:
                 stream.close()

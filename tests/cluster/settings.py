@@ -56,6 +56,8 @@ if os.environ.get("HTASK_CLUSTER_MAX_ABANDONED"):
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    # the time and the thread of each line: what a failed fault test needs read
+    "formatters": {"timed": {"format": "%(asctime)s %(threadName)s %(message)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "timed"}},
     "loggers": {"django_htask": {"handlers": ["stderr"], "level": "INFO"}},
 }

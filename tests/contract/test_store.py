@@ -490,6 +490,8 @@ def test_a_database_away_raises_store_unavailable_with_the_drivers_error(kit: Ki
         "start_tasks": lambda: kit.store.start_tasks("n1", NOW, 5, LEASE),
         "load_schedules": kit.store.load_schedules,
         "count_pending_tasks": kit.store.count_pending_tasks,
+        # a method of a mixin (PostgreSQL's and MySQL's reaper) translates as well
+        "reap": lambda: kit.store.reap("n1", NOW, NOW - timedelta(seconds=60), RETRY),
     }
     with kit.outage() as driver_error:
         for name, call in calls.items():

@@ -45,7 +45,9 @@ class DatabaseStore(NodeRows, ScheduleRows, TaskRows, OrmStore):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        _translate(cls, INTERFACE & vars(cls).keys())
+        # every method of the interface, as the subclass resolves it: its own, and
+        # those of a mixin before DatabaseStore in its bases (SharedReaper.reap)
+        _translate(cls, INTERFACE)
 
 
 _translate(DatabaseStore, INTERFACE)  # the methods of its parts

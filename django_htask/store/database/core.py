@@ -81,12 +81,23 @@ def unavailable(method: Method) -> Method:
         except DatabaseError as exc:
             raise StoreUnavailable(str(exc)) from exc
 
+    translated._translated = True  # type: ignore[attr-defined]
     return translated  # type: ignore[return-value]
 
 
+def translated(method: object) -> bool:
+    """Whether ``method`` went through :func:`unavailable`."""
+    return getattr(method, "_translated", False)
+
+
 def _translate(cls: type[Store], names: Iterable[str]) -> None:
+    """Translate the errors of each method ``names`` of ``cls`` (as ``cls`` resolves
+    it: its own, a base's, or a mixin's listed before the store in its bases) that
+    does not translate them yet."""
     for name in names:
-        setattr(cls, name, unavailable(getattr(cls, name)))
+        method = getattr(cls, name)
+        if not translated(method):
+            setattr(cls, name, unavailable(method))
 
 
 class OrmStore(Store):

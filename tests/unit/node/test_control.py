@@ -3,6 +3,7 @@ or None when the step failed and was handled (on the fake clock: no thread waits
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -72,3 +73,32 @@ def test_an_unexpected_error_gives_none_and_is_logged(
     assert control.attempt(broken, "claim") is None
     assert control.guarded(broken, "look") is False
     assert [r.action for r in caplog.records] == ["node_error", "node_error"]  # type: ignore[attr-defined]
+
+
+def test_an_outage_is_a_warning_once_per_delay_announced(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Hundreds of steps fail each second while the database is away (every schedule
+    due, every claim): a warning each time the announced retry is due, DEBUG between."""
+    clock = FakeClock(START)
+    backoff = DatabaseBackoff(1.0, 8.0, lambda: None, clock.monotonic)
+    gone = StoreUnavailable("gone")
+
+    def levels(failures: int) -> list[str]:
+        caplog.clear()
+        for _ in range(failures):
+            backoff.failed(gone)
+        return [r.levelname for r in caplog.records if r.action == "db_unavailable"]  # type: ignore[attr-defined]
+
+    with caplog.at_level(logging.DEBUG, logger="django_htask"):
+        assert levels(3) == ["WARNING", "DEBUG", "DEBUG"]  # announced: 1 s
+        clock.advance(0.5, wait=False)
+        assert levels(1) == ["DEBUG"]
+        clock.advance(0.5, wait=False)  # the retry announced is due
+        assert levels(2) == ["WARNING", "DEBUG"]  # announced: 8 s now (the fifth failure)
+        clock.advance(7.0, wait=False)
+        assert levels(1) == ["DEBUG"]
+        clock.advance(1.0, wait=False)
+        assert levels(1) == ["WARNING"]
+        backoff.succeeded()  # back: the next outage is told at once
+        assert levels(1) == ["WARNING"]

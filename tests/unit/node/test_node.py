@@ -7,13 +7,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from django_htask.engine import FakeClock
 from django_htask.enums import RunStatus, TaskStatus
+from django_htask.exceptions import StoreUnavailable
 from django_htask.node import EXIT_GRACE, Node
 from django_htask.retry import RetryPolicy
 from django_htask.testing import InMemoryStore
@@ -492,3 +493,91 @@ def test_a_reap_sends_rows_reaped_which_the_node_metrics_count_without_a_log_rec
         rows_reaped.disconnect(dispatch_uid="test_rows_reaped")
     assert sent == [{"node": node.node_id, "rows": 2}]  # the node declared dead, its task
     assert registry.get_sample_value("django_htask_node_reaped_total") == 2
+
+
+def _fails(
+    monkeypatch: pytest.MonkeyPatch,
+    store: InMemoryStore,
+    method: str,
+    times: int,
+    error: Callable[[], Exception],
+) -> list[datetime]:
+    """Have the store's ``method`` raise ``error()`` its first ``times`` calls; return
+    the list of when (the store's clock) it raised."""
+    real = getattr(store, method)
+    failed: list[datetime] = []
+
+    def failing(*args: Any) -> Any:
+        if len(failed) < times:
+            failed.append(store.clock.now())
+            raise error()
+        return real(*args)
+
+    monkeypatch.setattr(store, method, failing)
+    return failed
+
+
+def test_the_heartbeat_goes_on_after_an_unexpected_error(
+    make_node: MakeNode,
+    clock: FakeClock,
+    store: InMemoryStore,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A beat that fails with an error the node does not expect (a bug, an error a store
+    did not translate) is logged, and the next beat comes: a heartbeat that stopped
+    would have the others declare this running node dead."""
+    node = make_node()
+    beat = node.settings.heartbeat_interval
+    failed = _fails(monkeypatch, store, "reap", 1, lambda: RuntimeError("a bug in the reaper"))
+    with caplog.at_level(logging.ERROR, logger="django_htask"):
+        clock.advance(beat)
+    assert failed == [clock.now()]
+    assert [getattr(r, "action", "") for r in caplog.records] == ["node_error"]
+    clock.advance(beat)
+    assert store.nodes[node.node_id].last_heartbeat == clock.now()
+
+
+def _deadlocked() -> StoreUnavailable:
+    """The error a database store raises for a deadlock's victim on MySQL/MariaDB (a
+    driver's error 1213, as Django passes it on)."""
+    try:
+        try:
+            raise OSError(1213, "Deadlock found when trying to get lock")
+        except OSError as driver:
+            raise StoreUnavailable(str(driver)) from driver
+    except StoreUnavailable as exc:
+        return exc
+
+
+def test_a_deadlock_is_told_apart_from_an_outage() -> None:
+    import psycopg.errors  # the PostgreSQL driver, in the test extra
+
+    assert _deadlocked().deadlock
+    for state in (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+        django_error = OSError("deadlock detected")  # Django's error, its cause the driver's
+        django_error.__cause__ = state("deadlock detected")
+        victim = StoreUnavailable("deadlock detected")
+        victim.__cause__ = django_error
+        assert victim.deadlock, state
+    assert not StoreUnavailable("connection refused").deadlock
+    refused = StoreUnavailable("connection refused")
+    refused.__cause__ = ConnectionRefusedError(111, "Connection refused")
+    assert not refused.deadlock
+
+
+def test_a_heartbeat_that_is_a_deadlocks_victim_is_tried_again_at_once(
+    make_node: MakeNode,
+    clock: FakeClock,
+    store: InMemoryStore,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Not backed off for an interval: the others would see this node late."""
+    node = make_node()
+    victims = _fails(monkeypatch, store, "heartbeat", 2, _deadlocked)
+    with caplog.at_level(logging.INFO, logger="django_htask"):
+        clock.advance(node.settings.heartbeat_interval)
+    assert victims == [clock.now()] * 2
+    assert store.nodes[node.node_id].last_heartbeat == clock.now()  # the third try
+    assert [getattr(r, "action", "") for r in caplog.records] == ["heartbeat_deadlock"] * 2

@@ -193,3 +193,30 @@ def test_the_tasks_returned_are_the_rows_stored_and_post_init_still_fires() -> N
         post_init.disconnect(receiver, sender=Task)
     assert [t.pk for t in again] == [t.pk for t in seen[-2:]]
     assert [_fields(t) for t in again] == [_fields(Task.objects.get(pk=t.pk)) for t in again]
+
+
+#: Keys and locks an array literal must quote (PostgreSQL's are made in store/inserts.py).
+AWKWARD = ['a"b', "back\\slash", "{braces}", "a,b", " spaced ", "NULL", "é ✓", '\\"', "x'y"]
+
+
+def test_awkward_keys_locks_and_mixed_options_are_stored_as_given(fake_clock: FakeClock) -> None:
+    calls: list[Any] = [
+        (tasks.add, (n,), {"b": 1}, key, AWKWARD[-1 - n]) for n, key in enumerate(AWKWARD)
+    ]
+    calls.append((tasks.add, (99,), {}, None, None))  # no key, the function's lock (none)
+    calls.append((timed_many, (1,), {}, None, None))  # its own timeout (30 s) beside None
+    stored = schedule_many(calls, max_running=3)
+    rows = {r.pk: r for r in Task.objects.all()}
+    assert [(rows[t.pk].key, rows[t.pk].lock) for t in stored] == [
+        *((key, AWKWARD[-1 - n]) for n, key in enumerate(AWKWARD)),
+        (None, None),
+        (None, None),
+    ]
+    assert [rows[t.pk].timeout for t in stored] == [None] * (len(AWKWARD) + 1) + [30.0]
+    assert {rows[t.pk].max_running for t in stored} == {3}
+    assert [bytes(rows[t.pk].payload) for t in stored] == [bytes(t.payload) for t in stored]
+    assert [rows[t.pk].call for t in stored] == [
+        *(((n,), {"b": 1}) for n in range(len(AWKWARD))),
+        ((99,), {}),
+        ((1,), {}),
+    ]

@@ -220,3 +220,63 @@ def test_awkward_keys_locks_and_mixed_options_are_stored_as_given(fake_clock: Fa
         ((99,), {}),
         ((1,), {}),
     ]
+
+
+def _spy_pipelined(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record whether each multi-batch insert on PostgreSQL went through psycopg's
+    pipeline (store/inserts.py, ``_pipelined``)."""
+    from django_htask.store import inserts
+
+    seen: list[bool] = []
+    real = inserts._pipelined
+
+    def spy(*args: Any) -> bool:
+        seen.append(real(*args))
+        return seen[-1]
+
+    monkeypatch.setattr(inserts, "_pipelined", spy)
+    return seen
+
+
+def test_many_batches_keep_the_calls_order_and_their_ids(
+    fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL a batch is sent before the one before is made into tasks (the
+    pipeline): each task still gets its own row's id, in the calls' order."""
+    pipelined = _spy_pipelined(monkeypatch)
+    stored = schedule_many([(tasks.add, (n,), {"b": n % 7}) for n in range(2503)], batch_size=100)
+    rows = {r.pk: r for r in Task.objects.all()}
+    assert len(rows) == len(stored) == 2503
+    assert [rows[t.pk].token for t in stored] == [t.token for t in stored]
+    assert [rows[t.pk].call for t in stored] == [((n,), {"b": n % 7}) for n in range(2503)]
+    assert pipelined == ([True] if connection.vendor == "postgresql" else [])
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a PostgreSQL trigger fails a row")
+def test_a_statement_that_fails_in_a_later_batch_stores_nothing(
+    fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pipeline's error is Django's, raised from schedule_many; nothing of the
+    batches before it stays, and the connection goes on."""
+    from django.db import DatabaseError
+
+    with connection.cursor() as cursor:  # undone with the test's transaction
+        cursor.execute(
+            "CREATE FUNCTION explode() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.lock = 'explode' THEN RAISE EXCEPTION 'exploded: %', NEW.token; END IF; "
+            "RETURN NEW; END $$"
+        )
+        cursor.execute(
+            "CREATE TRIGGER explode BEFORE INSERT ON django_htask_task "
+            "FOR EACH ROW EXECUTE FUNCTION explode()"
+        )
+    pipelined = _spy_pipelined(monkeypatch)
+    calls: list[Any] = [
+        (tasks.add, (n,), {}, None, "explode" if n == 37 else None) for n in range(50)
+    ]
+    with pytest.raises(DatabaseError, match="exploded: "):
+        schedule_many(calls, batch_size=10)
+    assert pipelined == [True]
+    assert Task.objects.count() == 0
+    calls[37] = (tasks.add, (37,), {})
+    assert len(schedule_many(calls, batch_size=10)) == Task.objects.count() == 50

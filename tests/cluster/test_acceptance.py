@@ -132,6 +132,9 @@ def test_three_nodes_a_kill_and_a_restart(site: Site) -> None:
     errors = "".join(n.stderr for n in nodes[1:])
     assert "database unavailable" in errors  # the restart was felt, and survived
     assert "marked dead" in errors
+    # every node stopped: the killed one declared dead, the others' stops written (on a
+    # connection opened after the restart: the one of start is dead since)
+    assert site.sql("SELECT id FROM django_htask_node WHERE stopped_at IS NULL") == [], errors
 
     # -- schedules: each occurrence in the window exactly once -------------------------
     started = each_occurrence_once(site, SCHEDULES, start, end, killed_node)

@@ -54,7 +54,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import sys
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -72,9 +72,9 @@ from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask
 from .database import (
     _ROW_FIELDS,
     DatabaseStore,
+    FencedAtomic,
     Probe,
     RefReader,
-    check_fence,
     gate_key,
     schedule_row,
 )
@@ -205,7 +205,7 @@ def install(connection: BaseDatabaseWrapper) -> None:
         logger.info("installed the triggers (%s)", FINGERPRINT, extra={"action": "install"})
 
 
-class _QuietAtomic(transaction.Atomic):
+class _QuietAtomic(FencedAtomic):
     """``transaction.atomic`` that turns the NOTIFY triggers off for its transaction.
 
     When it opens the transaction (it is not nested in the caller's), it also bounds
@@ -220,13 +220,8 @@ class _QuietAtomic(transaction.Atomic):
 
     ``planner`` settings are set by the same first statement, for the transaction
     (:data:`CLAIM_PLANNER` for a claim's), and, given a ``fence``, that node is fenced
-    by it (the node's row read and share-locked): no round trip is added.
-
-    Its first statement runs in ``__enter__``: if that fails (the server went away),
-    the block is left at once. Python does not call ``__exit__`` when ``__enter__``
-    raises, and a block left open would wedge the thread's connection for good: Django
-    keeps a connection closed inside a transaction until the block ends, so every
-    later query on that thread would fail with "the connection is closed"."""
+    by it (the node's row read and share-locked, with a ``probe`` answered: see
+    :class:`~django_htask.store.database.FencedAtomic`): no round trip is added."""
 
     def __init__(
         self,
@@ -235,46 +230,17 @@ class _QuietAtomic(transaction.Atomic):
         fence: str | None = None,
         probe: Probe | None = None,
     ) -> None:
-        super().__init__(using, savepoint=True, durable=False)
+        super().__init__(using, fence, lock=" FOR SHARE", probe=probe)
         #: Planner settings for the transaction, set by the same first statement.
         self.planner = planner
-        #: The node whose transaction it is, fenced by the same first statement.
-        self.fence = fence
-        #: A query whose ``EXISTS`` the fence's statement answers too (with ``fence``).
-        self.probe = probe
-        #: Its answer, once entered (None: no probe).
-        self.gated_due: bool | None = None
 
-    def __enter__(self) -> None:
-        from django.db import connections  # noqa: PLC0415
-
-        connection = connections[self.using or "default"]  # always given: _QuietAtomic(using)
+    def _columns(self, connection: BaseDatabaseWrapper) -> tuple[list[str], list[Any]]:
         settings = [(QUIET, "on")]
         if not connection.in_atomic_block:  # the outermost block: the transaction's own
             idle_ms = round(get_settings().node_timeout * 500)  # 0: no bound
             settings.append(("idle_in_transaction_session_timeout", str(idle_ms)))
         settings += self.planner
-        configs = ", ".join(["set_config(%s, %s, true)"] * len(settings))
-        values = [value for setting in settings for value in setting]
-        super().__enter__()
-        try:
-            with connection.cursor() as cursor:
-                if self.fence is None:
-                    cursor.execute(f"SELECT {configs}", values)
-                else:  # DatabaseStore._fence, with the settings: one round trip
-                    probe, probe_params = self.probe or (None, [])
-                    exists = "" if probe is None else f", EXISTS ({probe})"
-                    cursor.execute(
-                        f"SELECT stopped_at, {configs}{exists} FROM {NODE} WHERE id = %s FOR SHARE",
-                        [*values, *probe_params, self.fence],
-                    )
-                    row = cursor.fetchone()
-                    check_fence(self.fence, row)
-                    if probe is not None and row is not None:
-                        self.gated_due = bool(row[-1])
-        except BaseException:
-            self.__exit__(*sys.exc_info())
-            raise
+        return ["set_config(%s, %s, true)"] * len(settings), [v for s in settings for v in s]
 
 
 class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
@@ -312,7 +278,12 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         return _QuietAtomic(self.using)
 
     def _fenced(
-        self, node_id: str, *, claim: bool = False, probe: Probe | None = None
+        self,
+        node_id: str,
+        *,
+        claim: bool = False,
+        probe: Probe | None = None,
+        held: Iterable[int] = (),
     ) -> _QuietAtomic:
         planner = CLAIM_PLANNER if claim else ()
         return _QuietAtomic(self.using, planner, fence=node_id, probe=probe)
@@ -476,7 +447,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         return self._start_returning(c, lock=" FOR UPDATE SKIP LOCKED")
 
     def _record_in(
-        self, node_id: str, outcomes: list[RunOutcome]
+        self, node_id: str, outcomes: list[RunOutcome], held: set[int] | None = None
     ) -> dict[int, tuple[str, datetime]]:
         """As the generic one, with finished tasks written in one statement, and the
         schedules' last statuses written only where no other transaction holds the row
@@ -485,7 +456,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         others = [o for o in outcomes if o.task_id is None or o.retry_at is not None]
         for i in range(0, len(finished), _FINISH_CHUNK):
             self._finish_tasks(node_id, finished[i : i + _FINISH_CHUNK])
-        self._record_runs(node_id, others)
+        self._record_runs(node_id, others, held)
         statuses = values.last_statuses(outcomes)
         busy = self._set_statuses(statuses, wait=False)
         return {schedule_id: statuses[schedule_id] for schedule_id in busy}

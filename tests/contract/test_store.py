@@ -322,6 +322,28 @@ def test_claims_take_due_tasks_by_priority_then_age_and_start_them(kit: Kit) -> 
     assert {k: getattr(kit.task(late[0]), k) for k in started} == started
 
 
+def test_a_claim_writes_the_ends_of_the_tasks_the_node_still_runs_only(kit: Kit) -> None:
+    """Of two tasks finished on n1, one was handed back meanwhile (its lease ran out and
+    a reaper took it): the claim writing both ends writes the other's only. (On
+    PostgreSQL and MySQL the fence's statement answers whether the node still runs them
+    all; here it does not, and the tasks are read.)"""
+    kit.register("n1", "n2")
+    lost, kept = kit.add_tasks(2, max_attempts=3)
+    kit.store.start_tasks("n1", NOW, 1, NOW + timedelta(seconds=1))
+    kit.store.start_tasks("n1", NOW, 1, LEASE)
+    later = NOW + timedelta(seconds=2)
+    kit.register("n2", at=later)
+    kit.store.reap("n2", later, NOW - timedelta(seconds=60), RETRY)  # n1 lives on
+    assert (kit.task(lost).status, kit.task(lost).locked_by) == (TaskStatus.PENDING, None)
+    runs_of_lost = len(kit.runs(task_id=lost))  # the reaper's record of the lost attempt
+    finished = [outcome({"task_id": lost}), outcome({"task_id": kept})]
+    assert kit.store.start_tasks("n1", later, 0, LEASE, finished=finished) == []
+    assert kit.task(lost).status == TaskStatus.PENDING  # not written
+    assert len(kit.runs(task_id=lost)) == runs_of_lost
+    assert kit.task(kept).status == TaskStatus.SUCCEEDED
+    assert len(kit.runs(task_id=kept)) == 1
+
+
 def test_claims_serve_only_their_queues_and_backend(kit: Kit) -> None:
     kit.register("n1")
     default, mails = kit.add_tasks(1), kit.add_tasks(1, queue_name="emails")

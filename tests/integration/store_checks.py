@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -33,6 +34,25 @@ def running_run(schedule: Schedule) -> Run:
         scheduled_for=NOW,
         started_at=NOW,
         status=RunStatus.RUNNING,
+    )
+
+
+def task_ended(task_id: int, finished_at: datetime = NOW, **fields: Any) -> RunOutcome:
+    """How task ``task_id``, started on n1 at NOW, ended at ``finished_at``: succeeded,
+    unless ``fields`` say otherwise."""
+    return RunOutcome(
+        **{
+            "status": RunStatus.SUCCEEDED,
+            "function": ADD,
+            "name": ADD,
+            "node": "n1",
+            "attempt": 1,
+            "scheduled_for": NOW,
+            "started_at": NOW,
+            "finished_at": finished_at,
+            "task_id": task_id,
+            **fields,
+        }
     )
 
 

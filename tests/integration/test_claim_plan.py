@@ -33,6 +33,7 @@ from django_htask.enums import RunStatus
 from django_htask.models import Task, TaskStatus
 from django_htask.store import get_store
 from django_htask.store.base import RunOutcome
+from django_htask.store.mysql import BY_ID
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 ADD = "tests.integration.testapp.tasks:add"
@@ -106,7 +107,9 @@ def test_a_claim_walks_the_claim_index_and_sorts_nothing(statistics: str) -> Non
     started, sent, setup = _claim([])
 
     assert started == 8
-    claims = [sql for sql in sent if "ORDER BY" in sql]
+    # The statement that reads the backlog; on MySQL/MariaDB the candidates it found are
+    # then locked by id (a sort of those few rows, read by primary key: BY_ID).
+    claims = [sql for sql in sent if "ORDER BY" in sql and BY_ID not in sql]
     assert len(claims) == 1, sent
     plan = _plan(claims[0], setup)
     assert "htask_task_claim" in plan, plan

@@ -13,12 +13,21 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from django_htask.models import Node, Run, RunStatus, Schedule, Task
 from django_htask.store import get_store
-from django_htask.store.base import SERVE_ALL
-from django_htask.store.mysql import GATE_SLOTS, TRIGGERS, MySQLStore, gate_row
+from django_htask.store.base import SERVE_ALL, RunOutcome
+from django_htask.store.mysql import (
+    CANDIDATES,
+    GATE_SLOTS,
+    SPARE,
+    TRIGGERS,
+    MySQLStore,
+    gate_row,
+)
 from tests.integration.store_checks import (
+    LEASE,
     NOW,
     RETRY,
     a_node_back_from_a_long_gap_waits_a_timeout_before_reaping,
@@ -29,6 +38,7 @@ from tests.integration.store_checks import (
     every_kind_of_write_raises_the_version,
     running_run,
     succeeded,
+    task_ended,
 )
 from tests.mariadbcluster import connect
 
@@ -335,3 +345,75 @@ def test_the_question_whether_gated_tasks_are_due_reads_only_gated_tasks(
     assert [step["key"] for step in plan] == ["htask_task_gated"]
     assert read["Handler_read_rnd_next"] == 0  # no table scan
     assert read["Handler_read_next"] <= len(locked)  # the gated rows, in the index
+
+
+def test_a_claim_whose_candidates_another_claim_holds_reads_on_past_them(
+    store: MySQLStore, other_client: Any
+) -> None:
+    """A claim's candidates come from a plain read (``CANDIDATES`` per task wanted and
+    ``SPARE``); when another claim holds every one of them, the claim reads the claim
+    index with a lock after all, and takes the tasks after them."""
+    register(store, "n1")
+    ids = make_tasks(CANDIDATES * 2 + SPARE + 5)
+    page = CANDIDATES * 2 + SPARE
+    cursor = other_client.cursor()
+    cursor.execute("SELECT id FROM django_htask_task ORDER BY id LIMIT %s FOR UPDATE", [page])
+    started = store.start_tasks("n1", NOW, 2, LEASE)
+    assert [t.id for t in started] == ids[page : page + 2]
+    other_client.rollback()
+    assert [t.id for t in store.start_tasks("n1", NOW, 3, LEASE)] == ids[:3]
+
+
+def test_a_claim_writing_ends_is_six_statements(store: MySQLStore) -> None:
+    """A claim of 8 that writes 8 ends: the fence (which also asks whether gated tasks
+    are due and whether the node still runs the 8), the ends, their runs, the
+    candidates, their lock, their start; and the transaction's own. Each statement is a
+    round trip, most of a claim's time on MariaDB."""
+    register(store, "n1")
+    make_tasks(16)
+    first = store.start_tasks("n1", NOW, 8, LEASE)
+    finished = [task_ended(t.id, NOW + timedelta(milliseconds=n)) for n, t in enumerate(first)]
+    with CaptureQueriesContext(connection) as queries:
+        second = store.start_tasks("n1", NOW, 8, LEASE, finished=finished)
+    assert len(second) == 8
+    sent = [q["sql"] for q in queries]
+    assert (sent[0], sent[-1]) == ("BEGIN", "COMMIT")  # the transaction's own
+    assert len(sent[1:-1]) == 6, [sql[:60] for sql in sent]
+    assert Task.objects.filter(status="succeeded").count() == 8
+    assert Run.objects.filter(task__in=[t.id for t in first]).count() == 8
+
+
+def test_ends_that_differ_are_written_in_statements_of_at_most_a_hundred(
+    store: MySQLStore,
+) -> None:
+    """250 ends at once, differing in their times, statuses, errors and results: each
+    task gets its own (``CASE`` on the id, 100 ends a statement)."""
+    register(store, "n1")
+    ids = make_tasks(250, max_attempts=2)
+    store.start_tasks("n1", NOW, 250, LEASE)
+    retry_at = NOW + timedelta(minutes=5)
+
+    def end(n: int, task_id: int) -> RunOutcome:
+        failed = n % 3 == 0
+        return task_ended(
+            task_id,
+            NOW + timedelta(seconds=n),
+            status=RunStatus.FAILED if failed else RunStatus.SUCCEEDED,
+            error=f"error {n}" if failed else "",
+            retry_at=retry_at if n % 6 == 0 else None,
+            result=None if failed else bytes([n % 256, 0, 255]),
+        )
+
+    ends = [end(n, task_id) for n, task_id in enumerate(ids)]
+    store.record("n1", ends)
+    rows = {t.id: t for t in Task.objects.filter(id__in=ids)}
+    for o in ends:
+        row = rows[o.task_id]
+        assert o.task_id is not None
+        if o.retry_at is not None:
+            assert (row.status, row.run_at, row.finished_at) == ("pending", retry_at, None)
+        else:
+            assert (row.status, row.finished_at) == (o.status, o.finished_at)
+        assert (row.last_error, row.locked_by) == (o.error, None)
+        assert (None if row.result is None else bytes(row.result)) == o.result
+    assert Run.objects.filter(task__in=ids).count() == 250

@@ -14,20 +14,33 @@ from django_htask.exceptions import NotMigrated
 from django_htask.store.base import INTERFACE
 
 from .core import _CHUNK as _CHUNK
-from .core import _NO_SUCH_TABLE, _TABLES, OrmStore, _translate, check_fence, unavailable
+from .core import (
+    _NO_SUCH_TABLE,
+    _TABLES,
+    FencedAtomic,
+    OrmStore,
+    _translate,
+    check_fence,
+    unavailable,
+)
 from .core import Probe as Probe
+from .core import _as_datetime as _as_datetime
 from .nodes import NodeRows
 from .putback import put_back, supersede
 from .schedules import _ROW_FIELDS as _ROW_FIELDS
 from .schedules import RefReader, ScheduleRows
 from .schedules import schedule_row as schedule_row
+from .tasks import STARTED_FIELDS as STARTED_FIELDS
+from .tasks import Column as Column
 from .tasks import TaskRows
 from .tasks import gate_key as gate_key
 from .tasks import served_sql as served_sql
+from .tasks import set_sql as set_sql
 from .tasks import started_task as started_task
 
 __all__ = [
     "DatabaseStore",
+    "FencedAtomic",
     "RefReader",
     "check_fence",
     "not_migrated",

@@ -8,24 +8,27 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, TypeVar
 
-from django.db import DatabaseError, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_htask.db import scheduler_alias
 from django_htask.exceptions import NodeFenced, NotMigrated, StoreUnavailable
-from django_htask.models import Node, Run, RunStatus, Schedule, Task
+from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.store.base import RunOutcome, Store
+from django_htask.store.values import _RUN_COLUMNS
 
 #: SQLite allows 999 host parameters in old builds: chunk ``IN (...)`` lists.
 _CHUNK = 500
 _NODE = Node._meta.db_table
 _TASK = Task._meta.db_table
+_RUN = Run._meta.db_table
 #: django_htask's tables.
 _TABLES = frozenset(model._meta.db_table for model in (Node, Run, Schedule, Task))
 #: How SQLite and PostgreSQL say a statement's table does not exist.
@@ -59,6 +62,99 @@ def _fenced_in(
     with atomic:
         store._fence(node_id)
         yield
+
+
+class FencedAtomic(transaction.Atomic):
+    """``transaction.atomic`` whose first statement, run in ``__enter__``, fences node
+    ``fence`` (its row read and share-locked with ``lock``, then :func:`check_fence`)
+    and, in the same round trip, answers what the transaction would otherwise ask in
+    statements of its own:
+
+    - ``probe``: whether that query finds a row (``gated_due``: are tasks with a lock
+      or a limit due?);
+    - ``held``: whether this node still runs every task of those ids (``held``: the
+      ids, when it does all; None otherwise, and the caller reads which).
+
+    The subqueries lock nothing: PostgreSQL and InnoDB lock the rows of the query the
+    locking clause is on, not those its subqueries read. :meth:`_columns` adds columns
+    computed for their effect (PostgreSQL's settings for the transaction).
+
+    If the first statement fails (the server went away), the block is left at once:
+    Python does not call ``__exit__`` when ``__enter__`` raises, and a block left open
+    would wedge the thread's connection for good (Django keeps a connection closed
+    inside a transaction until the block ends, so every later query on that thread
+    would fail with "the connection is closed")."""
+
+    def __init__(
+        self,
+        using: str,
+        fence: str | None = None,
+        *,
+        lock: str = "",
+        probe: Probe | None = None,
+        held: Iterable[int] = (),
+        by_id: str = "",
+    ) -> None:
+        super().__init__(using, savepoint=True, durable=False)
+        #: A hint after the task table's name when ``held`` is asked about by id.
+        self.by_id = by_id
+        #: The node whose transaction it is (None: no fence, :meth:`_columns` only).
+        self.fence = fence
+        self.lock = lock
+        self.probe = probe
+        #: Asked about when few enough for one ``IN`` list (else the caller reads).
+        self.held_ids = sorted(set(held))
+        #: The probe's answer, once entered (None: no probe).
+        self.gated_due: bool | None = None
+        #: ``held_ids`` when the node still runs them all, once entered; else None.
+        self.held: set[int] | None = None
+
+    def _columns(self, connection: BaseDatabaseWrapper) -> tuple[list[str], list[Any]]:
+        """Columns the first statement selects for their effect, and their parameters
+        (asked before the transaction opens)."""
+        return [], []
+
+    def __enter__(self) -> None:
+        connection = connections[self.using or DEFAULT_DB_ALIAS]
+        columns, params = self._columns(connection)
+        super().__enter__()
+        if self.fence is None and not columns:
+            return
+        try:
+            with connection.cursor() as cursor:
+                if self.fence is None:
+                    cursor.execute(f"SELECT {', '.join(columns)}", params)
+                    return
+                self._fence_in(cursor, self.fence, columns, params)
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+
+    def _fence_in(self, cursor: Any, fence: str, columns: list[str], params: list[Any]) -> None:
+        """The first statement of a fenced transaction (see the class)."""
+        columns = ["stopped_at", *columns]
+        params = list(params)
+        if self.probe is not None:
+            columns.append(f"EXISTS ({self.probe.sql})")
+            params += self.probe.params
+        held = self.held_ids if 0 < len(self.held_ids) <= _CHUNK else []
+        if held:
+            columns.append(
+                f"(SELECT COUNT(*) FROM {_TASK}{self.by_id}"
+                f" WHERE id IN ({', '.join(['%s'] * len(held))})"
+                " AND locked_by = %s AND status = %s)"
+            )
+            params += [*held, fence, TaskStatus.RUNNING]
+        cursor.execute(
+            f"SELECT {', '.join(columns)} FROM {_NODE} WHERE id = %s{self.lock}", [*params, fence]
+        )
+        row = cursor.fetchone()
+        check_fence(fence, row)
+        assert row is not None
+        if held and row[-1] == len(held):
+            self.held = set(held)
+        if self.probe is not None:
+            self.gated_due = bool(row[-2 if held else -1])
 
 
 Method = TypeVar("Method", bound=Callable[..., Any])
@@ -179,13 +275,18 @@ class OrmStore(Store):
         return transaction.atomic(using=self.using)
 
     def _fenced(
-        self, node_id: str, *, claim: bool = False, probe: Probe | None = None
+        self,
+        node_id: str,
+        *,
+        claim: bool = False,
+        probe: Probe | None = None,
+        held: Iterable[int] = (),
     ) -> AbstractContextManager[Any]:
         """A write transaction of node ``node_id``, which first checks that the node is
         registered and not declared dead (:meth:`_fence`). ``claim``: a claim's (finished
-        tasks written, due ones started), whose plans PostgreSQL pins; ``probe``: an
-        ``EXISTS`` the fence may answer in the same statement, as ``gated_due`` of the
-        context manager (PostgreSQL: see :meth:`_gated_probe`; ignored here)."""
+        tasks written, due ones started), whose plans PostgreSQL pins; ``probe`` and
+        ``held``: what the fence may answer in the same statement, as ``gated_due`` and
+        ``held`` of the context manager (:class:`FencedAtomic`; ignored here)."""
         return _fenced_in(self._atomic(), self, node_id)
 
     # -- fencing ---------------------------------------------------------------------
@@ -201,6 +302,25 @@ class OrmStore(Store):
                 f"SELECT stopped_at FROM {_NODE} WHERE id = %s{self._fence_lock}", [node_id]
             )
             check_fence(node_id, cursor.fetchone())
+
+    def _insert_runs(self, outcomes: list[RunOutcome]) -> None:
+        """Insert a run row for each of ``outcomes`` (in the caller's transaction), by
+        one prepared statement: MySQL's driver sends it as one multi-row ``INSERT``,
+        SQLite runs it row by row in C. (The ORM's ``bulk_create`` cost more of the
+        control thread than the trivial jobs whose runs it wrote.)"""
+        if not outcomes:
+            return
+        adapt = self.connection.ops.adapt_datetimefield_value
+        rows = []
+        for o in outcomes:
+            columns = o.columns()
+            rows.append([adapt(v) if isinstance(v, datetime) else v for v in columns.values()])
+        with self.connection.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {_RUN} ({', '.join(_RUN_COLUMNS)}) "
+                f"VALUES ({', '.join(['%s'] * len(_RUN_COLUMNS))})",
+                rows,
+            )
 
     @staticmethod
     def _run(o: RunOutcome, schedule_id: int | None = None) -> Run:

@@ -38,7 +38,7 @@ from django_htask.store.base import Gated, RunOutcome, StartedTask, holders, pic
 from .core import _CHUNK, _TASK, OrmStore, Probe, _as_datetime
 from .putback import put_back
 
-_STARTED_FIELDS = (
+STARTED_FIELDS = (
     "id",
     "token",
     "function",
@@ -101,9 +101,11 @@ class TaskRows(OrmStore):
 
     def _start_tasks(self, c: values.Claim) -> list[StartedTask]:
         probe = self._gated_probe(c.now, c.serving) if c.limit > 0 else None
-        fenced = self._fenced(c.node_id, claim=True, probe=probe)
+        held = [o.task_id for o in c.finished if o.task_id is not None]
+        fenced = self._fenced(c.node_id, claim=True, probe=probe, held=held)
         with fenced:
-            late = self._record_in(c.node_id, c.finished)
+            # Whether the node still runs the finished tasks, if the fence's statement said.
+            late = self._record_in(c.node_id, c.finished, getattr(fenced, "held", None))
             if any(o.gated for o in c.finished):
                 self._gate_released()
             # Whether gated tasks are due, if the fence's statement said (PostgreSQL).
@@ -227,7 +229,7 @@ class TaskRows(OrmStore):
         rows = (
             tasks.filter(id__in=ids, locked_by=c.node_id, status=TaskStatus.RUNNING)
             .order_by()  # read by id, not sorted: the claim above took them in order
-            .values_list(*_STARTED_FIELDS)
+            .values_list(*STARTED_FIELDS)
         )
         return [started_task(row) for row in rows]
 
@@ -253,7 +255,7 @@ class TaskRows(OrmStore):
                 f" SELECT id FROM {_TASK}{indexed_by} WHERE {CLAIMABLE_SQL}"
                 f" AND {PLAIN_TASK_SQL}{served}"
                 f"  ORDER BY priority DESC, run_at, id LIMIT %s{lock}"
-                f") RETURNING {', '.join(_STARTED_FIELDS)}",
+                f") RETURNING {', '.join(STARTED_FIELDS)}",
                 [
                     *set_params,
                     *claimable_params(adapt(now)),
@@ -311,12 +313,13 @@ class TaskRows(OrmStore):
         self._record_late(late)
 
     def _record_in(
-        self, node_id: str, outcomes: list[RunOutcome]
+        self, node_id: str, outcomes: list[RunOutcome], held: set[int] | None = None
     ) -> dict[int, tuple[str, datetime]]:
         """Write ``outcomes`` in the caller's transaction; return the last statuses of
         schedules left to write afterwards, each in a transaction of its own
-        (:meth:`_record_late`)."""
-        self._record_runs(node_id, outcomes)
+        (:meth:`_record_late`). ``held``: the tasks of ``outcomes`` this node still
+        runs, if known (:meth:`_record_runs`)."""
+        self._record_runs(node_id, outcomes, held)
         for schedule_id, (status, when) in values.last_statuses(outcomes).items():
             Schedule.objects.using(self.using).filter(id=schedule_id).update(
                 last_status=status, last_run_at=when
@@ -339,11 +342,16 @@ class TaskRows(OrmStore):
             )
         return held
 
-    def _record_runs(self, node_id: str, outcomes: list[RunOutcome]) -> None:
-        """Write the runs and tasks of ``outcomes`` (in the caller's transaction)."""
+    def _record_runs(
+        self, node_id: str, outcomes: list[RunOutcome], held: set[int] | None = None
+    ) -> None:
+        """Write the runs and tasks of ``outcomes`` (in the caller's transaction).
+        ``held``: which of their tasks this node still runs, if known (read otherwise):
+        the others were reaped meanwhile, and their outcome is not written."""
         runs = Run.objects.using(self.using)
         task_outcomes = [o for o in outcomes if o.task_id is not None]
-        held = self._still_running(node_id, [o.task_id for o in task_outcomes if o.task_id])
+        if held is None:
+            held = self._still_running(node_id, [o.task_id for o in task_outcomes if o.task_id])
         ended = [o for o in task_outcomes if o.task_id in held]
         for o in outcomes:
             if o.task_id is None and o.run_id is not None:
@@ -356,7 +364,7 @@ class TaskRows(OrmStore):
                 )
         if ended:
             self._end_tasks(ended)
-            runs.bulk_create([self._run(o) for o in ended], batch_size=_CHUNK // 2)
+            self._insert_runs(ended)
 
     def _end_tasks(self, outcomes: list[RunOutcome]) -> None:
         """Write the tasks whose attempt ended: finished, or pending again for a retry
@@ -413,7 +421,7 @@ class TaskRows(OrmStore):
 def started_task(
     row: Sequence[Any], as_datetime: Callable[[Any], datetime] = lambda v: v
 ) -> StartedTask:
-    """The :class:`StartedTask` of the values of :data:`_STARTED_FIELDS`."""
+    """The :class:`StartedTask` of the values of :data:`STARTED_FIELDS`."""
     i, t, f, p, r, a, m, pr, to, *retry = row
     columns = base.RetryColumns(*retry)
     if columns == base.DEFAULT_RETRY:

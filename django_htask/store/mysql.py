@@ -55,7 +55,11 @@ Fencing
     in flight commits first, and the node's writes after it are refused. InnoDB then
     reads the row again, so a heartbeat committed meanwhile keeps the node alive. The
     heartbeat locks its row ``FOR UPDATE`` at once (no shared lock to upgrade, which
-    would deadlock with a reaper waiting on it).
+    would deadlock with a reaper waiting on it). A node frozen inside a write would
+    hold that row lock while it is frozen: on MariaDB the node's own connections end
+    after half ``NODE_TIMEOUT`` idle in a transaction (``idle_transaction_timeout``,
+    :class:`_BoundedAtomic`), as on PostgreSQL; MySQL has no such bound, so there the
+    reaper waits (``innodb_lock_wait_timeout`` at a time) until the node resumes.
 
 Creating a trigger needs the ``TRIGGER`` privilege; with binary logging on, also
 ``SUPER`` or ``log_bin_trust_function_creators = 1``. :func:`install` runs after every
@@ -64,6 +68,7 @@ Creating a trigger needs the ``TRIGGER`` privilege; with binary logging on, also
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -72,6 +77,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
+from django_htask.conf import get_settings
 from django_htask.db import holds_tables
 from django_htask.keys import KEY_MAX_LENGTH
 from django_htask.models import (
@@ -309,6 +315,41 @@ def drop_gated_column(connection: BaseDatabaseWrapper) -> None:
         )
 
 
+def bound_idle(connection: BaseDatabaseWrapper) -> None:
+    """On MariaDB, have the server end this session if it sits idle inside a
+    transaction for half ``NODE_TIMEOUT`` (``idle_transaction_timeout``, whole seconds):
+    see :class:`_BoundedAtomic`. Set once per connection (a session variable): the
+    connections it is set on are the node's own threads', which run no job. MySQL has
+    no such variable (see the module)."""
+    if not getattr(connection, "mysql_is_mariadb", False):  # the MySQL backend's
+        return
+    seconds = math.ceil(get_settings().node_timeout / 2)  # 0: no bound
+    connection.ensure_connection()
+    raw = connection.connection
+    if getattr(raw, "_htask_idle_bound", None) == seconds:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION idle_transaction_timeout = %s", [seconds])
+    raw._htask_idle_bound = seconds
+
+
+class _BoundedAtomic(FencedAtomic):
+    """The store's transactions on MySQL/MariaDB. When one is the outermost (not
+    nested in the caller's), its session is bounded first (:func:`bound_idle`), as
+    PostgreSQL's are with ``idle_in_transaction_session_timeout``: a node's writes
+    share-lock its node row first (the fence), so a node frozen inside one (SIGSTOP, a
+    VM paused) would hold that lock as long as it is frozen, and the reaper, whose
+    ``UPDATE`` of that row must wait for it, could never declare the node dead. With
+    the bound, MariaDB ends the frozen node's session, its transaction rolls back, and
+    the reaper goes on; the node, when it resumes, finds its connection gone,
+    reconnects, and its fence says it was declared dead."""
+
+    def _columns(self, connection: BaseDatabaseWrapper) -> tuple[list[str], list[Any]]:
+        if not connection.in_atomic_block:
+            bound_idle(connection)
+        return [], []
+
+
 class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
     """Several nodes on MySQL or MariaDB: the ORM store, with the version triggers
     above, claims that skip the rows another transaction is claiming, and row locks of
@@ -326,6 +367,9 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
     def install(self) -> None:
         install(self.connection)
 
+    def _atomic(self) -> FencedAtomic:
+        return _BoundedAtomic(self.using)
+
     def _fenced(
         self,
         node_id: str,
@@ -337,7 +381,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         """The fence, the probe and the still-running check in one statement
         (:class:`~django_htask.store.database.FencedAtomic`): a claim's round trips
         are most of its time here."""
-        return FencedAtomic(
+        return _BoundedAtomic(
             self.using, node_id, lock=self._fence_lock, probe=probe, held=held, by_id=BY_ID
         )
 

@@ -18,6 +18,7 @@ from django_htask.store import RunOutcome, get_store
 from django_htask.store.postgres import REAPER_LOCK, PostgresStore
 from tests.integration.store_checks import (
     a_node_back_from_a_long_gap_waits_a_timeout_before_reaping,
+    a_node_frozen_inside_a_write_is_declared_dead_after_half_node_timeout,
     a_node_is_declared_dead_only_after_its_write_in_flight_commits,
     claims_skip_locked_rows,
     concurrent_claims_respect_locks_and_limits,
@@ -291,23 +292,10 @@ def test_a_node_frozen_inside_a_write_holds_the_reaper_back_for_half_node_timeou
     register(store, "n1")
     reaper = other_client()
     reaper.execute("SET lock_timeout = '10s'")  # the test fails rather than hangs
-    waited: list[float] = []
-
-    def frozen_write() -> None:
-        with store._atomic():
-            store._fence("n1")  # the node's write has begun, and then the node froze
-            started = time.monotonic()
-            reaper.execute("UPDATE django_htask_node SET stopped_at = now() WHERE id = 'n1'")
-            waited.append(time.monotonic() - started)
-            store._fence("n1")  # the node resumes: its session was ended
-
-    with pytest.raises(DatabaseError):
-        frozen_write()
-    assert len(waited) == 1 and 0.5 < waited[0] < 5, waited
-    connection.close()  # what the node does with a connection it lost
-    make_tasks(1)
-    with pytest.raises(NodeFenced):
-        store.start_tasks("n1", NOW, 1, LEASE)
+    a_node_frozen_inside_a_write_is_declared_dead_after_half_node_timeout(
+        store,
+        lambda: reaper.execute("UPDATE django_htask_node SET stopped_at = now() WHERE id = 'n1'"),
+    )
 
 
 def test_a_write_nested_in_the_callers_transaction_sets_no_idle_bound(

@@ -5,12 +5,13 @@ tests/cluster/test_postgres_store.py and tests/integration/test_mysql_store.py."
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from django_htask.exceptions import NodeFenced
 from django_htask.models import Node, Run, RunStatus, Schedule, Task
@@ -134,6 +135,32 @@ def concurrent_claims_take_disjoint_batches(ids: list[int]) -> None:
     assert sorted(everything) == sorted(ids)  # each task once, none left
     owners = dict(Task.objects.values_list("id", "locked_by"))
     assert all(owners[i] == node for node, got in results.items() for i in got)
+
+
+def a_node_frozen_inside_a_write_is_declared_dead_after_half_node_timeout(
+    store: DatabaseStore, declare: Callable[[], None]
+) -> None:
+    """Node n1 (registered; NODE_TIMEOUT 2 s) froze inside a write, holding its node
+    row's lock: ``declare``, another client marking n1 dead, waits until the server
+    ends n1's idle session (half NODE_TIMEOUT), not for as long as n1 is frozen. When
+    n1 resumes its connection is gone, and after reconnecting its writes are refused."""
+    waited: list[float] = []
+
+    def frozen_write() -> None:
+        with store._atomic():
+            store._fence("n1")  # the node's write has begun, and then the node froze
+            started = time.monotonic()
+            declare()
+            waited.append(time.monotonic() - started)
+            store._fence("n1")  # the node resumes: its session was ended
+
+    with pytest.raises(DatabaseError):
+        frozen_write()
+    assert len(waited) == 1 and 0.5 < waited[0] < 5, waited
+    connection.close()  # what the node does with a connection it lost
+    Task.objects.create(function=ADD, run_at=NOW)
+    with pytest.raises(NodeFenced):
+        store.start_tasks("n1", NOW, 1, LEASE)
 
 
 def a_node_back_from_a_long_gap_waits_a_timeout_before_reaping(a: Store) -> None:

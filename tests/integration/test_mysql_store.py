@@ -31,6 +31,7 @@ from tests.integration.store_checks import (
     NOW,
     RETRY,
     a_node_back_from_a_long_gap_waits_a_timeout_before_reaping,
+    a_node_frozen_inside_a_write_is_declared_dead_after_half_node_timeout,
     a_node_is_declared_dead_only_after_its_write_in_flight_commits,
     claims_skip_locked_rows,
     concurrent_claims_respect_locks_and_limits,
@@ -417,3 +418,41 @@ def test_ends_that_differ_are_written_in_statements_of_at_most_a_hundred(
         assert (row.last_error, row.locked_by) == (o.error, None)
         assert (None if row.result is None else bytes(row.result)) == o.result
     assert Run.objects.filter(task__in=ids).count() == 250
+
+
+def test_a_node_frozen_inside_a_write_holds_the_reaper_back_for_half_node_timeout_only(
+    store: MySQLStore, other_client: Any, settings: Any
+) -> None:
+    """A node frozen (SIGSTOP, a paused VM) inside a write transaction holds its node
+    row's shared lock. MariaDB ends its session once it has been idle in that
+    transaction for half NODE_TIMEOUT (``idle_transaction_timeout``), so the reaper
+    declares it dead; the node, once it resumes, finds its connection gone, and after
+    reconnecting its writes are refused. (Without the bound, the reaper waited until
+    its lock wait timeout, 10 s here.)"""
+    settings.HTASK = {"NODE_TIMEOUT": 2}
+    register(store, "n1")
+    connection.close()  # a connection of the node's, bounded at its first transaction
+    reaper = other_client.cursor()
+    reaper.execute("SET SESSION innodb_lock_wait_timeout = 10")  # fails rather than hangs
+    a_node_frozen_inside_a_write_is_declared_dead_after_half_node_timeout(
+        store,
+        lambda: (
+            reaper.execute("UPDATE django_htask_node SET stopped_at = NOW(6) WHERE id = 'n1'"),
+            other_client.commit(),
+        ),
+    )
+
+
+def test_a_write_nested_in_the_callers_transaction_sets_no_idle_bound(
+    store: MySQLStore,
+) -> None:
+    """The bound is set by the store's own transactions: one nested in a caller's
+    transaction (a web request's, say) leaves the session as the caller has it."""
+    connection.close()
+    with transaction.atomic(), store._atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT @@SESSION.idle_transaction_timeout")
+        assert cursor.fetchone()[0] == 0
+    with store._atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT @@SESSION.idle_transaction_timeout")
+        assert cursor.fetchone()[0] == 30  # half the default NODE_TIMEOUT of 60 s
+    connection.close()

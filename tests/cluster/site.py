@@ -19,6 +19,13 @@ class ClusterSite:
     """``settings``: the settings module of the subprocesses; ``log``: the file the
     cluster app's jobs append to (``HTASK_CLUSTER_LOG``)."""
 
+    #: The server's current time in UTC, as SQL.
+    NOW_SQL = "now()"
+
+    def ago_sql(self, seconds: float) -> str:
+        """``seconds`` before the server's current time, as SQL."""
+        return f"{self.NOW_SQL} - interval '{seconds} seconds'"
+
     def __init__(self, pg: PostgresCluster, log: Path, settings: str) -> None:
         self.pg = pg
         self.log = log
@@ -61,7 +68,12 @@ class ClusterSite:
 
 class MariaDBSite(ClusterSite):
     """The same on MariaDB (``pg`` has the server's ``mysql://`` URL): SQL through
-    mysqlclient, in autocommit."""
+    mysqlclient, in autocommit. Its ``DATETIME`` columns hold UTC, naive."""
+
+    NOW_SQL = "UTC_TIMESTAMP(6)"
+
+    def ago_sql(self, seconds: float) -> str:
+        return f"{self.NOW_SQL} - INTERVAL {seconds} SECOND"
 
     def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
         from tests.mariadbcluster import connect, database_settings

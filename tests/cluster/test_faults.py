@@ -5,9 +5,10 @@ schedule killed, a SIGTERM past ``SHUTDOWN_TIMEOUT``, a node paused
 (SIGSTOP) past ``NODE_TIMEOUT``, caught-up occurrences under the overlap policy.
 
 The nodes share the suite's PostgreSQL server (a database of their own, emptied
-between tests). Jobs append ``start``/``end`` lines with their process id and the time
-to a log file, so a test sees which functions ran where and when; the ``Run`` table
-says what the scheduler recorded.
+between tests); tests/cluster/test_mariadb_faults.py runs the same tests on MariaDB.
+Jobs append ``start``/``end`` lines with their process id and the time to a log file,
+so a test sees which functions ran where and when; the ``Run`` table says what the
+scheduler recorded.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import itertools
 import signal
 import time
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -26,9 +27,14 @@ from tests.cluster.conftest import Site
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
+def aware(value: datetime) -> datetime:
+    """A time read from the server, aware (MariaDB's come naive, in UTC)."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 def now(site: Site) -> datetime:
-    value: datetime = site.one("SELECT now()")
-    return value
+    """The server's time, aware."""
+    return aware(site.one(f"SELECT {site.NOW_SQL}"))
 
 
 # -- 1. only a task whose function started is charged ------------------------------------
@@ -230,7 +236,10 @@ def test_a_schedule_keeps_firing_within_seconds_when_its_node_is_killed(
     holder.process.send_signal(signal.SIGKILL)
     holder.wait_exit()
     wait_until(lambda: now(site) > killed_at + timedelta(seconds=12), 20, "12 s")
-    rows = site.sql(runs + " ORDER BY scheduled_for", sid)
+    rows = [
+        (node, aware(when), status)
+        for node, when, status in site.sql(runs + " ORDER BY scheduled_for", sid)
+    ]
     fired = [when for _node, when, status in rows if status in ("succeeded", "running")]
     assert len(fired) == len(set(fired)), "an occurrence fired twice"
     around = [w for w in fired if killed_at - timedelta(seconds=5) <= w]
@@ -270,7 +279,7 @@ def test_caught_up_occurrences_follow_the_overlap_policy(site: Site, overlap: st
         "caught", "@every 1s", HOLD, 0.4, catch_up="all", overlap=overlap, grace=None
     )
     site.sql(
-        "UPDATE django_htask_schedule SET next_run_at = now() - interval '5 seconds' WHERE id = %s",
+        f"UPDATE django_htask_schedule SET next_run_at = {site.ago_sql(5)} WHERE id = %s",
         sid,
     )
     node = site.node("--workers", "8")

@@ -350,6 +350,16 @@ class _BoundedAtomic(FencedAtomic):
         return [], []
 
 
+def _claim_order(row: Any) -> tuple[Any, ...]:
+    """A row of :data:`STARTED_FIELDS` by the claim's order (higher priority first, then
+    the older, then the lower id)."""
+    return (-row[_PRIORITY], row[_RUN_AT], row[0])
+
+
+_PRIORITY = STARTED_FIELDS.index("priority")
+_RUN_AT = STARTED_FIELDS.index("run_at")
+
+
 class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
     """Several nodes on MySQL or MariaDB: the ORM store, with the version triggers
     above, claims that skip the rows another transaction is claiming, and row locks of
@@ -426,6 +436,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
                     [*due_params, *taken, limit - len(rows)],
                 )
                 rows += cursor.fetchall()
+                rows.sort(key=_claim_order)  # the two reads' rows, in the claim's order
             if not rows:
                 return []
             # Started by id alone: asked again whether they are claimable, InnoDB could

@@ -23,8 +23,9 @@ class ClusterSite:
     NOW_SQL = "now()"
 
     def ago_sql(self, seconds: float) -> str:
-        """``seconds`` before the server's current time, as SQL."""
-        return f"{self.NOW_SQL} - interval '{seconds} seconds'"
+        """``seconds`` before the server's current time, as SQL (the standard's form,
+        which PostgreSQL and MariaDB both take)."""
+        return f"{self.NOW_SQL} - INTERVAL '{seconds}' SECOND"
 
     def __init__(self, pg: PostgresCluster, log: Path, settings: str) -> None:
         self.pg = pg
@@ -71,9 +72,6 @@ class MariaDBSite(ClusterSite):
     mysqlclient, in autocommit. Its ``DATETIME`` columns hold UTC, naive."""
 
     NOW_SQL = "UTC_TIMESTAMP(6)"
-
-    def ago_sql(self, seconds: float) -> str:
-        return f"{self.NOW_SQL} - INTERVAL {seconds} SECOND"
 
     def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
         from tests.mariadbcluster import connect, database_settings

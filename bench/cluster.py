@@ -55,7 +55,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -557,17 +556,6 @@ class MariaDBBench(Bench, MariaDBSite):
         self.django(
             code, env={"DJANGO_SETTINGS_MODULE": PEER_SETTINGS, "HTASK_BENCH_PEER": "db_worker"}
         )
-
-    def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
-        """As the site's, with its ``DATETIME`` values (naive, UTC as Django stores them
-        with ``USE_TZ``) made aware, as PostgreSQL's come."""
-        return [
-            tuple(
-                v.replace(tzinfo=UTC) if isinstance(v, datetime) and v.tzinfo is None else v
-                for v in row
-            )
-            for row in super().sql(query, *params)
-        ]
 
     def reset(self) -> None:
         """Empty :data:`TABLES`: ``TRUNCATE`` one at a time, on one connection with the

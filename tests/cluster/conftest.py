@@ -136,9 +136,12 @@ class MariaDBNodesSite(Site, MariaDBSite):
     (there is no NOTIFY to tell them of new tasks or a lock freed; at PostgreSQL's 5 s
     one node would run every task of a lock alone)."""
 
+    #: The nodes' ``POLL_INTERVAL``: they hear of an edit at their next poll.
+    HEARD_WITHIN = 0.5
+
     def __init__(self, url: str, log: Path) -> None:
         super().__init__(url, log)
-        self.env["HTASK_CLUSTER_POLL"] = "0.5"
+        self.env["HTASK_CLUSTER_POLL"] = str(self.HEARD_WITHIN)
 
 
 #: The database of the multi-node tests on the MariaDB pass's server.

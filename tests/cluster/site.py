@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ class ClusterSite:
 
     #: The server's current time in UTC, as SQL.
     NOW_SQL = "now()"
+    #: How late a node may hear of an edit made in another process, beyond the time
+    #: the edit takes to travel (PostgreSQL: none, ``NOTIFY`` tells it at once).
+    HEARD_WITHIN = 0.0
 
     def ago_sql(self, seconds: float) -> str:
         """``seconds`` before the server's current time, as SQL (the standard's form,
@@ -69,7 +73,9 @@ class ClusterSite:
 
 class MariaDBSite(ClusterSite):
     """The same on MariaDB (``pg`` has the server's ``mysql://`` URL): SQL through
-    mysqlclient, in autocommit. Its ``DATETIME`` columns hold UTC, naive."""
+    mysqlclient, in autocommit. Its ``DATETIME`` columns hold UTC, naive, as Django
+    stores them with ``USE_TZ``: :meth:`sql` takes and gives times aware, as on
+    PostgreSQL."""
 
     NOW_SQL = "UTC_TIMESTAMP(6)"
 
@@ -79,7 +85,22 @@ class MariaDBSite(ClusterSite):
         conn = connect(database_settings(self.pg.url))
         try:
             cursor = conn.cursor()
-            cursor.execute(query, params or None)
-            return list(cursor.fetchall()) if cursor.description else []
+            cursor.execute(query, tuple(_naive_utc(p) for p in params) or None)
+            rows = cursor.fetchall() if cursor.description else ()
         finally:
             conn.close()
+        return [tuple(_aware(v) for v in row) for row in rows]
+
+
+def _naive_utc(value: Any) -> Any:
+    """An aware time as a ``DATETIME`` column holds it (strict mode refuses an offset)."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def _aware(value: Any) -> Any:
+    """A ``DATETIME`` read back (naive, UTC), aware."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value

@@ -68,26 +68,21 @@ def site(server: MariaDBServer, tmp_path: Path) -> Iterator[Site]:
     _kill_nodes(site)
 
 
-def _utc(at: datetime) -> datetime:
-    """``at`` as MySQLdb reads a datetime column: naive, in UTC."""
-    return at.astimezone(UTC).replace(tzinfo=None)
-
-
 def _now(site: Site, code: str = "") -> datetime:
-    """Run ``code`` in a subprocess, then read the clock there (naive UTC)."""
+    """Run ``code`` in a subprocess, then read the clock there."""
     out = site.django(f"{code}\nfrom django_htask import clock\nprint(clock.now().isoformat())")
-    return _utc(datetime.fromisoformat(out.strip().splitlines()[-1]))
+    return datetime.fromisoformat(out.strip().splitlines()[-1])
 
 
 def test_three_nodes_a_kill_and_a_restart_lose_nothing_and_run_nothing_twice(
     server: MariaDBServer, site: Site
 ) -> None:
-    start = _utc(start_work(site, SCHEDULES, TASKS, WINDOW))
+    start = start_work(site, SCHEDULES, TASKS, WINDOW)
     nodes = [site.node("--workers", "8") for _ in range(3)]
     t0 = time.monotonic()
     try:
         killed_pid, killed_node = kill_first(site, nodes, t0 + WINDOW / 3)
-        killed_at = _utc(datetime.now(UTC))
+        killed_at = datetime.now(UTC)
         time.sleep(max(0.0, 2 * WINDOW / 3 - (time.monotonic() - t0)))
         server.restart(down_for=1.0)
         time.sleep(max(0.0, WINDOW - (time.monotonic() - t0)))

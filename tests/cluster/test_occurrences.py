@@ -1,7 +1,8 @@
 """Every occurrence of a schedule leaves exactly one ``Run`` row, with real
-``runscheduler`` processes on PostgreSQL: the run, or the row that says why it did not
-run (missed, folded into a later run, skipped), when the node firing it is killed and
-when a node joins before the killed one is declared dead (issue 28).
+``runscheduler`` processes on PostgreSQL (and MariaDB: test_mariadb_occurrences.py):
+the run, or the row that says why it did not run (missed, folded into a later run,
+skipped), when the node firing it is killed and when a node joins before the killed one
+is declared dead (issue 28).
 
 The killed node is never declared dead in the window: its schedules go on through
 their standby alone (default timings: ``NODE_TIMEOUT`` 60 s, heartbeats every 10 s,
@@ -14,6 +15,7 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import pytest
@@ -31,13 +33,20 @@ RAN = ("running", "succeeded", "failed")
 #: What a failure shows of a schedule's rows from a time on.
 DIAGNOSIS = (
     "SELECT scheduled_for, started_at, node, status FROM django_htask_run "
-    "WHERE schedule_id = %s AND scheduled_for >= %s - interval '6 seconds' ORDER BY id"
+    "WHERE schedule_id = %s AND scheduled_for >= %s - INTERVAL '6' SECOND ORDER BY id"
 )
 
 
 def now(site: Site) -> datetime:
-    value: datetime = site.one("SELECT now()")
+    value: datetime = site.one(f"SELECT {site.NOW_SQL}")
     return value
+
+
+def among(values: Sequence[object]) -> str:
+    """``(%s, ...)``, a placeholder for each of ``values`` (not empty): an ``IN`` list
+    both servers take (PostgreSQL's ``= ANY(%s)`` of a list is its own)."""
+    assert values
+    return "(" + ", ".join(["%s"] * len(values)) + ")"
 
 
 def schedules(site: Site, count: int, offset: int = 0) -> list[int]:
@@ -181,9 +190,9 @@ def kill_b(site: Site, ids: list[int], **env: str) -> tuple[Scheduler, datetime]
 def nodes_firing(site: Site, ids: list[int], after: datetime) -> set[str]:
     """The nodes with a row of one of ``ids`` due after ``after``."""
     rows = site.sql(
-        "SELECT DISTINCT node FROM django_htask_run WHERE schedule_id = ANY(%s) "
+        f"SELECT DISTINCT node FROM django_htask_run WHERE schedule_id IN {among(ids)} "
         "AND scheduled_for > %s",
-        ids,
+        *ids,
         after,
     )
     return {node for (node,) in rows}
@@ -221,7 +230,10 @@ def test_each_occurrence_has_one_row_when_a_node_joins_before_the_dead_one_is_de
             assert_skipped_for(site, sid, joined)
         else:
             assert site.sql(
-                RUNS + " AND scheduled_for > %s AND status = ANY(%s)", sid, through, list(RAN)
+                RUNS + f" AND scheduled_for > %s AND status IN {among(list(RAN))}",
+                sid,
+                through,
+                *RAN,
             ), (sid, site.sql(DIAGNOSIS, sid, through))
 
 
@@ -244,10 +256,10 @@ def test_a_node_joining_gives_nothing_to_a_late_node_and_nothing_is_folded(
         assert_one_row_per_occurrence(site, sid, None if sid in held else joined + STEP * 4)
     not_run = site.sql(
         "SELECT schedule_id, scheduled_for, status, error FROM django_htask_run "
-        "WHERE scheduled_for > %s AND status NOT IN ('running', 'succeeded') "
-        "AND NOT schedule_id = ANY(%s)",
+        "WHERE scheduled_for > %s AND status NOT IN ('running', 'succeeded')"
+        + (f" AND schedule_id NOT IN {among(held)}" if held else ""),
         joined,
-        held,
+        *held,
     )
     assert not not_run, not_run
     assert "occ-b" not in nodes_firing(site, ids, killed_at + timedelta(seconds=1))

@@ -316,6 +316,8 @@ class Scheduler:
         """Call ``fn(*args, **kwargs)`` after ``delay`` seconds (0 for as soon as possible)."""
         cls = delay.__class__
         if (cls is float or cls is int) and 0.0 <= delay < _INF:  # the hottest call
+            if not delay:
+                return self._push(self._now_us(), fn, args, kwargs, token, True)
             if self._system_clock:  # one reading (truncated to the us, as now_us() is)
                 return self._push(int((_time() + delay) * 1e6), fn, args, kwargs, token)
         elif cls is not float and cls is not int and not isinstance(delay, float):
@@ -328,7 +330,7 @@ class Scheduler:
         self, fn: Fn, /, *args: Any, token: CancelToken | None = None, **kwargs: Any
     ) -> TimerHandle:
         """Call ``fn`` as soon as a worker is free."""
-        return self._push(self._now_us(), fn, args, kwargs, token)
+        return self._push(self._now_us(), fn, args, kwargs, token, True)
 
     def _push(
         self,
@@ -337,8 +339,12 @@ class Scheduler:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         token: CancelToken | None,
+        due: bool = False,
     ) -> TimerHandle:
         # Every add ends here: build the handle (it is its own heap entry) and push it.
+        # A call ``due`` now, with no timer due before it in the heap, goes straight to
+        # the workers: the scheduler thread would hand it over at once, a thread hop
+        # later.
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
         handle = TimerHandle((when_us, self._next_seq()))
@@ -356,12 +362,18 @@ class Scheduler:
         try:
             if queue._live >= self._limit:
                 self._refuse(handle)
-            heappush(heap, handle)
-            queue._live += 1
-            if heap[0] is handle:  # a new earliest timer: the scheduler thread must know
-                self._clock.kick(self._cond)
+            if due and (not heap or heap[0][0] > when_us):
+                handle._state = QUEUED
+                drainers = self._hand_over([handle])
+            else:
+                heappush(heap, handle)
+                queue._live += 1
+                if heap[0] is handle:  # a new earliest timer: the scheduler thread must know
+                    self._clock.kick(self._cond)
+                return handle
         finally:
             lock.release()
+        self._submit(drainers, [handle] if drainers < 0 else [])
         return handle
 
     def _refuse(self, handle: TimerHandle) -> NoReturn:
@@ -379,8 +391,6 @@ class Scheduler:
         clock = self._clock
         cond = self._cond
         queue = self._queue
-        pool = self._pool
-        ready = self._ready
         while True:
             with cond:
                 if self._closed:
@@ -389,39 +399,53 @@ class Scheduler:
                 if not due:
                     clock.wait(cond, queue.next_due())
                     continue
-                self._inflight += len(due)
-                workers = pool.workers
-                if workers:
-                    # Up to ``workers`` drainers take the due timers from one deque:
-                    # a burst costs a few pool hand-offs, not one per timer, and a slow
-                    # call holds up only the worker running it.
-                    ready.extend(due)
-                    # Drainers free to take one: those submitted, less those in a call
-                    # (counted in _running; a thread-per-task run counted there too
-                    # only makes this start a drainer more, which finds nothing).
-                    drainers = min(len(ready), workers) - (self._draining - self._running)
-                    if drainers > 0:
-                        self._draining += drainers
-                    due = []
-                else:
-                    drainers = 0
-            orphans: list[TimerHandle] = []
-            for _ in range(drainers):
-                try:
-                    pool.submit(self._drain)
-                except SchedulerClosed:
-                    with cond:
-                        self._draining -= 1
-                        if self._draining == 0:  # no drainer left to run them
-                            orphans = list(ready)
-                            ready.clear()
-            for handle in due:  # workers=0: a thread for each
-                try:
-                    pool.submit(functools.partial(self._run, handle))
-                except SchedulerClosed:
-                    orphans.append(handle)
-            for handle in orphans:
-                self._finish_unrun(handle)
+                drainers = self._hand_over(due)
+            self._submit(drainers, due if drainers < 0 else [])
+
+    def _hand_over(self, due: list[TimerHandle]) -> int:
+        """Count ``due`` (popped, QUEUED) in flight and put them in the drainers' deque;
+        return how many drainers to submit, or -1 for a thread each (``workers=0``).
+        Called with the lock held."""
+        self._inflight += len(due)
+        workers = self._pool.workers
+        if not workers:
+            return -1
+        # Up to ``workers`` drainers take the due timers from one deque: a burst costs a
+        # few pool hand-offs, not one per timer, and a slow call holds up only the
+        # worker running it.
+        ready = self._ready
+        ready.extend(due)
+        # Drainers free to take one: those submitted, less those in a call (counted in
+        # _running; a thread-per-task run counted there too only makes this start a
+        # drainer more, which finds nothing).
+        drainers = min(len(ready), workers) - (self._draining - self._running)
+        if drainers > 0:
+            self._draining += drainers
+            return drainers
+        return 0
+
+    def _submit(self, drainers: int, alone: list[TimerHandle]) -> None:
+        """Submit ``drainers`` drainers, or a thread for each of ``alone``
+        (``drainers`` -1); a call the closed pool refuses is finished unrun. Called
+        without the lock."""
+        pool = self._pool
+        orphans: list[TimerHandle] = []
+        for _ in range(drainers):
+            try:
+                pool.submit(self._drain)
+            except SchedulerClosed:
+                with self._lock:
+                    self._draining -= 1
+                    if self._draining == 0:  # no drainer left to run them
+                        orphans = list(self._ready)
+                        self._ready.clear()
+        for handle in alone:  # workers=0: a thread for each
+            try:
+                pool.submit(functools.partial(self._run, handle))
+            except SchedulerClosed:
+                orphans.append(handle)
+        for handle in orphans:
+            self._finish_unrun(handle)
 
     def _finish_unrun(self, handle: TimerHandle) -> None:
         with self._lock:

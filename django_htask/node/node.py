@@ -44,7 +44,7 @@ from .membership import Membership, NodeRoles
 from .processes import ProcessPool
 from .shutdown import shut_down, shut_down_fenced
 from .supervisor import ABORTED, Supervisor
-from .tasks import TaskDispatch
+from .tasks import GATHER, TaskDispatch
 
 __all__ = ["EXIT_STUCK", "Node", "NodeStats", "new_node_id"]
 
@@ -228,7 +228,7 @@ class Node:
         def dispatch() -> None:
             # The results ask for the dispatch that writes them, which reads them: the
             # one cycle, bound late here (``tasks`` is made below, before a job ends).
-            tasks.request.request()
+            tasks.ask()
 
         results = Results(dispatch)
         ctx = NodeContext(
@@ -248,7 +248,8 @@ class Node:
         supervisor = Supervisor(ctx, self._too_many_stuck, self.processes)
         roles = NodeRoles(ctx) if self.store.supports_several_nodes else None
         firing = Firing(ctx, supervisor, roles)
-        tasks = TaskDispatch(ctx, supervisor, self.max_tasks, self._stop_when_done)
+        gather = GATHER if self.processes is not None else 0.0
+        tasks = TaskDispatch(ctx, supervisor, self.max_tasks, self._stop_when_done, gather)
         membership = None
         if roles is not None:
             membership = Membership(ctx, roles, firing, self.wake)

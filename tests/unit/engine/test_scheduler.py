@@ -16,6 +16,7 @@ from django_htask.engine import (
     Scheduler,
     SchedulerClosed,
     SchedulerFull,
+    SystemClock,
     TimerHandle,
     TokenCancelled,
 )
@@ -95,6 +96,42 @@ def test_call_soon_and_zero_delay(clock: FakeClock, sched: Scheduler) -> None:
     sched.call_later(0, seen.append, 2)
     clock.advance(0)
     assert seen == [1, 2]
+
+
+@pytest.mark.parametrize("workers", [1, 0])
+def test_a_call_due_now_goes_to_a_worker_without_the_scheduler_thread(workers: int) -> None:
+    """``call_soon`` and ``call_later(0)`` hand the call to a worker themselves: with the
+    scheduler thread never woken (its wake-up made a no-op), they still run."""
+
+    class Deaf(SystemClock):
+        deaf = True
+
+        def kick(self, cond: threading.Condition) -> None:
+            if not self.deaf:
+                super().kick(cond)
+
+    clock = Deaf()
+    scheduler = Scheduler(workers=workers, clock=clock, name="direct")
+    try:
+        ran = [threading.Event(), threading.Event()]
+        scheduler.call_soon(ran[0].set)
+        scheduler.call_later(0, ran[1].set)
+        assert ran[0].wait(5) and ran[1].wait(5)
+    finally:
+        clock.deaf = False  # close() wakes the scheduler thread to end it
+        scheduler.close()
+
+
+def test_a_call_due_now_waits_behind_the_timers_due_before_it(
+    clock: FakeClock, sched: Scheduler
+) -> None:
+    """A timer already due in the heap keeps its place: ``call_soon`` goes through the
+    heap behind it rather than straight to a worker."""
+    seen: list[str] = []
+    sched.call_at(at(0), seen.append, "due")
+    sched.call_soon(seen.append, "soon")
+    clock.advance(0)
+    assert seen == ["due", "soon"]
 
 
 def test_kwargs_are_passed(clock: FakeClock, sched: Scheduler) -> None:

@@ -16,6 +16,8 @@ from django_htask.engine import FakeClock
 from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import StoreUnavailable
 from django_htask.node import EXIT_GRACE, Node
+from django_htask.node import node as node_module
+from django_htask.node.tasks import GATHER, TaskDispatch
 from django_htask.retry import RetryPolicy
 from django_htask.testing import InMemoryStore
 
@@ -191,6 +193,20 @@ def test_tasks_are_claimed_only_as_workers_take_them(
     assert {store.tasks[i].status for i in ids} == {TaskStatus.SUCCEEDED}
 
 
+def tell_on_push(node: Node, told: threading.Condition) -> Any:
+    """Notify ``told`` after each result the node's workers push; the results."""
+    results = node.parts.ctx.results
+    push = results.push
+
+    def push_and_tell(outcome: Any) -> None:
+        push(outcome)
+        with told:
+            told.notify_all()
+
+    results.push = push_and_tell  # type: ignore[method-assign]
+    return results
+
+
 def test_each_claim_is_a_call_of_its_own_on_the_control_thread(
     clock: FakeClock, calls: Any
 ) -> None:
@@ -222,15 +238,7 @@ def test_each_claim_is_a_call_of_its_own_on_the_control_thread(
     node = Node(store=store, clock=clock, workers=2, node_id="one")
     try:
         node.start()
-        results = node.parts.ctx.results
-        push = results.push
-
-        def push_and_tell(outcome: Any) -> None:
-            push(outcome)
-            with pushed:
-                pushed.notify_all()
-
-        results.push = push_and_tell  # type: ignore[method-assign]
+        tell_on_push(node, pushed)
         for _ in range(20):
             clock.advance(0)
             if all(store.tasks[i].status == TaskStatus.SUCCEEDED for i in ids):
@@ -238,6 +246,70 @@ def test_each_claim_is_a_call_of_its_own_on_the_control_thread(
         assert {store.tasks[i].status for i in ids} == {TaskStatus.SUCCEEDED}
         assert len(claims) >= 3
         assert len(set(claims)) == len(claims)  # no two claims in one call
+    finally:
+        node.stop(timeout=5)
+
+
+class _Gathering(TaskDispatch):
+    """The dispatch of a node with worker processes (``gather``), on threads."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args[:4], gather=GATHER)
+
+
+@pytest.mark.parametrize("case", ["all end", "the oldest is old enough", "an older call"])
+def test_with_worker_processes_a_round_waits_for_the_calls_just_handed_out(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock, case: str
+) -> None:
+    """Two workers, two held calls handed out together: the first one's end does not
+    start a round of its own while the other is younger than ``GATHER``. The round
+    waits until both have ended (then it claims two at once), or until the oldest is
+    ``GATHER`` old; a call already older than that is not waited for."""
+    monkeypatch.setattr(node_module, "TaskDispatch", _Gathering)
+    a, b = (f"gather {case} {n}" for n in "ab")
+    for name in (a, b):
+        jobs.gates.pop(name, None)
+    claims: list[tuple[int, int]] = []  # (free, started) of each claim
+    changed = threading.Condition()
+
+    class Claiming(InMemoryStore):
+        def start_tasks(self, *args: Any, **kwargs: Any) -> Any:
+            started = super().start_tasks(*args, **kwargs)
+            with changed:
+                claims.append((args[2], len(started)))
+                changed.notify_all()
+            return started
+
+    store = Claiming(clock)
+    ids = [store.add_task(HOLD, a), store.add_task(HOLD, b)]
+    ids += [store.add_task(ADD, 1, n) for n in range(2)]
+    node = Node(store=store, clock=clock, workers=2, node_id="gathers")
+    try:
+        node.start()
+        results = tell_on_push(node, changed)
+        clock.advance(0, wait=False)
+        assert jobs.gate(a)[0].wait(5) and jobs.gate(b)[0].wait(5)
+        assert claims == [(2, 2)]
+        if case == "an older call":
+            clock.advance(GATHER * 2, wait=False)  # B is old by the time A ends
+        jobs.gate(a)[1].set()
+        with changed:
+            assert changed.wait_for(lambda: len(results) or len(claims) > 1, timeout=5)
+        if case == "all end":
+            assert node.parts.tasks._gathering  # waiting for B
+            jobs.gate(b)[1].set()
+            clock.advance(0)
+            assert claims[1] == (2, 2)  # C and D in one round
+        else:
+            if case == "the oldest is old enough":
+                assert claims == [(2, 2)]
+                clock.advance(GATHER, wait=False)
+            with changed:
+                assert changed.wait_for(lambda: len(claims) > 1, timeout=5)
+            assert claims[1] == (1, 1)  # C, while B still runs
+            jobs.gate(b)[1].set()
+            clock.advance(0)
+        assert {store.tasks[i].status for i in ids} == {TaskStatus.SUCCEEDED}
     finally:
         node.stop(timeout=5)
 

@@ -12,10 +12,9 @@ PostgreSQL pass of the suite.
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,7 @@ from tests.cluster.kill_checks import (
     stop,
 )
 from tests.cluster.site import ClusterSite
-from tests.cluster.test_occurrences import assert_one_row_per_occurrence, now, two_nodes_firing
+from tests.cluster.test_occurrences import one_row_per_occurrence_across_a_restart
 from tests.pgcluster import PostgresCluster, PostgresUnavailable
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -180,24 +179,4 @@ def test_each_occurrence_has_one_row_when_the_database_restarts(site: Site) -> N
     ``@every 2s`` with the default overlap and catch-up (``catch_up="latest"``: the
     occurrences due meanwhile are folded into one run, each with its row): none is
     without a row or has two, and both nodes go on (issue 28)."""
-    site.sql("DELETE FROM django_htask_run")
-    site.sql("DELETE FROM django_htask_schedule")
-    nodes = {}
-    try:
-        ids, nodes = two_nodes_firing(site, 4)
-        site.pg.restart(down_for=5.0)
-        back = now(site)
-        wait_until(lambda: now(site) > back + timedelta(seconds=8), 30, "8 s more")
-        folded = sum(
-            assert_one_row_per_occurrence(site, sid, back + timedelta(seconds=4)) for sid in ids
-        )
-        assert all(node.process.poll() is None for node in nodes.values())
-        assert folded >= 1  # the outage was felt: 2 occurrences or more fell in it
-    finally:
-        for node in nodes.values():
-            node.send(signal.SIGTERM)
-            node.wait_exit(30)
-            for stream in (node.process.stdout, node.process.stderr):
-                if stream is not None:
-                    stream.close()
-    print(f"{len(ids)} schedules, {folded} occurrences not run, each with its row")
+    one_row_per_occurrence_across_a_restart(site, lambda: site.pg.restart(down_for=5.0))

@@ -9,7 +9,9 @@ and only tasks the killed node held ran twice; every occurrence in the window ha
 exactly one row; every schedule fires again within 10 s of the kill (MariaDB has no
 LISTEN: the survivors fire the schedules they stand by for a node that missed one,
 then learn of its death from the heartbeats and the reaper); the survivors felt the
-restart and lived through it, and each node's row says it stopped.
+restart and lived through it, and each node's row says it stopped. And the server down
+for 5 s under two nodes firing schedules ``@every 2s`` (test_acceptance.py's restart
+test): one row per occurrence, the ones due meanwhile folded, both nodes live on.
 
 It starts a MariaDB server of its own (it restarts it), in the MariaDB pass (``python
 -m tests.mariadbcluster -- pytest``), the only pass that runs it.
@@ -34,6 +36,7 @@ from tests.cluster.kill_checks import (
     start_work,
     stop,
 )
+from tests.cluster.test_occurrences import one_row_per_occurrence_across_a_restart
 from tests.mariadbcluster import MariaDBServer, MariaDBUnavailable
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.slow]
@@ -116,3 +119,12 @@ def test_three_nodes_a_kill_and_a_restart_lose_nothing_and_run_nothing_twice(
     resumed = max(again) - killed_at
     assert resumed <= RESUMED_WITHIN, f"a schedule fired again only {resumed} after the kill"
     each_task_once_but_the_killed_nodes(site, TASKS, killed_pid)
+
+
+def test_each_occurrence_has_one_row_when_the_database_restarts(
+    server: MariaDBServer, site: Site
+) -> None:
+    """test_acceptance.py's test of the same name on MariaDB: the server down for 5 s
+    under two nodes firing schedules ``@every 2s``; one row per occurrence, the ones due
+    meanwhile folded, and both nodes go on."""
+    one_row_per_occurrence_across_a_restart(site, lambda: server.restart(down_for=5.0))

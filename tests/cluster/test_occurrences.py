@@ -15,7 +15,7 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 import pytest
@@ -297,3 +297,32 @@ def test_each_occurrence_has_one_row_when_a_node_is_paused(site: Site) -> None:
         assert_one_row_per_occurrence(site, sid, resumed + STEP * 2)
     assert "occ-a" in nodes_firing(site, ids, paused_at + STEP * 2)  # the standby fired
     assert all(node.process.poll() is None for node in nodes.values())
+
+
+def one_row_per_occurrence_across_a_restart(site: Site, restart: Callable[[], None]) -> None:
+    """Two nodes fire schedules ``@every 2s`` (the default overlap and catch-up), and
+    ``restart()`` takes the database down for 5 s: no occurrence is without a row or
+    has two, some fell in the outage (folded, with their rows), and both nodes go on.
+    The tests of each database's restart call it (test_acceptance.py,
+    test_mariadb_nodes.py)."""
+    site.sql("DELETE FROM django_htask_run")
+    site.sql("DELETE FROM django_htask_schedule")
+    nodes: dict[str, Scheduler] = {}
+    try:
+        ids, nodes = two_nodes_firing(site, 4)
+        restart()
+        back = now(site)
+        wait_until(lambda: now(site) > back + timedelta(seconds=8), 30, "8 s more")
+        folded = sum(
+            assert_one_row_per_occurrence(site, sid, back + timedelta(seconds=4)) for sid in ids
+        )
+        assert all(node.process.poll() is None for node in nodes.values())
+        assert folded >= 1  # the outage was felt: 2 occurrences or more fell in it
+    finally:
+        for node in nodes.values():
+            node.send(signal.SIGTERM)
+            node.wait_exit(30)
+            for stream in (node.process.stdout, node.process.stderr):
+                if stream is not None:
+                    stream.close()
+    print(f"{len(ids)} schedules, {folded} occurrences not run, each with its row")

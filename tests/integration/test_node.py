@@ -476,16 +476,23 @@ def test_a_lost_database_is_retried_and_logged(
     # The driver's error, through the store's one translation (StoreUnavailable).
     node.store.task_outlook = unavailable(flaky)  # type: ignore[method-assign]
     schedule(tasks.add, 4, delay=2)
-    with caplog.at_level(logging.WARNING, logger="django_htask"):
+    with caplog.at_level(logging.DEBUG, logger="django_htask"):
         fake_clock.advance(1)  # the wake-up and the first poll fail
         fake_clock.advance(5)
     assert calls["add"] == [4]
     actions = [getattr(r, "action", None) for r in caplog.records]
-    assert actions.count("db_unavailable") == 2
-    lost = [
-        r.getMessage() for r in caplog.records if getattr(r, "action", None) == "db_unavailable"
-    ]
-    assert lost[0].startswith("database unavailable (OperationalError: database is locked), ")
+    # Each failure is logged: a warning once per delay announced, the others at DEBUG.
+    # (On PostgreSQL the change notice and the NOTIFY of the same change can wake the
+    # node twice at one instant of the fake clock, before its first poll: then both
+    # failures fall within the first delay.)
+    lost = [r for r in caplog.records if getattr(r, "action", None) == "db_unavailable"]
+    assert len(lost) == 2
+    assert lost[0].levelno == logging.WARNING
+    assert (
+        lost[0]
+        .getMessage()
+        .startswith("database unavailable (OperationalError: database is locked), ")
+    )
     assert "db_back" not in actions or actions.index("db_back") > 0
 
 

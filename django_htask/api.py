@@ -43,6 +43,7 @@ from .functions import (
     task_lock,
     task_max_running,
     task_policy,
+    task_retention,
     task_timeout,
 )
 from .keys import OnConflict, check_key, check_lock
@@ -264,7 +265,9 @@ def _store(
     for name, payload, lock in calls:
         seconds = options.timeout
         if name not in policies:
-            policies[name] = options.retry_columns(name)
+            retention = task_retention(name)
+            own = () if retention is None else (("retention", retention),)
+            policies[name] = (*options.retry_columns(name), *own)
             gates[name] = (task_lock(name), options.max_running or task_max_running(name))
             if seconds is None:
                 timeouts[name] = task_timeout(name)
@@ -276,8 +279,9 @@ def _store(
     using = scheduler_alias()
     try:
         with transaction.atomic(using=using):
-            # Consecutive calls with the same retry columns in one insert: all of them
-            # unless the functions' @task policies differ; the order stays the calls'.
+            # Consecutive calls with the same columns of their function (its retry
+            # policy, its retention) in one insert: all of them unless the functions'
+            # @task options differ; the order stays the calls'.
             tasks: list[Task] = []
             kept: set[int] = set()
             done = 0

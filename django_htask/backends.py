@@ -63,6 +63,7 @@ from .due import due_time
 from .exceptions import RunInterrupted, TaskCancelled, UnknownDjangoTask
 from .functions import task as htask_task
 from .models import MAX_ATTEMPTS_MAX, Run, RunStatus, Task, TaskStatus, new_token
+from .retention import gone_reason
 
 __all__ = [
     "RUNNER",
@@ -254,7 +255,8 @@ class HtaskBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         row = Task.objects.filter(token=result_id, function=RUNNER).first()
         if row is None:
-            raise TaskResultDoesNotExist(result_id)
+            kept = get_settings().task_retention_days
+            raise TaskResultDoesNotExist(gone_reason(result_id, kept))
         _name, call_args, call_kwargs = _decode(row)
         module_path, args, kwargs = call_args
         func = _task_function(module_path)

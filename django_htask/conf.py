@@ -26,6 +26,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
+from .retention import TaskRetention
+
 __all__ = ["POOLS", "HtaskSettings", "get_settings", "is_dotted_name"]
 
 #: Where a node's calls may run (the ``POOL`` setting, ``runscheduler --pool``).
@@ -83,7 +85,12 @@ class HtaskSettings:
     retry_backoff_max: float = 3600.0
     #: At most this many missed occurrences run when a schedule's catch-up is ``all``.
     catch_up_limit: int = 100
-    #: Days a Run row is kept (``manage.py htask prune``); 0 keeps them for ever.
+    #: Days a finished one-off task is kept, with its runs, before a node deletes it:
+    #: a number for every final status, or a dict by status (``{"failed": 30}``);
+    #: 0 keeps them for ever (see :mod:`django_htask.retention`).
+    task_retention_days: TaskRetention = TaskRetention()  # noqa: RUF009 - frozen
+    #: Days a Run row is kept (and the row of a node stopped that long ago) before a
+    #: node deletes it; 0 keeps them for ever.
     run_retention_days: int = 30
     #: Import each installed app's ``tasks`` module when Django starts.
     autodiscover: bool = True
@@ -116,6 +123,11 @@ _CHOICES = {"pool": POOLS}
 
 
 def _check(key: str, value: Any, default: Any) -> Any:
+    if isinstance(default, TaskRetention):
+        try:
+            return TaskRetention.of(value, f"HTASK[{key!r}]")
+        except ValueError as exc:
+            raise ImproperlyConfigured(str(exc)) from None
     if key.lower() == "database":
         if value is not None and (not isinstance(value, str) or not value):
             raise ImproperlyConfigured(

@@ -29,6 +29,9 @@ error                       also a                 raised when
                                                    finds a pending task with that key
 ``UnknownDjangoTask``       ``LookupError``        a stored call names a Django task this
                                                    process does not define
+``TaskNotFound``            ``LookupError``        ``get_result(token)``: no task has the
+                                                   token (never queued, or deleted past
+                                                   its retention)
 ``TaskCancelled``           ``RuntimeError``       a django.tasks result of a cancelled task
 ``RunInterrupted``          ``RuntimeError``       a django.tasks attempt the node ended
 ``ForcedStop``              ``BaseException``      raised in a task's thread to force it
@@ -56,6 +59,7 @@ __all__ = [  # noqa: PLE0604
     "StartAborted",
     "StoreUnavailable",
     "TaskCancelled",
+    "TaskNotFound",
     "UnknownDjangoTask",
 ]
 
@@ -143,6 +147,16 @@ class UnknownDjangoTask(HtaskError, LookupError):
     Its cause (``__cause__``, printed in the run's traceback) is the ``ImportError``
     that says why: the import failed, the name is not in the module, or the module is
     one a node may not import."""
+
+
+class TaskNotFound(HtaskError, LookupError):
+    """No task has the token :attr:`token`: it was never queued in this database, or
+    it ended and was deleted once its retention passed (the message says how long
+    finished tasks are kept). Raised by ``get_result``."""
+
+    def __init__(self, token: str, message: str) -> None:
+        self.token = token
+        super().__init__(message)
 
 
 class TaskCancelled(HtaskError, RuntimeError):

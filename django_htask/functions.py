@@ -35,6 +35,7 @@ from .models import (
     RETRY_CAP_RANGE,
     TIMEOUT_RANGE,
 )
+from .retention import check_retention
 from .retry import NAMES_MAX, RetryPolicy
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "task_lock",
     "task_max_running",
     "task_policy",
+    "task_retention",
     "task_timeout",
 ]
 
@@ -66,6 +68,9 @@ _policies: dict[str, RetryPolicy] = {}
 _locks: dict[str, str] = {}
 #: ``@task(max_running=...)``: registered name -> limit, what ``schedule()`` stores.
 _limits: dict[str, int] = {}
+#: ``@task(retention=...)``: registered name -> seconds (0: for ever), what
+#: ``schedule()`` stores.
+_retentions: dict[str, int] = {}
 
 
 def check_timeout(timeout: object) -> float:
@@ -123,6 +128,12 @@ def task_timeout(name: str) -> float | None:
     """The timeout ``@task(timeout=...)`` declared for the function registered as
     ``name``, if any."""
     return _timeouts.get(name)
+
+
+def task_retention(name: str) -> int | None:
+    """The seconds ``@task(retention=...)`` declared for the function registered as
+    ``name`` (0: kept for ever), if any."""
+    return _retentions.get(name)
 
 
 def task_policy(name: str) -> RetryPolicy | None:
@@ -187,6 +198,7 @@ def task(
     retry: RetryPolicy | None = None,
     lock: str | None = None,
     max_running: int | None = None,
+    retention: timedelta | float | None = None,
 ) -> Callable[[F], F]: ...
 def task(
     fn: F | None = None,
@@ -197,6 +209,7 @@ def task(
     retry: RetryPolicy | None = None,
     lock: str | None = None,
     max_running: int | None = None,
+    retention: timedelta | float | None = None,
 ) -> F | Callable[[F], F]:
     """Register ``fn`` so that :func:`django_htask.schedule` can run it later.
 
@@ -214,6 +227,7 @@ def task(
     policy = None if retry is None else check_policy(retry)
     lock_name = None if lock is None else check_lock(lock)
     limit = None if max_running is None else check_max_running(max_running)
+    kept = None if retention is None else check_retention(retention)
 
     def decorate(f: F) -> F:
         registered = register(f, name)
@@ -222,6 +236,7 @@ def task(
             _declare_option(_policies, registered, policy)
             _declare_option(_locks, registered, lock_name)
             _declare_option(_limits, registered, limit)
+            _declare_option(_retentions, registered, kept)
         return f
 
     return decorate if fn is None else decorate(fn)

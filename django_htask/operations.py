@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import re
 import zoneinfo
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from functools import partial
@@ -41,7 +41,8 @@ from .conf import get_settings
 from .db import scheduler_alias
 from .models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from .querysets import live_node, node_is_live
-from .store import notify_nodes
+from .retention import Cutoffs, TaskRetention
+from .store import Pruned, get_store, notify_nodes
 from .store.database import put_back
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "node_alive",
     "node_state",
     "preview_runs",
+    "prune_now",
     "run_schedule_inline",
     "run_schedule_soon",
     "send_again",
@@ -382,6 +384,62 @@ def abort_runs(
     if asked:
         logger.info("abort asked for %d run(s)", asked, extra={"action": "abort_runs"})
     return asked
+
+
+# -- pruning at once --------------------------------------------------------------------------
+#: Rows :func:`prune_now` deletes per transaction (as a node's pruner does).
+PRUNE_BATCH = 5_000
+
+
+def prune_now(
+    *,
+    days: float | None = None,
+    dry_run: bool = False,
+    now: datetime | None = None,
+    using: str | None = None,
+    progress: Callable[[Pruned], object] = lambda pruned: None,
+) -> Pruned | None:
+    """Delete now what is past its retention (see :mod:`django_htask.retention`): what
+    the nodes delete by themselves every few minutes, in the same batches of
+    :data:`PRUNE_BATCH` rows, each its own transaction (``progress`` is called with
+    the total after each). ``days``: keep every finished task and run that many days
+    (instead of ``TASK_RETENTION_DAYS`` and ``RUN_RETENTION_DAYS``; a function's own
+    retention still applies); more than 0. ``dry_run``: count what would go, delete
+    nothing. Return what was deleted (or would be), or None when a node was pruning at
+    that moment (nothing deleted: it prunes the same rows)."""
+    settings = get_settings()
+    tasks, run_days = settings.task_retention_days, float(settings.run_retention_days)
+    if days is not None:
+        if isinstance(days, bool) or not isinstance(days, int | float) or not days > 0:
+            raise ValueError(
+                f"days must be a number > 0 (0 keeps for ever, as in the settings), got {days!r}"
+            )
+        tasks, run_days = TaskRetention.of(days, "days"), float(days)
+    cutoffs = Cutoffs.at(now or clock.now(), tasks, run_days)
+    store = get_store(using)
+    if dry_run:
+        return store.expired(cutoffs)
+    from .node import new_node_id  # noqa: PLC0415 - its one format of ids
+
+    me = new_node_id("prune")
+    total = Pruned()
+    while True:
+        pruned = store.prune(me, cutoffs, PRUNE_BATCH)
+        if pruned is None:
+            return None if not total.rows else total
+        total += pruned
+        progress(total)
+        if not pruned.more:
+            break
+    if total.rows:
+        logger.info(
+            "pruned by hand: %d finished tasks, %d runs and %d node rows",
+            total.tasks,
+            total.runs,
+            total.nodes,
+            extra={"action": "pruned", "tasks": total.tasks, "runs": total.runs},
+        )
+    return total
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)

@@ -13,7 +13,7 @@ and not the others fails there.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -22,13 +22,17 @@ from django.db.models import Count, IntegerField, OuterRef, Q, Subquery
 
 from .enums import RunStatus, TaskStatus
 from .queues import QueueFilter
+from .retention import FINAL_STATUSES, Cutoffs
 
 M = TypeVar("M", bound=models.Model)
 
 __all__ = [
     "CLAIMABLE_SQL",
+    "EXPIRED_RUN_SQL",
+    "EXPIRED_TASK_SQL",
     "HOLDING_SQL",
     "LIVE_NODE_SQL",
+    "OWN_EXPIRED_TASK_SQL",
     "PLAIN_TASK_SQL",
     "SILENT_NODE_SQL",
     "NodeQuerySet",
@@ -36,14 +40,18 @@ __all__ = [
     "TaskQuerySet",
     "claimable_params",
     "due_task",
+    "expired_run",
+    "expired_task",
     "holding_params",
     "live_node",
     "node_is_live",
     "node_is_silent",
+    "run_is_expired",
     "served_task",
     "served_task_sql",
     "task_is_claimable",
     "task_is_due",
+    "task_is_expired",
     "task_is_holding",
     "task_is_lost",
     "task_is_served",
@@ -228,6 +236,63 @@ def task_is_served(
     if backend is not None and task_backend != backend:
         return False
     return queues.serves(queue_name)
+
+
+# -- past its retention --------------------------------------------------------------------
+#: A finished task of the final status ``%s`` finished before ``%s``, whose function has
+#: no retention of its own (``TASK_RETENTION_DAYS`` applies), as SQL over the task table:
+#: a range of the pruner's index (``PRUNE_INDEX``).
+EXPIRED_TASK_SQL = "retention IS NULL AND status = %s AND finished_at < %s"
+#: The same for a task whose function keeps it ``%s`` seconds: status, then end.
+OWN_EXPIRED_TASK_SQL = "retention = %s AND status = %s AND finished_at < %s"
+#: A run started before ``%s`` that is not running (status ``%s``, ``running``).
+EXPIRED_RUN_SQL = "started_at < %s AND status <> %s"
+
+
+def task_is_expired(
+    status: str, finished_at: datetime | None, retention: int | None, cutoffs: Cutoffs
+) -> bool:
+    """A task past its retention at ``cutoffs.now``: ended (a final status and a finish
+    time), and finished before its function's retention (``retention`` seconds, 0 for
+    ever) or, without one, before its status's cutoff (none: kept for ever)."""
+    if status not in FINAL_STATUSES or finished_at is None:
+        return False
+    if retention is not None:
+        cutoff = cutoffs.own(retention)
+    else:
+        cutoff = dict(cutoffs.tasks).get(str(status))
+    return cutoff is not None and finished_at < cutoff
+
+
+def expired_task(cutoffs: Cutoffs, own: Iterable[int] = ()) -> Q:
+    """The tasks past their retention (:func:`task_is_expired`), as a filter, for the
+    retentions of their own among ``own`` (the tasks of any other are left out)."""
+    q = Q(pk__in=[])
+    for status, cutoff in cutoffs.tasks:
+        q |= Q(retention__isnull=True, status=status, finished_at__lt=cutoff)
+    for seconds in own:
+        before = cutoffs.own(seconds)
+        if before is not None:
+            q |= Q(retention=seconds, status__in=FINAL_STATUSES, finished_at__lt=before)
+    return q
+
+
+def run_is_expired(status: str, started_at: datetime | None, cutoff: datetime | None) -> bool:
+    """A run past ``RUN_RETENTION_DAYS``: not running, started before ``cutoff`` (None:
+    runs kept for ever)."""
+    return (
+        cutoff is not None
+        and status != RunStatus.RUNNING
+        and started_at is not None
+        and started_at < cutoff
+    )
+
+
+def expired_run(cutoff: datetime | None) -> Q:
+    """The runs past ``RUN_RETENTION_DAYS`` (:func:`run_is_expired`), as a filter."""
+    if cutoff is None:
+        return Q(pk__in=[])
+    return Q(started_at__lt=cutoff) & ~Q(status=RunStatus.RUNNING)
 
 
 class TaskQuerySet(models.QuerySet[M]):

@@ -6,7 +6,7 @@ root)::
     from django_htask import cancel, get_result
 
     cancel(task.token)
-    result = get_result(task.token)   # None if no task has this token
+    result = get_result(task.token)   # TaskNotFound if no task has this token
 """
 
 from __future__ import annotations
@@ -20,9 +20,12 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from . import clock, notices
+from .conf import get_settings
 from .db import scheduler_alias
 from .due import due_time
+from .exceptions import TaskNotFound
 from .models import Task, TaskStatus
+from .retention import gone_reason
 
 __all__ = [
     "AbortResult",
@@ -117,7 +120,10 @@ def reschedule(
 
 
 def get_task(token: str) -> Task | None:
-    """The task with this token, or None."""
+    """The task with this token, or None: it was never queued, or it ended and was
+    deleted once its retention passed (:func:`get_result` raises
+    :class:`~django_htask.exceptions.TaskNotFound`, which says how long finished tasks
+    are kept)."""
     return Task.objects.using(scheduler_alias()).filter(token=token).first()
 
 
@@ -140,10 +146,13 @@ class Result:
     finished_at: datetime | None
 
 
-def get_result(token: str) -> Result | None:
-    """The status and result of the task with this token, or None if there is none
-    (as :func:`get_task`). A task that has not succeeded has ``value`` None. Raises
-    ``PayloadError`` if its stored result cannot be read (see docs/api.md)."""
+def get_result(token: str) -> Result:
+    """The status and result of the task with this token. A task that has not
+    succeeded has ``value`` None. Raises
+    :class:`~django_htask.exceptions.TaskNotFound` (a ``LookupError``) when no task has
+    the token: never queued, or deleted once finished past its retention (the message
+    says how long finished tasks are kept: ``TASK_RETENTION_DAYS``); ``PayloadError``
+    if its stored result cannot be read (see docs/api.md)."""
     fields = ("token", "function", "status", "result", "return_value", "last_error")
     row = (
         Task.objects.using(scheduler_alias())
@@ -152,7 +161,7 @@ def get_result(token: str) -> Result | None:
         .first()
     )
     if row is None:
-        return None
+        raise TaskNotFound(token, gone_reason(token, get_settings().task_retention_days))
     status = TaskStatus(row.status)
     value = row.result_value() if status == TaskStatus.SUCCEEDED else None
     return Result(row.token, status, value, row.last_error, row.attempts, row.finished_at)
@@ -184,6 +193,6 @@ async def aget_task(token: str) -> Task | None:
     return await sync_to_async(get_task)(token)
 
 
-async def aget_result(token: str) -> Result | None:
+async def aget_result(token: str) -> Result:
     """:func:`get_result` for async views."""
     return await sync_to_async(get_result)(token)

@@ -10,6 +10,10 @@
     in ``runscheduler``, on the heartbeat thread, when the reaper of node ``node`` (a
     node id) handed back ``rows`` rows held by dead nodes (the nodes declared dead,
     their tasks and schedule runs; more than 0).
+``rows_pruned(sender=Node, node, tasks, runs, nodes)``
+    in ``runscheduler``, on the pruner's thread, when a round of node ``node``'s pruner
+    deleted rows past their retention: ``tasks`` finished tasks, ``runs`` runs (those
+    of the tasks among them), ``nodes`` rows of nodes stopped long ago.
 
 Receivers run on the thread that sends; an exception in one is logged, never raised
 into the scheduler (``send_robust``).
@@ -19,9 +23,10 @@ from __future__ import annotations
 
 from django.dispatch import Signal
 
-__all__ = ["rows_reaped", "run_finished", "run_started", "task_scheduled"]
+__all__ = ["rows_pruned", "rows_reaped", "run_finished", "run_started", "task_scheduled"]
 
 task_scheduled = Signal()
 run_started = Signal()
 run_finished = Signal()
 rows_reaped = Signal()
+rows_pruned = Signal()

@@ -11,9 +11,11 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_htask.models import Run, Task
+from django_htask.db import scheduler_alias
+from django_htask.models import Run, Schedule, Task
+from django_htask.queues import DEFAULT_QUEUE
 
-__all__ = ["RETRY_FIELDS", "ReadOnly", "Traceback", "YesNoFilter", "first_line"]
+__all__ = ["RETRY_FIELDS", "QueueListFilter", "ReadOnly", "Traceback", "YesNoFilter", "first_line"]
 
 #: A schedule's or a task's retry policy, as its change page shows it.
 RETRY_FIELDS = (
@@ -45,6 +47,30 @@ class YesNoFilter(admin.SimpleListFilter):
         if self.value() == "no":
             return queryset.exclude(self.matching())
         return queryset
+
+
+class QueueListFilter(admin.SimpleListFilter):
+    """The task list's filter by queue. Its choices are the queues of the schedules
+    and of the tasks pending or running (and ``default``), not a DISTINCT over every
+    task the table holds: months of finished tasks made that read them all."""
+
+    title = "queue"
+    parameter_name = "queue_name"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        using = scheduler_alias()
+        schedules = Schedule.objects.using(using).order_by()
+        tasks = Task.objects.using(using).active().order_by()
+        names = {DEFAULT_QUEUE, *schedules.values_list("queue_name", flat=True).distinct()}
+        names |= set(tasks.values_list("queue_name", flat=True).distinct())
+        value = self.value()
+        if value:
+            names.add(value)
+        return [(name, name) for name in sorted(names)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(queue_name=value) if value else queryset
 
 
 class ReadOnly:

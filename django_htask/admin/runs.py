@@ -14,6 +14,7 @@ from django_htask.operations import abort_runs
 
 from .common import ReadOnly, Traceback, first_line
 from .display import times
+from .paging import LargeTablePaginator
 
 __all__ = ["RunAdmin"]
 
@@ -33,7 +34,10 @@ class RunAdmin(ReadOnly, Traceback, SchedulerDatabaseAdmin):
     list_filter = ("status", "schedule", "started_at")
     list_select_related = ("schedule",)
     search_fields = ("name", "function", "error", "node")
-    date_hierarchy = "started_at"
+    # Months of runs: no exact count past a few thousand rows, no date hierarchy
+    # (its years and months are a DISTINCT over every row).
+    paginator = LargeTablePaginator
+    show_full_result_count = False
     actions = ("abort_runs",)
     fields = (
         "name",

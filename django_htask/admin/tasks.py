@@ -20,9 +20,10 @@ from django_htask.admin_database import SchedulerDatabaseAdmin
 from django_htask.models import Task, TaskStatus
 from django_htask.operations import send_again
 
-from .common import RETRY_FIELDS, Traceback, first_line
+from .common import RETRY_FIELDS, QueueListFilter, Traceback, first_line
 from .display import times
 from .forms import TaskForm
+from .paging import LargeTablePaginator
 
 __all__ = ["TaskAdmin"]
 
@@ -44,9 +45,12 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         "tries",
         "short_error",
     )
-    list_filter = ("status", "queue_name", "run_at")
+    list_filter = ("status", QueueListFilter, "run_at")
     search_fields = ("function", "token", "key", "lock", "last_error")
-    date_hierarchy = "run_at"
+    # Months of finished tasks: no exact count past a few thousand rows, no date
+    # hierarchy (its years and months are a DISTINCT over every row).
+    paginator = LargeTablePaginator
+    show_full_result_count = False
     actions = ("cancel_tasks", "abort_tasks", "send_tasks_again")
     _info = (
         "function",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django_htask.signals import rows_reaped, run_finished, run_started
+from django_htask.signals import rows_pruned, rows_reaped, run_finished, run_started
 
 from .prometheus import DURATION_BUCKETS, require_prometheus
 
@@ -17,10 +17,11 @@ __all__ = ["NodeMetrics"]
 
 class NodeMetrics:
     """The counters of the node ``node_id`` in this process, on ``registry``: its
-    claims, runs started and finished, retries and the rows its reaper handed back.
+    claims, runs started and finished, retries, the rows its reaper handed back and
+    those its pruner deleted.
 
     Fed by the signals the node sends (``run_started``, ``run_finished``,
-    ``rows_reaped``: the node does not know of metrics); :meth:`connect` and
+    ``rows_reaped``, ``rows_pruned``: the node does not know of metrics); :meth:`connect` and
     :meth:`disconnect` wire and unwire them."""
 
     def __init__(self, node_id: str, registry: CollectorRegistry) -> None:
@@ -69,6 +70,13 @@ class NodeMetrics:
             "Rows (nodes, tasks, runs) held by dead nodes that this node's reaper handed back.",
             registry=registry,
         )
+        self.pruned = Counter(
+            "django_htask_node_pruned",
+            "Rows past their retention this node's pruner deleted, by table: finished "
+            "tasks, runs, and rows of nodes stopped long ago.",
+            ("table",),
+            registry=registry,
+        )
         self.duration = Histogram(
             "django_htask_node_run_duration_seconds",
             "How long the runs this node finished took, by name.",
@@ -81,11 +89,13 @@ class NodeMetrics:
         run_started.connect(self._on_started, weak=False, dispatch_uid=self._uid)
         run_finished.connect(self._on_finished, weak=False, dispatch_uid=self._uid)
         rows_reaped.connect(self._on_reaped, weak=False, dispatch_uid=self._uid)
+        rows_pruned.connect(self._on_pruned, weak=False, dispatch_uid=self._uid)
 
     def disconnect(self) -> None:
         run_started.disconnect(dispatch_uid=self._uid)
         run_finished.disconnect(dispatch_uid=self._uid)
         rows_reaped.disconnect(dispatch_uid=self._uid)
+        rows_pruned.disconnect(dispatch_uid=self._uid)
 
     def _on_started(
         self,
@@ -108,6 +118,13 @@ class NodeMetrics:
     def _on_reaped(self, sender: Any, *, node: str, rows: int, **kwargs: Any) -> None:
         if node == self.node_id:
             self.reaped.inc(rows)
+
+    def _on_pruned(
+        self, sender: Any, *, node: str, tasks: int, runs: int, nodes: int, **kwargs: Any
+    ) -> None:
+        if node == self.node_id:
+            for table, rows in (("task", tasks), ("run", runs), ("node", nodes)):
+                self.pruned.labels(table).inc(rows)
 
     def _on_finished(
         self,

@@ -61,7 +61,6 @@ __all__ = [
     "Task",
     "TaskStatus",
     "new_token",
-    "prune_runs",
 ]
 
 # Django's own error for the models of an app that is not installed names neither the
@@ -95,7 +94,7 @@ from .fields import (
 from .fields import ExceptionNames as ExceptionNames
 from .managers import SchedulerManager as SchedulerManager
 from .node import Node, Overview
-from .run import Run, prune_runs
+from .run import Run
 from .schedule import Schedule
 from .task import CLAIM_INDEX as CLAIM_INDEX
 from .task import GATED as GATED
@@ -104,4 +103,5 @@ from .task import GATED_PREDICATE as GATED_PREDICATE
 from .task import HOLDER_INDEX as HOLDER_INDEX
 from .task import KEY_INDEX as KEY_INDEX
 from .task import KEY_PREDICATE as KEY_PREDICATE
+from .task import PRUNE_INDEX as PRUNE_INDEX
 from .task import Task

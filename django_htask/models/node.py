@@ -26,6 +26,15 @@ class Node(models.Model):
         db_default="*",
         help_text="the queues it serves: * every one, a,b only those, *,-c all but c",
     )
+    pruned_tasks = models.PositiveBigIntegerField(
+        default=0, db_default=0, help_text="finished tasks past their retention it deleted"
+    )
+    pruned_runs = models.PositiveBigIntegerField(
+        default=0, db_default=0, help_text="runs past their retention it deleted"
+    )
+    pruned_at = models.DateTimeField(
+        null=True, blank=True, help_text="when it last deleted rows past their retention"
+    )
 
     class Meta:
         ordering = ("-last_heartbeat",)

@@ -1,14 +1,10 @@
-"""What ran: :class:`Run`, and :func:`prune_runs`."""
+"""What ran: :class:`Run`."""
 
 from __future__ import annotations
-
-from datetime import timedelta
 
 from django.db import models
 from django.db.models import Q
 
-from django_htask import clock
-from django_htask.db import scheduler_alias
 from django_htask.enums import RunStatus
 
 from .fields import _abort_requested_at
@@ -59,27 +55,3 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} {self.status}"
-
-
-def prune_runs(days: int | None = None, *, using: str | None = None) -> int:
-    """Delete the finished runs older than ``days`` days (default: the
-    ``RUN_RETENTION_DAYS`` setting) in the database ``using`` (default: the
-    scheduler's); return how many. Runs still running are kept.
-
-    ``days=0`` deletes every finished run; with the setting at 0 (keep for ever) and no
-    ``days`` given, nothing is deleted. ``runscheduler`` calls it once an hour;
-    ``manage.py htask prune`` calls it on demand.
-    """
-    from django_htask.conf import get_settings  # noqa: PLC0415
-
-    if days is None:
-        days = get_settings().run_retention_days
-        if days == 0:
-            return 0
-    if isinstance(days, bool) or not isinstance(days, int) or days < 0:
-        raise ValueError(f"days must be an int >= 0, got {days!r}")
-    cutoff = clock.now() - timedelta(days=days)
-    old = Run.objects.using(using or scheduler_alias()).filter(finished_at__lt=cutoff)
-    old = old.exclude(status=RunStatus.RUNNING)
-    deleted, _ = old.delete()
-    return deleted

@@ -52,6 +52,9 @@ GATED_INDEX = "htask_task_gated"
 GATED_PREDICATE = "status = 'pending' AND (lock IS NOT NULL OR max_running IS NOT NULL)"
 #: The tasks a node holds (``locked_by`` set).
 HOLDER_INDEX = "htask_task_holder"
+#: The finished tasks by retention, status and end: the pruner reads the tasks past
+#: their retention as a range of it (django_htask.retention).
+PRUNE_INDEX = "htask_task_prune"
 
 
 class Task(models.Model):
@@ -82,6 +85,13 @@ class Task(models.Model):
         validators=[MAX_RUNNING_RANGE],
         help_text="at most this many tasks of its function run at once on all the nodes "
         "(@task(max_running=...) when it was queued); empty: no limit",
+    )
+    retention = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="seconds it is kept once it ended (@task(retention=...) when it was "
+        "queued); empty: TASK_RETENTION_DAYS; 0: for ever",
     )
     function = models.CharField(max_length=300)
     payload = models.BinaryField(default=b"", editable=False)
@@ -159,6 +169,13 @@ class Task(models.Model):
             # MySQL/MariaDB, which have no partial index, Django drops the condition).
             models.Index(
                 fields=("locked_by",), condition=Q(locked_by__isnull=False), name=HOLDER_INDEX
+            ),
+            # The finished tasks, for the pruner: partial, so that a task queued or
+            # started writes no entry (on MySQL/MariaDB Django drops the condition).
+            models.Index(
+                fields=("retention", "status", "finished_at"),
+                condition=Q(finished_at__isnull=False),
+                name=PRUNE_INDEX,
             ),
         )
         constraints = (

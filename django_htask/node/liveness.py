@@ -1,5 +1,4 @@
-"""A node's liveness: its heartbeat, the reaping of dead nodes, and the pruning of old
-runs.
+"""A node's liveness: its heartbeat and the reaping of dead nodes.
 
 The heartbeat runs on a thread of its own, so that a control thread with a long queue
 (a burst of fires, the catch-up after the database was away) does not make the other
@@ -24,15 +23,12 @@ from django_htask.signals import rows_reaped
 
 from .context import NodeContext
 
-__all__ = ["PRUNE_INTERVAL", "Liveness"]
+__all__ = ["Liveness"]
 
 logger = logging.getLogger(__name__)
 
 #: How often a heartbeat is tried at once when each try is a deadlock's victim.
 DEADLOCK_TRIES = 3
-
-#: Seconds between two prunings of old runs (``RUN_RETENTION_DAYS``).
-PRUNE_INTERVAL = 3600.0
 
 
 def _pid_alive(pid: int) -> bool:
@@ -46,7 +42,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 class Liveness:
-    """Heartbeats, reaping and pruning for one node (see the module)."""
+    """Heartbeats and reaping for one node (see the module)."""
 
     def __init__(
         self,
@@ -69,7 +65,6 @@ class Liveness:
 
     def start(self) -> None:
         self.beat.call_soon(self._heartbeat)
-        self.ctx.control.later(0, self._prune)
 
     def close(self, timeout: float | None = None, *, wait: bool = True) -> None:
         self.beat.close(wait=wait, timeout=timeout)
@@ -163,23 +158,3 @@ class Liveness:
                 extra={"action": "predecessors_gone", "nodes": gone},
             )
             self.reap(now)
-
-    def _prune(self) -> None:
-        """Delete runs older than ``RUN_RETENTION_DAYS`` (at start, then hourly)."""
-        ctx = self.ctx
-        days = ctx.settings.run_retention_days
-        if ctx.stopping() or not days:
-            return
-
-        def prune() -> None:
-            deleted = ctx.store.prune_runs(days)
-            if deleted:
-                logger.info(
-                    "%d runs older than %d days deleted",
-                    deleted,
-                    days,
-                    extra={"action": "runs_pruned"},
-                )
-
-        ctx.control.guarded(prune, "pruning of old runs")
-        ctx.control.later(PRUNE_INTERVAL, self._prune)

@@ -42,6 +42,7 @@ from .firing import Firing
 from .liveness import Liveness
 from .membership import Membership, NodeRoles
 from .processes import ProcessPool
+from .pruning import Pruner
 from .shutdown import shut_down, shut_down_fenced
 from .supervisor import ABORTED, Supervisor
 from .tasks import GATHER, TaskDispatch
@@ -207,6 +208,7 @@ class Node:
         self._unsubscribe = notices.subscribe(self.wake)
         parts.ctx.control.later(0, self._poll)
         parts.liveness.start()
+        parts.pruner.start()
         logger.info(
             "node %s started: %d schedules, %d pending tasks",
             self.node_id,
@@ -256,7 +258,16 @@ class Node:
         on_beat = membership.refresher.request if membership is not None else _nothing
         liveness = Liveness(ctx, self._on_fenced, self.wake, on_beat)
         waker = control.once(self._on_wake)
-        return _Parts(ctx, firing, tasks, liveness, membership, waker, supervisor)
+        pruner = Pruner(ctx, self._prune_turn)
+        return _Parts(ctx, firing, tasks, liveness, membership, waker, supervisor, pruner)
+
+    def _prune_turn(self) -> bool:
+        """Whether this node prunes now: the live node with the smallest id does (a
+        store of one host has one node)."""
+        if not self.store.supports_several_nodes:
+            return True
+        live = self.store.live_nodes(self.settings.dead_before(self.clock.now()))
+        return not live or min(live) == self.node_id
 
     def _backoff(self) -> DatabaseBackoff:
         s = self.settings
@@ -383,6 +394,7 @@ class Node:
         parts = self._parts
         if parts.membership is not None:
             parts.membership.close()
+        parts.pruner.close(timeout)
         try:
             if self.fenced is not None:
                 self.unfinished = shut_down_fenced(parts.ctx, parts.liveness)
@@ -413,7 +425,8 @@ class Node:
         if self._parts is None:
             return True
         ctx = self._parts.ctx
-        schedulers = (ctx.control.scheduler, ctx.jobs, self._parts.liveness.beat)
+        parts = self._parts
+        schedulers = (ctx.control.scheduler, ctx.jobs, parts.liveness.beat, parts.pruner.thread)
         return all(s.idle() for s in schedulers)
 
 
@@ -432,3 +445,4 @@ class _Parts:
     membership: Membership | None
     waker: Once
     supervisor: Supervisor
+    pruner: Pruner

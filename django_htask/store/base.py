@@ -34,9 +34,10 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from django_htask.queues import ALL, QueueFilter
+from django_htask.retention import Cutoffs
 from django_htask.retry import RetryPolicy
 
 from .values import (
@@ -49,6 +50,7 @@ from .values import (
     Departure,
     ListenTo,
     Occurrence,
+    Pruned,
     Registration,
     RetryColumns,
     RunOutcome,
@@ -67,6 +69,7 @@ __all__ = [
     "Abandoned",
     "Gated",
     "Listening",
+    "Pruned",
     "RetryColumns",
     "RunOutcome",
     "ScheduleRef",
@@ -371,8 +374,25 @@ class Store(abc.ABC):
 
     # -- maintenance -----------------------------------------------------------------
     @abc.abstractmethod
-    def prune_runs(self, days: int) -> int:
-        """Delete finished runs older than ``days`` days; return how many."""
+    def prune(self, node_id: str, cutoffs: Cutoffs, limit: int) -> Pruned | None:
+        """One batch of the pruner, in one short transaction that writes only rows
+        past their retention (no claim waits for it): at most ``limit`` finished tasks
+        past theirs (:func:`~django_htask.querysets.task_is_expired`) deleted with their
+        runs; if fewer, at most as many more runs past ``RUN_RETENTION_DAYS``; if still
+        fewer, the rows of the nodes stopped before ``cutoffs.runs``. What it deleted
+        is added to node ``node_id``'s counts (its row's ``pruned_*``); ``more`` says
+        whether it stopped at ``limit``. None, deleting nothing, when another node
+        holds the pruner's lock: one node prunes at a time."""
+
+    @abc.abstractmethod
+    def expired(self, cutoffs: Cutoffs) -> Pruned:
+        """How many rows the pruner would delete at ``cutoffs`` (reads only)."""
+
+    def estimate_rows(self, rows: Any) -> int | None:
+        """How many rows the query ``rows`` (a QuerySet of this store's database)
+        selects, as the database's planner estimates it without reading them (the
+        admin's lists past their exact count); None where it gives no estimate."""
+        return None
 
 
 #: The public methods of the interface: those that raise StoreUnavailable.

@@ -51,6 +51,7 @@ _REPLACED = (
     "priority",
     "lock",
     "max_running",
+    "retention",
     *RETRY_COLUMNS,
 )
 

@@ -76,6 +76,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.models import QuerySet
 
 from django_htask.conf import get_settings
 from django_htask.db import holds_tables
@@ -85,11 +86,18 @@ from django_htask.models import (
     GATED_PREDICATE,
     KEY_INDEX,
     Node,
+    Run,
+    RunStatus,
     Schedule,
     Task,
     TaskStatus,
 )
-from django_htask.querysets import CLAIMABLE_SQL, PLAIN_TASK_SQL, claimable_params
+from django_htask.querysets import (
+    CLAIMABLE_SQL,
+    EXPIRED_RUN_SQL,
+    PLAIN_TASK_SQL,
+    claimable_params,
+)
 
 from . import rules, values
 from .base import RunOutcome, StartedTask
@@ -123,6 +131,7 @@ __all__ = [
 COUNTER = "django_htask_counter"
 SCHEDULE = Schedule._meta.db_table
 TASK = Task._meta.db_table
+RUN = Run._meta.db_table
 NODE = Node._meta.db_table
 #: Bytes the tasks' ends one statement writes may reach (:meth:`MySQLStore._write_ends`):
 #: well under ``max_allowed_packet`` (16 MiB by default on MariaDB, 64 on MySQL 8),
@@ -172,10 +181,12 @@ def _batches(ends: list[tuple[Any, ...]]) -> list[list[tuple[Any, ...]]]:
 
 #: The counter's row the reaper locks.
 REAPER = "reaper"
+#: The counter's row the pruner locks.
+PRUNER = "pruner"
 #: How many counter rows the locks and functions of claims hash to (``gate:0000`` …).
 GATE_SLOTS = 1024
 #: The rows :func:`install` makes in the counter table besides the version's.
-LOCK_ROWS = (REAPER, *(f"gate:{slot:04d}" for slot in range(GATE_SLOTS)))
+LOCK_ROWS = (REAPER, PRUNER, *(f"gate:{slot:04d}" for slot in range(GATE_SLOTS)))
 #: The isolation level a node's connection must run at (see the module), as the server
 #: names it.
 ISOLATION = "READ-COMMITTED"
@@ -248,7 +259,8 @@ def install(connection: BaseDatabaseWrapper) -> None:
         )
         # Counted first: an INSERT IGNORE meeting a row a claim holds waits for it.
         cursor.execute(
-            f"SELECT COUNT(*) FROM {COUNTER} WHERE name = %s OR name LIKE %s", [REAPER, "gate:%"]
+            f"SELECT COUNT(*) FROM {COUNTER} WHERE name IN (%s, %s) OR name LIKE %s",
+            [REAPER, PRUNER, "gate:%"],
         )
         row = cursor.fetchone()
         if row is None or row[0] < len(LOCK_ROWS):
@@ -479,9 +491,43 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
 
     # -- several nodes: row locks of the counter table ----------------------------------
     def _try_lock_reaper(self) -> bool:
+        return self._try_lock(REAPER)
+
+    def _try_lock_pruner(self) -> bool:
+        return self._try_lock(PRUNER)
+
+    def estimate_rows(self, rows: QuerySet[Any]) -> int | None:
+        """The optimizer's estimate of the rows of ``rows`` (``EXPLAIN``: its first
+        table's rows, times the share its filter keeps; nothing read)."""
+        sql, params = rows.query.sql_with_params()
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN {sql}", params)
+            names = [column[0].lower() for column in cursor.description]
+            first = cursor.fetchone()
+        if first is None:
+            return None
+        plan = dict(zip(names, first, strict=False))
+        try:
+            kept = float(plan.get("filtered") or 100.0) / 100.0
+            return round(int(plan["rows"]) * kept)
+        except (TypeError, LookupError, ValueError):
+            return None
+
+    def _delete_runs(self, cursor: Any, cutoff: Any, limit: int) -> int:
+        """As the generic one, in MySQL's form: a subquery of an ``IN`` takes no
+        ``LIMIT`` there, a single-table ``DELETE`` does."""
+        cursor.execute(
+            f"DELETE FROM {RUN} WHERE {EXPIRED_RUN_SQL} ORDER BY started_at LIMIT %s",
+            [cutoff, RunStatus.RUNNING, limit],
+        )
+        return int(cursor.rowcount)
+
+    def _try_lock(self, row: str) -> bool:
+        """Lock the counter's ``row`` until the transaction ends, without waiting;
+        whether it was taken."""
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT name FROM {COUNTER} WHERE name = %s FOR UPDATE SKIP LOCKED", [REAPER]
+                f"SELECT name FROM {COUNTER} WHERE name = %s FOR UPDATE SKIP LOCKED", [row]
             )
             return cursor.fetchone() is not None
 

@@ -61,6 +61,7 @@ from typing import Any
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+from django.db.models import QuerySet
 
 from django_htask.conf import get_settings
 from django_htask.engine.clock import from_us
@@ -97,6 +98,8 @@ logger = logging.getLogger(__name__)
 CLAIM_PLANNER = (("enable_sort", "off"),)
 #: ``pg_try_advisory_xact_lock`` key taken by the reaper ("htask" in ASCII).
 REAPER_LOCK = 0x6874_6173_6B00
+#: The key the pruner takes (install takes ``REAPER_LOCK + 1``).
+PRUNER_LOCK = REAPER_LOCK + 2
 
 SCHEDULE = Schedule._meta.db_table
 TASK = Task._meta.db_table
@@ -277,6 +280,20 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
     def _atomic(self) -> transaction.Atomic:
         return _QuietAtomic(self.using)
 
+    def estimate_rows(self, rows: QuerySet[Any]) -> int | None:
+        """The planner's estimate of the rows of ``rows`` (``EXPLAIN``: nothing read)."""
+        sql, params = rows.query.sql_with_params()
+        with self._cursor() as cursor:
+            cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+            row = cursor.fetchone()
+        plan = row[0] if row is not None else None
+        if isinstance(plan, str):
+            plan = json.loads(plan)
+        try:
+            return int(plan[0]["Plan"]["Plan Rows"])  # type: ignore[index]
+        except (TypeError, LookupError, ValueError):
+            return None
+
     def _fenced(
         self,
         node_id: str,
@@ -381,8 +398,16 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK])
 
     def _try_lock_reaper(self) -> bool:
+        return self._try_lock(REAPER_LOCK)
+
+    def _try_lock_pruner(self) -> bool:
+        return self._try_lock(PRUNER_LOCK)
+
+    def _try_lock(self, key: int) -> bool:
+        """Take the advisory lock ``key`` until the transaction ends, without waiting;
+        whether it was taken."""
         with self._cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [REAPER_LOCK])
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
             row = cursor.fetchone()
         return row is not None and bool(row[0])
 

@@ -26,6 +26,7 @@ __all__ = [
     "Departure",
     "ListenTo",
     "Occurrence",
+    "Pruned",
     "Registration",
     "RetryColumns",
     "RunOutcome",
@@ -318,6 +319,30 @@ class ListenTo(NamedTuple):
     retry: float
     retry_max: float
     name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """Rows past their retention, deleted by one batch of the pruner
+    (:meth:`~django_htask.store.base.Store.prune`) or counted
+    (:meth:`~django_htask.store.base.Store.expired`): finished tasks, runs (those of
+    the tasks among them), and the rows of nodes stopped long ago. ``more``: the batch
+    stopped at its limit (more may be left)."""
+
+    tasks: int = 0
+    runs: int = 0
+    nodes: int = 0
+    more: bool = False
+
+    @property
+    def rows(self) -> int:
+        return self.tasks + self.runs + self.nodes
+
+    def __add__(self, other: Pruned) -> Pruned:
+        """The counts added; ``more`` the later batch's."""
+        return Pruned(
+            self.tasks + other.tasks, self.runs + other.runs, self.nodes + other.nodes, other.more
+        )
 
 
 def last_statuses(outcomes: list[RunOutcome]) -> dict[int, tuple[str, datetime]]:

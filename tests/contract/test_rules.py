@@ -13,25 +13,33 @@ import pytest
 from django.db import connection
 
 from django_htask.engine import encode_call
-from django_htask.models import Node, Task
+from django_htask.models import Node, Run, Task
 from django_htask.querysets import (
     CLAIMABLE_SQL,
+    EXPIRED_RUN_SQL,
+    EXPIRED_TASK_SQL,
     HOLDING_SQL,
     LIVE_NODE_SQL,
+    OWN_EXPIRED_TASK_SQL,
     SILENT_NODE_SQL,
     claimable_params,
+    expired_run,
+    expired_task,
     holding_params,
     node_is_live,
     node_is_silent,
+    run_is_expired,
     served_task,
     served_task_sql,
     task_is_claimable,
     task_is_due,
+    task_is_expired,
     task_is_holding,
     task_is_lost,
     task_is_served,
 )
 from django_htask.queues import ALL, NONE, QueueFilter
+from django_htask.retention import FINAL_STATUSES, Cutoffs, TaskRetention
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -163,3 +171,61 @@ def test_a_served_task_is_one_rule_in_its_three_forms() -> None:
         sql, params = served_task_sql(queues, backend)
         assert _ids(f"1 = 1{sql}", Task._meta.db_table, params) == by_values
     assert {0, len(cases)} < picked  # none, all, and some in between
+
+
+def test_a_task_past_its_retention_is_one_rule_in_its_three_forms() -> None:
+    cutoffs = Cutoffs.at(NOW, TaskRetention(7, 30, 0), 30)
+    day = 86400 * S
+    rows = [
+        Task(
+            function=ADD,
+            payload=encode_call(ADD, (1,), {}),
+            run_at=NOW - 100 * day,
+            status=status,
+            finished_at=None if status in ("pending", "running") else NOW - age,
+            retention=retention,
+        )
+        for status, age, retention in itertools.product(
+            ("pending", "running", *FINAL_STATUSES),
+            (6 * day, 7 * day, 8 * day, 31 * day),
+            (None, 0, 7 * 86400, 10 * 86400),
+        )
+    ]
+    Task.objects.bulk_create(rows)
+    by_values = {
+        t.pk
+        for t in Task.objects.all()
+        if task_is_expired(t.status, t.finished_at, t.retention, cutoffs)
+    }
+    # 7 days: 8 and 31 days old; failed: 31; cancelled: never; own 7 days: 8 and 31
+    # of every final status; own 10 days: 31 of each; own 0: never
+    assert len(by_values) == 2 + 1 + 3 * 2 + 3 * 1
+    own = [0, 7 * 86400, 10 * 86400]
+    assert set(Task.objects.filter(expired_task(cutoffs, own)).values_list("pk", flat=True)) == (
+        by_values
+    )
+    table = Task._meta.db_table
+    by_sql = set()
+    for status, cutoff in cutoffs.tasks:
+        by_sql |= _ids(EXPIRED_TASK_SQL, table, [status, cutoff])
+    for seconds in own:
+        before = cutoffs.own(seconds)
+        for status in FINAL_STATUSES if before is not None else ():
+            by_sql |= _ids(OWN_EXPIRED_TASK_SQL, table, [seconds, status, before])
+    assert by_sql == by_values
+
+
+def test_a_run_past_its_retention_is_one_rule_in_its_three_forms() -> None:
+    cutoff = NOW - 30 * 86400 * S
+    rows = [
+        Run(name="r", function=ADD, status=status, started_at=started)
+        for status, started in itertools.product(
+            ("running", "succeeded", "failed", "missed"), (None, cutoff - S, cutoff, cutoff + S)
+        )
+    ]
+    Run.objects.bulk_create(rows)
+    by_values = {r.pk for r in Run.objects.all() if run_is_expired(r.status, r.started_at, cutoff)}
+    assert len(by_values) == 3  # not running, started before the cutoff
+    assert set(Run.objects.filter(expired_run(cutoff)).values_list("pk", flat=True)) == by_values
+    assert _ids(EXPIRED_RUN_SQL, Run._meta.db_table, [cutoff, "running"]) == by_values
+    assert not Run.objects.filter(expired_run(None)).exists()

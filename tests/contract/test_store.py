@@ -666,24 +666,6 @@ def test_a_stopped_node_is_no_longer_live_and_stopping_twice_keeps_the_first_tim
     assert list(kit.store.live_nodes(NOW - timedelta(seconds=60))) == ["n2"]
 
 
-def test_pruning_deletes_finished_runs_older_than_the_days_given(kit: Kit) -> None:
-    kit.register("n1")
-    sid = kit.add_schedule()
-    old = NOW - timedelta(days=10)
-    running = outcome({"schedule_id": sid}, status=RunStatus.RUNNING, started_at=old)
-    ids = [kit.store.start_schedule_run("n1", running) for _ in range(3)]
-    kit.store.record(
-        "n1",
-        [
-            outcome({"schedule_id": sid, "run_id": ids[0]}, started_at=old, finished_at=old),
-            outcome({"schedule_id": sid, "run_id": ids[1]}, started_at=old, finished_at=NOW),
-        ],
-    )
-    assert kit.store.prune_runs(7) == 1
-    assert sorted(r.status for r in kit.runs(schedule_id=sid)) == ["running", "succeeded"]
-    assert kit.store.prune_runs(7) == 0
-
-
 def test_taking_over_an_id_that_never_stopped_hands_back_what_it_held(kit: Kit) -> None:
     """``runscheduler --node-id web-1`` killed, then started again under the same id."""
     kit.register("web-1", "other")

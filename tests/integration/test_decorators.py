@@ -12,7 +12,7 @@ from django.core.management import call_command
 
 from django_htask import code_schedules, decorators, periodic, task
 from django_htask.engine import ArgumentError, FakeClock, InvalidSchedule, registry
-from django_htask.models import Origin, Run, RunStatus, Schedule
+from django_htask.models import Origin, Run, Schedule
 from django_htask.tasks import autodiscover, discovered_modules
 from tests.conftest import refused
 
@@ -163,20 +163,6 @@ def test_htask_sync_command(fake_clock: FakeClock) -> None:
     out = StringIO()
     call_command("htask", "sync", stdout=out)
     assert "0 created, 0 updated, 1 unchanged" in out.getvalue()
-
-
-@pytest.mark.django_db
-def test_htask_prune_command(fake_clock: FakeClock) -> None:
-    old = fake_clock.now()
-    Run.objects.create(name="x", function="f", status=RunStatus.SUCCEEDED, finished_at=old)
-    fake_clock.advance(31 * 86400)
-    Run.objects.create(
-        name="y", function="f", status=RunStatus.SUCCEEDED, finished_at=fake_clock.now()
-    )
-    out = StringIO()
-    call_command("htask", "prune", stdout=out)
-    assert "deleted 1 runs" in out.getvalue()
-    assert list(Run.objects.values_list("name", flat=True)) == ["y"]
 
 
 def nightly() -> None: ...

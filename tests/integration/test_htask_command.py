@@ -113,6 +113,7 @@ def test_status_shows_nodes_pending_tasks_and_failures(fake_clock: FakeClock) ->
         function=ADD,
         status=RunStatus.FAILED,
         error="ValueError: x\nmore",
+        started_at=now - timedelta(minutes=6),
         finished_at=now - timedelta(minutes=5),
     )
     fake_clock.advance(1)
@@ -141,15 +142,14 @@ def test_status_lists_the_nodes_heard_from_last_and_counts_them_all(
 
 def test_prune_deletes_old_finished_runs(fake_clock: FakeClock) -> None:
     now = fake_clock.now()
-    Run.objects.create(
-        name="old", function=ADD, status=RunStatus.SUCCEEDED, finished_at=now - timedelta(days=9)
-    )
-    Run.objects.create(
-        name="new", function=ADD, status=RunStatus.SUCCEEDED, finished_at=now - timedelta(days=1)
-    )
-    assert "deleted 1 runs" in htask("prune", "--days", "7")
+    for name, days in (("old", 9), ("new", 1)):
+        at = now - timedelta(days=days)
+        Run.objects.create(
+            name=name, function=ADD, status=RunStatus.SUCCEEDED, started_at=at, finished_at=at
+        )
+    assert "deleted 0 finished tasks, 1 runs" in htask("prune", "--days", "7")
     assert list(Run.objects.values_list("name", flat=True)) == ["new"]
-    with pytest.raises(CommandError, match="--days must be >= 0") as info:
+    with pytest.raises(CommandError, match="--days: days must be a number > 0") as info:
         htask("prune", "--days", "-1")
     assert info.value.returncode == 2
 

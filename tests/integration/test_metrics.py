@@ -32,7 +32,7 @@ from django_htask.metrics import (
 )
 from django_htask.models import Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.retry import RetryPolicy
-from django_htask.signals import rows_reaped, run_finished, run_started
+from django_htask.signals import rows_pruned, rows_reaped, run_finished, run_started
 from django_htask.store import get_store, rules
 from tests.integration.node_rows import node_row
 
@@ -402,3 +402,19 @@ def test_a_node_counts_what_its_reaper_handed_back_from_the_signal_not_the_log(
     reaper = logging.getLogger("django_htask.node.liveness")
     reaper.warning("%d rows held by dead nodes handed back", 7, extra={"action": "reaped"})
     assert registry.get_sample_value("django_htask_node_reaped_total") == 3
+
+
+def test_a_node_counts_what_its_pruner_deleted_by_table(
+    node_metrics: tuple[NodeMetrics, CollectorRegistry],
+) -> None:
+    _, registry = node_metrics
+    from django_htask.models import Node
+
+    rows_pruned.send(sender=Node, node="me", tasks=5000, runs=7000, nodes=2)
+    rows_pruned.send(sender=Node, node="me", tasks=1, runs=0, nodes=0)
+    rows_pruned.send(sender=Node, node="someone else", tasks=9, runs=9, nodes=9)
+    pruned = {
+        table: registry.get_sample_value("django_htask_node_pruned_total", {"table": table})
+        for table in ("task", "run", "node")
+    }
+    assert pruned == {"task": 5001, "run": 7000, "node": 2}

@@ -16,7 +16,7 @@ from django_htask import cancel, reschedule, schedule
 from django_htask.decorators import sync_schedules
 from django_htask.engine import FakeClock
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
-from django_htask.node import EXIT_GRACE, StartAborted
+from django_htask.node import EXIT_GRACE, StartAborted, pruning
 from django_htask.node import Node as Node_
 from django_htask.retry import RetryPolicy
 from django_htask.signals import run_finished, run_started
@@ -546,16 +546,25 @@ def test_a_stop_request_ends_a_start_waiting_for_the_database(
     node.stop()
 
 
-def test_the_node_prunes_old_runs_at_start(
+def test_the_node_prunes_after_its_start(
     make_node: MakeNode, fake_clock: FakeClock, settings: Any
 ) -> None:
     settings.HTASK = {"RUN_RETENTION_DAYS": 7}
     old = fake_clock.now() - timedelta(days=8)
     recent = fake_clock.now() - timedelta(days=6)
-    Run.objects.create(name="old", function=ADD, status=RunStatus.FAILED, finished_at=old)
-    Run.objects.create(name="recent", function=ADD, status=RunStatus.FAILED, finished_at=recent)
-    make_node()
+    for name, started in (("old", old), ("recent", recent)):
+        Run.objects.create(
+            name=name,
+            function=ADD,
+            status=RunStatus.FAILED,
+            started_at=started,
+            finished_at=started,
+        )
+    node = make_node()
+    assert Run.objects.count() == 2  # its start goes first
+    fake_clock.advance(pruning.FIRST_DELAY)
     assert list(Run.objects.values_list("name", flat=True)) == ["recent"]
+    assert Node.objects.get(pk=node.node_id).pruned_runs == 1
 
 
 def test_runscheduler_rejects_bad_options() -> None:

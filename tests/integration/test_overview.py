@@ -133,6 +133,27 @@ def test_nodes_show_state_heartbeat_age_and_work(root: Client, fake_clock: FakeC
     assert 'data-node="gone" data-state="dead"' in page
 
 
+def test_the_retention_and_the_last_pruning(
+    root: Client, fake_clock: FakeClock, settings: Any
+) -> None:
+    settings.HTASK = {"TASK_RETENTION_DAYS": {"failed": 30}, "RUN_RETENTION_DAYS": 0}
+    page = root.get(OVERVIEW).content.decode()
+    assert "Finished tasks are kept succeeded 7 days, failed 30 days, cancelled 7 days" in page
+    assert "runs for ever (RUN_RETENTION_DAYS)" in page
+    assert "No node has deleted anything yet." in page
+    now = fake_clock.now()
+    for name, at, tasks in (("old", now - timedelta(hours=1), 5), ("new", now, 1234)):
+        row = node_row(name, now)
+        row.pruned_at, row.pruned_tasks, row.pruned_runs = at, tasks, 2 * tasks
+        row.save()
+    pruning = read_overview().pruning
+    assert pruning is not None
+    assert (pruning.node, pruning.at, pruning.tasks, pruning.runs) == ("new", now, 1234, 2468)
+    page = root.get(OVERVIEW).content.decode()
+    assert "Last pruned by <code>new</code> at 2030-01-01 00:00:00" in page
+    assert '<strong class="htask-pruned-tasks">1234</strong> finished tasks' in page
+
+
 # -- the last 24 hours -------------------------------------------------------------------
 def test_runs_per_hour_by_outcome(root: Client, fake_clock: FakeClock) -> None:
     now = fake_clock.now()  # 2030-01-01 00:00: the window is 2029-12-31 01:00 to now

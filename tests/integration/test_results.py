@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from django_htask import Result, aget_result, get_result, schedule
+from django_htask import Result, TaskNotFound, aget_result, get_result, schedule
 from django_htask.conf import get_settings, load
 from django_htask.engine import FakeClock, PayloadError, decode_result, encode_result
 from django_htask.models import Run, RunStatus, Task, TaskStatus
@@ -144,7 +144,8 @@ def test_get_result_of_a_pending_running_failed_and_unknown_task(
 ) -> None:
     later = schedule(tasks.add, 1, delay=60)
     assert get_result(later.token) == Result(later.token, TaskStatus.PENDING, None, "", 0, None)
-    assert get_result("no-such-token") is None
+    with pytest.raises(TaskNotFound, match="no task has the token 'no-such-token'"):
+        get_result("no-such-token")
     make_node()
     running = schedule(tasks.slow, "r")
     failing = schedule(tasks.boom, "bad")
@@ -169,7 +170,8 @@ def test_aget_result_is_the_async_twin(make_node: MakeNode, fake_clock: FakeCloc
     row = ran(make_node, fake_clock, tasks.add, 4, 5)
     result = asyncio.run(aget_result(row.token))
     assert result is not None and (result.status, result.value) == (TaskStatus.SUCCEEDED, 9)
-    assert asyncio.run(aget_result("no-such-token")) is None
+    with pytest.raises(TaskNotFound):
+        asyncio.run(aget_result("no-such-token"))
 
 
 def test_a_stored_result_that_is_not_one_raises_payload_error(

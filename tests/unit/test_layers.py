@@ -134,6 +134,7 @@ LAYERS = [
         "queues",
         "partition",
         "retry",
+        "retention",
         "due",
     ),
     ("models", "querysets"),

@@ -51,6 +51,7 @@ __all__ = [
     "Hour",
     "NodeLine",
     "Overview",
+    "Pruning",
     "Waiting",
     "next_hours",
     "read_overview",
@@ -145,6 +146,19 @@ class Waiting:
 
 
 @dataclass(frozen=True)
+class Pruning:
+    """What is kept, and the last round of pruning a node recorded: the node, when,
+    and the rows it deleted since it started (None: no node has pruned yet)."""
+
+    tasks_kept: str  # "7 days", "succeeded 7 days, failed 30 days, …"
+    runs_kept: str
+    node: str | None = None
+    at: datetime | None = None
+    tasks: int = 0
+    runs: int = 0
+
+
+@dataclass(frozen=True)
 class Overview:
     """Everything the overview page shows, read at ``now``."""
 
@@ -157,6 +171,7 @@ class Overview:
     lateness_sampled: bool = False
     tasks: dict[str, int] = field(default_factory=dict)
     waiting: list[Waiting] = field(default_factory=list)
+    pruning: Pruning | None = None
 
     @property
     def live_nodes(self) -> int:
@@ -186,6 +201,7 @@ def read_overview(now: datetime | None = None, *, using: str | None = None) -> O
         lateness_sampled=sampled,
         tasks=task_counts(using=using),
         waiting=waiting_on_gates(now, using=using),
+        pruning=pruning(using=using),
     )
 
 
@@ -207,6 +223,28 @@ def nodes(now: datetime, *, using: str | None = None) -> list[NodeLine]:
         )
         for row in rows.heard_last()[:NODES_SHOWN]
     ]
+
+
+def pruning(*, using: str | None = None) -> Pruning:
+    """The retention, and the node that pruned last (one read of the node rows)."""
+    settings = get_settings()
+    runs_days = settings.run_retention_days
+    kept = Pruning(
+        settings.task_retention_days.describe(),
+        f"{runs_days} days" if runs_days else "for ever",
+    )
+    rows = Node.objects.using(using or scheduler_alias()).filter(pruned_at__isnull=False)
+    last = rows.order_by("-pruned_at").first()
+    if last is None:
+        return kept
+    return Pruning(
+        kept.tasks_kept,
+        kept.runs_kept,
+        last.id,
+        last.pruned_at,
+        last.pruned_tasks,
+        last.pruned_runs,
+    )
 
 
 def task_counts(*, using: str | None = None) -> dict[str, int]:

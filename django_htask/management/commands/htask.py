@@ -9,8 +9,11 @@
     create or update the schedules declared with ``@periodic`` (orphan the ones gone).
 ``htask status``
     the nodes (live or dead), pending tasks, broken schedules and recent failures.
-``htask prune [--days N]``
-    delete finished runs older than ``RUN_RETENTION_DAYS`` (or N) days.
+``htask prune [--dry-run] [--days N]``
+    delete now what is past its retention (finished tasks with their runs, old runs,
+    rows of nodes stopped long ago), as the nodes do by themselves every few minutes;
+    ``--dry-run`` counts it; ``--days N`` keeps N days of everything instead of the
+    settings (see :mod:`django_htask.retention`).
 ``htask health [--node ID] [--max-late SECONDS]``
     one line, ``healthy: …`` (exit 0) or ``unhealthy: …`` (exit 1): the database
     answers, a node (or node ID) is live and no due work waits longer than SECONDS
@@ -45,6 +48,7 @@ from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.operations import (
     describe_schedule,
     node_state,
+    prune_now,
     run_schedule_inline,
     send_again,
     since_time,
@@ -53,6 +57,7 @@ from django_htask.operations import (
 )
 from django_htask.overview import waiting_on_gates
 from django_htask.queues import DEFAULT_QUEUE
+from django_htask.store import Pruned
 from django_htask.store.database import not_migrated
 
 ModelT = TypeVar("ModelT", bound=Model)
@@ -65,6 +70,8 @@ UNHEALTHY = 1
 USAGE = 2
 #: Rows listed in one section of ``htask status``, at most.
 SHOWN = 10
+#: Rows between two lines of ``htask prune``'s progress.
+PROGRESS_ROWS = 100_000
 #: Nodes listed by ``htask status``, at most (the most recent heartbeats first): every
 #: start registers a new node id, so the rows of stopped nodes pile up until pruned, and
 #: a status is read in a terminal. The counts above the list count them all.
@@ -74,7 +81,7 @@ NODES_LISTED = 50
 class Command(BaseCommand):
     help = (
         "django-htask from the shell: list schedules, run one now, sync code-defined "
-        "schedules, show the status, prune old runs, check health."
+        "schedules, show the status, prune finished work, check health."
     )
 
     #: The database alias of this invocation (``--database``, else django_htask.db).
@@ -92,10 +99,15 @@ class Command(BaseCommand):
         status.add_argument(
             "--hours", type=float, default=24.0, help="failures within this many hours (24)"
         )
-        prune = sub.add_parser("prune", help="delete old finished runs")
+        prune = sub.add_parser("prune", help="delete finished work past its retention")
         prune.add_argument(
-            "--days", type=int, default=None, help="keep this many days (RUN_RETENTION_DAYS)"
+            "--days",
+            type=float,
+            default=None,
+            help="keep this many days of tasks and runs (> 0; default: TASK_RETENTION_DAYS "
+            "and RUN_RETENTION_DAYS)",
         )
+        prune.add_argument("--dry-run", action="store_true", help="count what would go")
         health = sub.add_parser(
             "health", help="exit 0 if the database answers, a node is live, nothing late"
         )
@@ -264,28 +276,61 @@ class Command(BaseCommand):
         if len(broken) > SHOWN:
             more = self.rows(Schedule).exclude(broken="").count() - SHOWN
             self.stdout.write(f"  … and {more} more (the admin's schedule list filters them)")
+        # By start, the index of runs by outcome: by finish, the count read every
+        # failed run the table holds.
         since = now - timedelta(hours=hours)
-        failed = self.rows(Run).filter(status=RunStatus.FAILED, finished_at__gte=since)
-        self.stdout.write(f"failures in the last {hours:g}h: {failed.count()}")
-        for run in failed.order_by("-finished_at")[:SHOWN]:
+        failed = self.rows(Run).filter(status=RunStatus.FAILED, started_at__gte=since)
+        count = failed.count()
+        latest = f" (the {SHOWN} latest)" if count > SHOWN else ""
+        self.stdout.write(f"failures in the last {hours:g}h: {count}{latest}")
+        for run in failed.order_by("-started_at")[:SHOWN]:
             when = f"{run.finished_at:%Y-%m-%d %H:%M:%S}" if run.finished_at else "?"
             first = run.error.splitlines()[0] if run.error else ""
             self.stdout.write(f"  {when}  {run.name}: {first}")
+        self._status_pruning()
+
+    def _status_pruning(self) -> None:
+        """The retention, and the last round of pruning a node recorded."""
+        settings = get_settings()
+        self.stdout.write(
+            f"retention: finished tasks {settings.task_retention_days.describe()}, runs "
+            f"{_days(settings.run_retention_days)}"
+        )
+        last = self.rows(Node).filter(pruned_at__isnull=False).order_by("-pruned_at").first()
+        if last is not None and last.pruned_at is not None:
+            self.stdout.write(
+                f"  last pruned by {last.id} at {last.pruned_at:%Y-%m-%d %H:%M:%S}: "
+                f"{last.pruned_tasks} tasks and {last.pruned_runs} runs since it started"
+            )
 
     # -- prune -----------------------------------------------------------------------
-    def do_prune(self, days: int | None, **options: Any) -> None:
-        given = days is not None
+    def do_prune(self, days: float | None, dry_run: bool, **options: Any) -> None:
+        settings = get_settings()
         if days is None:
-            days = get_settings().run_retention_days
-        if days < 0:
-            raise CommandError(f"--days must be >= 0, got {days}", returncode=USAGE)
-        if days == 0 and not given:
-            self.stdout.write("RUN_RETENTION_DAYS is 0: runs are kept for ever")
+            kept = (
+                f"tasks kept {settings.task_retention_days.describe()} "
+                f"(TASK_RETENTION_DAYS), runs {_days(settings.run_retention_days)} "
+                "(RUN_RETENTION_DAYS)"
+            )
+        else:
+            kept = f"tasks and runs kept {days:g} days (--days)"
+
+        shown = [0]  # rows when progress was last shown
+
+        def progress(total: Pruned) -> None:
+            if total.rows >= shown[0] + PROGRESS_ROWS:
+                shown[0] = total.rows
+                self.stdout.write(f"  … {_counts(total)} so far")
+
+        try:
+            pruned = prune_now(days=days, dry_run=dry_run, using=self.using, progress=progress)
+        except ValueError as exc:
+            raise CommandError(f"--days: {exc}", returncode=USAGE) from exc
+        if pruned is None:
+            self.stdout.write("a node is pruning now (one at a time): its log says what it deleted")
             return
-        cutoff = clock.now() - timedelta(days=days)
-        old = self.rows(Run).filter(finished_at__lt=cutoff).exclude(status=RunStatus.RUNNING)
-        count, _ = old.delete()
-        self.stdout.write(f"deleted {count} runs finished before {cutoff:%Y-%m-%d %H:%M}")
+        verb = "would delete" if dry_run else "deleted"
+        self.stdout.write(f"{verb} {_counts(pruned)} past their retention: {kept}")
 
     # -- health ----------------------------------------------------------------------
     def do_health(self, node: str | None, max_late: object, **options: Any) -> None:
@@ -354,3 +399,14 @@ class Command(BaseCommand):
             for note in item.not_carried:
                 self.stdout.write(f"    not carried over: {note}")
         self.stdout.write(report.summary())
+
+
+def _days(days: float) -> str:
+    return "for ever" if not days else f"{days:g} days"
+
+
+def _counts(pruned: Pruned) -> str:
+    return (
+        f"{pruned.tasks} finished tasks, {pruned.runs} runs and {pruned.nodes} rows of "
+        "stopped nodes"
+    )

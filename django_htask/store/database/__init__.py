@@ -26,6 +26,7 @@ from .core import (
 from .core import Probe as Probe
 from .core import _as_datetime as _as_datetime
 from .nodes import NodeRows
+from .pruning import PruneRows
 from .putback import put_back, supersede
 from .schedules import _ROW_FIELDS as _ROW_FIELDS
 from .schedules import RefReader, ScheduleRows
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 
-class DatabaseStore(NodeRows, ScheduleRows, TaskRows, OrmStore):
+class DatabaseStore(NodeRows, ScheduleRows, TaskRows, PruneRows, OrmStore):
     """The ORM store over the database alias ``using``. Its public methods, and those
     a subclass defines, raise StoreUnavailable for a database error (:func:`unavailable`)."""
 

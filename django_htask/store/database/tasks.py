@@ -21,7 +21,6 @@ from django_htask.models import (
     Schedule,
     Task,
     TaskStatus,
-    prune_runs,
 )
 from django_htask.querysets import (
     CLAIMABLE_SQL,
@@ -413,9 +412,6 @@ class TaskRows(OrmStore):
 
     def count_pending_tasks(self) -> int:
         return Task.objects.using(self.using).filter(status=TaskStatus.PENDING).count()
-
-    def prune_runs(self, days: int) -> int:
-        return prune_runs(days, using=self.using)
 
 
 def started_task(

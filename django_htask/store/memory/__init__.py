@@ -19,15 +19,23 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import StoreUnavailable
-from django_htask.querysets import task_is_claimable, task_is_holding, task_is_served
+from django_htask.querysets import (
+    run_is_expired,
+    task_is_claimable,
+    task_is_expired,
+    task_is_holding,
+    task_is_served,
+)
+from django_htask.retention import Cutoffs
 from django_htask.store import base, rules, values
 from django_htask.store.base import (
     Gated,
+    Pruned,
     RunOutcome,
     ScheduleRef,
     ScheduleRow,
@@ -46,7 +54,7 @@ __all__ = ["InMemoryStore", "NodeRecord", "ScheduleRecord", "TaskRecord"]
 
 class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
     """A store in memory (see the module). ``clock`` gives "now" to the helpers that add
-    rows (:meth:`add_schedule`) and to :meth:`prune_runs`."""
+    rows (:meth:`add_schedule`)."""
 
     vendor = "memory"
     supports_several_nodes = True
@@ -313,19 +321,70 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
             return sum(1 for t in self.tasks.values() if t.status == TaskStatus.PENDING)
 
     # -- maintenance -----------------------------------------------------------------
-    def prune_runs(self, days: int) -> int:
-        cutoff = self.clock.now() - timedelta(days=days)
+    def prune(self, node_id: str, cutoffs: Cutoffs, limit: int) -> Pruned | None:
         with self._lock:
-            old = [
-                i
-                for i, r in self.runs.items()
-                if r.finished_at is not None
-                and r.finished_at < cutoff
-                and r.status != RunStatus.RUNNING
-            ]
-            for i in old:
-                del self.runs[i]
-            return len(old)
+            tasks = self._expired_tasks(cutoffs)[:limit]
+            doomed = set(tasks)
+            runs = [i for i, r in self.runs.items() if r.task_id in doomed]
+            more = len(tasks) >= limit
+            if not more:
+                left = limit - len(tasks)
+                old = [i for i in self._expired_runs(cutoffs) if i not in set(runs)][:left]
+                runs += old
+                more = len(old) >= left
+            nodes: list[str] = []
+            if not more and cutoffs.runs is not None:
+                cutoff = cutoffs.runs
+                nodes = [
+                    n.id
+                    for n in self.nodes.values()
+                    if n.stopped_at is not None and n.stopped_at < cutoff
+                ]
+            for task_id in tasks:
+                del self.tasks[task_id]
+            for run_id in runs:
+                del self.runs[run_id]
+                self.run_aborts.discard(run_id)
+            for gone in nodes:
+                del self.nodes[gone]
+            pruned = Pruned(len(tasks), len(runs), len(nodes), more)
+            me = self.nodes.get(node_id)
+            if me is not None and pruned.rows:
+                me.pruned_tasks += pruned.tasks
+                me.pruned_runs += pruned.runs
+                me.pruned_at = cutoffs.now
+            return pruned
+
+    def expired(self, cutoffs: Cutoffs) -> Pruned:
+        with self._lock:
+            tasks = set(self._expired_tasks(cutoffs))
+            runs = set(self._expired_runs(cutoffs))
+            runs |= {i for i, r in self.runs.items() if r.task_id in tasks}
+            nodes = 0
+            if cutoffs.runs is not None:
+                cutoff = cutoffs.runs
+                nodes = sum(
+                    1 for n in self.nodes.values() if n.stopped_at and n.stopped_at < cutoff
+                )
+            return Pruned(len(tasks), len(runs), nodes)
+
+    def _expired_tasks(self, cutoffs: Cutoffs) -> list[int]:
+        """The tasks past their retention, the oldest first."""
+        expired = [
+            t
+            for t in self.tasks.values()
+            if task_is_expired(t.status, t.finished_at, t.retention, cutoffs)
+        ]
+        return [t.id for t in sorted(expired, key=lambda t: (t.finished_at, t.id))]
+
+    def _expired_runs(self, cutoffs: Cutoffs) -> list[int]:
+        """The runs past ``RUN_RETENTION_DAYS``, the oldest first."""
+        old = [
+            (r.started_at, i)
+            for i, r in self.runs.items()
+            if run_is_expired(r.status, r.started_at, cutoffs.runs)
+        ]
+        return [i for _started, i in sorted(old)]
 
 
 #: What an outage leaves working (:meth:`InMemoryStore.outage`).

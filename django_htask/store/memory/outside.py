@@ -76,6 +76,7 @@ class OutsideWrites(MemoryTables):
         on_conflict: str = OnConflict.IGNORE,
         lock: str | None = None,
         max_running: int | None = None,
+        retention: int | None = None,
         **kwargs: Any,
     ) -> int:
         """A pending one-off task ``function(*args, **kwargs)``, as ``schedule()`` makes
@@ -97,6 +98,7 @@ class OutsideWrites(MemoryTables):
                 key=None if key is None else check_key(key),
                 lock=None if lock is None else check_lock(lock),
                 max_running=max_running,
+                retention=retention,
             )
             held = self._pending_with(task.key)
             if held is None:

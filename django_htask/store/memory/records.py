@@ -39,6 +39,9 @@ class NodeRecord:
     last_heartbeat: datetime
     queues: str = "*"
     stopped_at: datetime | None = None
+    pruned_tasks: int = 0
+    pruned_runs: int = 0
+    pruned_at: datetime | None = None
 
 
 @dataclass
@@ -91,6 +94,7 @@ class TaskRecord:
     key: str | None = None
     lock: str | None = None
     max_running: int | None = None
+    retention: int | None = None  # seconds kept once finished (None: the settings')
 
     @property
     def gated(self) -> bool:

@@ -8,7 +8,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from django_htask import RetryPolicy, periodic, task
@@ -169,3 +169,13 @@ def flaky_by_default(label: str, failures: int, error: str = "ConnectionError") 
 def serial(label: str = "") -> None:
     """A task with a lock and a limit of its own (tests/integration/test_locks.py)."""
     record("serial", label)
+
+
+@task(retention=timedelta(hours=1))
+def brief() -> None:
+    """Kept an hour once it ended (retention of its own)."""
+
+
+@task(retention=timedelta(0))
+def kept() -> None:
+    """Kept for ever once it ended."""

@@ -1,0 +1,157 @@
+"""The ORM store's pruner: finished tasks past their retention deleted with their runs,
+then old runs, then the rows of nodes stopped long ago, a short transaction at a time
+(:meth:`PruneRows.prune`), and the counts of what it would delete
+(:meth:`PruneRows.expired`).
+
+Every statement reads a range of an index: the tasks through the pruner's index
+(``retention, status, finished_at``, partial on the finished ones), one range per
+final status and per retention of a function's own, each read in the order rows ended;
+the runs of those tasks by ``task_id``; old runs by ``started_at``. None reads every
+finished row, so a prune costs what it deletes, not what the table holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from django_htask.models import Node, Run, RunStatus, Task
+from django_htask.querysets import (
+    EXPIRED_RUN_SQL,
+    EXPIRED_TASK_SQL,
+    OWN_EXPIRED_TASK_SQL,
+    expired_run,
+    expired_task,
+)
+from django_htask.retention import FINAL_STATUSES, Cutoffs
+from django_htask.store.values import Pruned
+
+from .core import _CHUNK, _NODE, _RUN, _TASK, OrmStore
+
+__all__ = ["PruneRows"]
+
+
+class PruneRows(OrmStore):
+    """Deleting what is past its retention (see the module)."""
+
+    def _try_lock_pruner(self) -> bool:
+        """Take the pruner's lock until the transaction ends, without waiting; whether
+        it was taken (False: another node prunes). Nothing here: a SQLite write
+        transaction is exclusive already."""
+        return True
+
+    #: Appended to the read of the tasks a batch deletes: rows another transaction
+    #: holds (a failed task being sent again) are left for the next batch.
+    @property
+    def _skip_held(self) -> str:
+        features = self.connection.features
+        return " FOR UPDATE SKIP LOCKED" if features.has_select_for_update_skip_locked else ""
+
+    def prune(self, node_id: str, cutoffs: Cutoffs, limit: int) -> Pruned | None:
+        adapt = self.connection.ops.adapt_datetimefield_value
+        with self._atomic(), self.connection.cursor() as cursor:
+            if not self._try_lock_pruner():
+                return None
+            ids = self._expired_tasks(cursor, cutoffs, limit)
+            runs = self._delete_ids(cursor, f"DELETE FROM {_RUN} WHERE task_id", ids)
+            tasks = self._delete_ids(
+                cursor,
+                f"DELETE FROM {_TASK} WHERE finished_at IS NOT NULL AND id",
+                ids,
+            )
+            more = len(ids) >= limit
+            if not more and cutoffs.runs is not None:
+                old = self._delete_runs(cursor, adapt(cutoffs.runs), limit - len(ids))
+                runs += old
+                more = old >= limit - len(ids)
+            nodes = 0
+            if not more and cutoffs.runs is not None:
+                cursor.execute(f"DELETE FROM {_NODE} WHERE stopped_at < %s", [adapt(cutoffs.runs)])
+                nodes = cursor.rowcount
+            pruned = Pruned(tasks, runs, nodes, more)
+            if pruned.rows:
+                cursor.execute(
+                    f"UPDATE {_NODE} SET pruned_tasks = pruned_tasks + %s, "
+                    "pruned_runs = pruned_runs + %s, pruned_at = %s WHERE id = %s",
+                    [tasks, runs, adapt(cutoffs.now), node_id],
+                )
+        return pruned
+
+    def _expired_tasks(self, cursor: Any, cutoffs: Cutoffs, limit: int) -> list[int]:
+        """The ids of at most ``limit`` tasks past their retention, the oldest of each
+        range first, locked for the transaction."""
+        adapt = self.connection.ops.adapt_datetimefield_value
+        ids: list[int] = []
+        for condition, params in self._expired_ranges(cursor, cutoffs):
+            # In the index's order: PostgreSQL takes ``retention IS NULL`` for no
+            # equality, so ordering by ``finished_at`` alone read and sorted every
+            # matching row.
+            cursor.execute(
+                f"SELECT id FROM {_TASK} WHERE {condition} "
+                f"ORDER BY retention, status, finished_at LIMIT %s{self._skip_held}",
+                [*(adapt(p) if isinstance(p, datetime) else p for p in params), limit - len(ids)],
+            )
+            ids += [row[0] for row in cursor.fetchall()]
+            if len(ids) >= limit:
+                break
+        return ids
+
+    def _expired_ranges(self, cursor: Any, cutoffs: Cutoffs) -> Iterator[tuple[str, list[Any]]]:
+        """The ranges of the pruner's index that hold tasks past their retention, as
+        conditions and parameters: one per final status kept for a time, then one per
+        status and retention of a function's own."""
+        for status, cutoff in cutoffs.tasks:
+            yield EXPIRED_TASK_SQL, [status, cutoff]
+        for seconds in self._own_retentions(cursor):
+            before = cutoffs.own(seconds)
+            if before is not None:
+                for status in FINAL_STATUSES:
+                    yield OWN_EXPIRED_TASK_SQL, [seconds, str(status), before]
+
+    def _own_retentions(self, cursor: Any) -> list[int]:
+        """The retentions of their own that finished tasks have, read as a walk of the
+        index: one short read per distinct value (a handful), never the rows."""
+        found: list[int] = []
+        while True:
+            cursor.execute(
+                f"SELECT MIN(retention) FROM {_TASK} WHERE retention > %s "
+                "AND finished_at IS NOT NULL",
+                [found[-1] if found else -1],
+            )
+            row = cursor.fetchone()
+            if row is None or row[0] is None:
+                return found
+            found.append(int(row[0]))
+
+    def _delete_ids(self, cursor: Any, delete: str, ids: list[int]) -> int:
+        """Run ``delete … IN (ids)`` in chunks; how many rows it deleted."""
+        deleted = 0
+        for i in range(0, len(ids), _CHUNK):
+            chunk = ids[i : i + _CHUNK]
+            cursor.execute(f"{delete} IN ({', '.join(['%s'] * len(chunk))})", chunk)
+            deleted += cursor.rowcount
+        return deleted
+
+    def _delete_runs(self, cursor: Any, cutoff: Any, limit: int) -> int:
+        """Delete at most ``limit`` runs past ``RUN_RETENTION_DAYS``, the oldest first."""
+        cursor.execute(
+            f"DELETE FROM {_RUN} WHERE id IN (SELECT id FROM {_RUN} WHERE {EXPIRED_RUN_SQL} "
+            "ORDER BY started_at LIMIT %s)",
+            [cutoff, RunStatus.RUNNING, limit],
+        )
+        return int(cursor.rowcount)
+
+    def expired(self, cutoffs: Cutoffs) -> Pruned:
+        with self.connection.cursor() as cursor:
+            own = self._own_retentions(cursor)
+        tasks = Task.objects.using(self.using).filter(expired_task(cutoffs, own))
+        old_runs = expired_run(cutoffs.runs)
+        runs = Run.objects.using(self.using)
+        # Two counts, each a range of an index, rather than one OR of both.
+        counted_runs = runs.filter(old_runs).count()
+        counted_runs += runs.filter(task__in=tasks).exclude(old_runs).count()
+        nodes = 0
+        if cutoffs.runs is not None:
+            nodes = Node.objects.using(self.using).filter(stopped_at__lt=cutoffs.runs).count()
+        return Pruned(tasks.count(), counted_runs, nodes)

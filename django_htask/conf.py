@@ -92,6 +92,11 @@ class HtaskSettings:
     #: Days a Run row is kept (and the row of a node stopped that long ago) before a
     #: node deletes it; 0 keeps them for ever.
     run_retention_days: int = 30
+    #: Seconds between two rounds of pruning (one node at a time deletes what is past
+    #: its retention: docs/operating.md).
+    prune_interval: float = 300.0
+    #: Rows one batch of pruning deletes at most, in one short transaction.
+    prune_batch: int = 5_000
     #: Import each installed app's ``tasks`` module when Django starts.
     autodiscover: bool = True
     #: Seconds between two attempts to reach a database that went away (doubled up to
@@ -198,7 +203,7 @@ def load(raw: object) -> HtaskSettings:
         raise ImproperlyConfigured(
             f"HTASK['POLL_INTERVAL'] must be a finite number > 0, got {result.poll_interval!r}"
         )
-    for key in ("claim_batch", "result_max_bytes"):
+    for key in ("claim_batch", "result_max_bytes", "prune_batch"):
         if getattr(result, key) < 1:
             raise ImproperlyConfigured(
                 f"HTASK[{key.upper()!r}] must be >= 1, got {getattr(result, key)!r}"

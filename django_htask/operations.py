@@ -387,10 +387,6 @@ def abort_runs(
 
 
 # -- pruning at once --------------------------------------------------------------------------
-#: Rows :func:`prune_now` deletes per transaction (as a node's pruner does).
-PRUNE_BATCH = 5_000
-
-
 def prune_now(
     *,
     days: float | None = None,
@@ -401,7 +397,7 @@ def prune_now(
 ) -> Pruned | None:
     """Delete now what is past its retention (see :mod:`django_htask.retention`): what
     the nodes delete by themselves every few minutes, in the same batches of
-    :data:`PRUNE_BATCH` rows, each its own transaction (``progress`` is called with
+    ``PRUNE_BATCH`` rows, each its own transaction (``progress`` is called with
     the total after each). ``days``: keep every finished task and run that many days
     (instead of ``TASK_RETENTION_DAYS`` and ``RUN_RETENTION_DAYS``; a function's own
     retention still applies); more than 0. ``dry_run``: count what would go, delete
@@ -424,7 +420,7 @@ def prune_now(
     me = new_node_id("prune")
     total = Pruned()
     while True:
-        pruned = store.prune(me, cutoffs, PRUNE_BATCH)
+        pruned = store.prune(me, cutoffs, settings.prune_batch)
         if pruned is None:
             return None if not total.rows else total
         total += pruned

@@ -7,13 +7,13 @@ node dying hands the turn to the next at the following round), and each batch ta
 the store's pruner lock, so that two nodes that both believe it their turn (the
 membership just changed) take turns by batch and never both delete at once.
 
-A round runs batches of :data:`BATCH` rows, each its own short transaction on the
+A round runs batches of ``PRUNE_BATCH`` rows (5,000), each its own short transaction on the
 pruner's own thread and connection, so a claim never waits behind it (the batch
 deletes only rows past their retention, which no claim reads) and a replica never
 sees a large transaction. Between two batches the pruner waits as long as the last one
 took (at least :data:`MIN_PAUSE`): it has at most half of its connection's time, and
 the node's claims the rest of the server. A round ends when a batch stops short of its
-limit (nothing is left), then the next starts :data:`INTERVAL` later.
+limit (nothing is left), then the next starts ``PRUNE_INTERVAL`` (300 s) later.
 """
 
 from __future__ import annotations
@@ -31,16 +31,13 @@ from django_htask.store import Pruned
 
 from .context import NodeContext
 
-__all__ = ["BATCH", "FIRST_DELAY", "INTERVAL", "Pruner"]
+__all__ = ["FIRST_DELAY", "Pruner"]
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between the end of a round and the start of the next.
-INTERVAL = 300.0
-#: Seconds after the node's start before its first round (its start-up goes first).
+#: Seconds after the node's start before its first round (its start-up goes first; or
+#: the ``PRUNE_INTERVAL`` setting, when shorter).
 FIRST_DELAY = 10.0
-#: Rows one batch deletes at most (its transaction's).
-BATCH = 5_000
 #: Seconds between two batches at least.
 MIN_PAUSE = 0.05
 #: Seconds between two lines of a long round's progress in the log.
@@ -66,8 +63,12 @@ class Pruner:
         self.total = Pruned()
         self._reported_at = 0.0
 
+    @property
+    def interval(self) -> float:
+        return self.ctx.settings.prune_interval
+
     def start(self) -> None:
-        self._later(FIRST_DELAY, self.prune)
+        self._later(min(FIRST_DELAY, self.interval), self.prune)
 
     def close(self, timeout: float | None = None) -> None:
         self.thread.close(wait=True, timeout=timeout)
@@ -90,7 +91,7 @@ class Pruner:
             logger.info("pruning put off: %s", exc.reason, extra={"action": "prune_put_off"})
             mine = False
         if not mine:
-            self._later(INTERVAL, self.prune)
+            self._later(self.interval, self.prune)
             return
         self._round = Pruned()
         self._reported_at = self.ctx.clock.monotonic()
@@ -103,7 +104,7 @@ class Pruner:
             return
         started = ctx.clock.monotonic()
         try:
-            pruned = ctx.store.prune(ctx.node_id, self.cutoffs(), BATCH)
+            pruned = ctx.store.prune(ctx.node_id, self.cutoffs(), ctx.settings.prune_batch)
         except StoreUnavailable as exc:
             logger.warning(
                 "pruning stopped for this round: %s", exc.reason, extra={"action": "prune_failed"}
@@ -149,4 +150,4 @@ class Pruner:
                 runs=done.runs,
                 nodes=done.nodes,
             )
-        self._later(INTERVAL, self.prune)
+        self._later(self.interval, self.prune)

@@ -8,7 +8,8 @@ edits seen quickly are seen through LISTEN/NOTIFY (on PostgreSQL).
 django-htask's own defaults instead (what a user gets); ``HTASK_CLUSTER_SHUTDOWN`` sets
 ``SHUTDOWN_TIMEOUT``, ``HTASK_CLUSTER_RETRY_BACKOFF`` ``RETRY_BACKOFF``,
 ``HTASK_CLUSTER_NODE_TIMEOUT`` ``NODE_TIMEOUT``, ``HTASK_CLUSTER_POLL``
-``POLL_INTERVAL``.
+``POLL_INTERVAL``, ``HTASK_CLUSTER_PRUNE`` ``PRUNE_INTERVAL``,
+``HTASK_CLUSTER_PRUNE_BATCH`` ``PRUNE_BATCH``.
 """
 
 import os
@@ -53,6 +54,10 @@ if os.environ.get("HTASK_CLUSTER_POLL"):
     HTASK["POLL_INTERVAL"] = float(os.environ["HTASK_CLUSTER_POLL"])
 if os.environ.get("HTASK_CLUSTER_MAX_ABANDONED"):
     HTASK["MAX_ABANDONED_THREADS"] = int(os.environ["HTASK_CLUSTER_MAX_ABANDONED"])
+if os.environ.get("HTASK_CLUSTER_PRUNE"):
+    HTASK["PRUNE_INTERVAL"] = float(os.environ["HTASK_CLUSTER_PRUNE"])
+if os.environ.get("HTASK_CLUSTER_PRUNE_BATCH"):
+    HTASK["PRUNE_BATCH"] = int(os.environ["HTASK_CLUSTER_PRUNE_BATCH"])
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

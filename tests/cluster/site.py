@@ -22,6 +22,8 @@ class ClusterSite:
 
     #: The server's current time in UTC, as SQL.
     NOW_SQL = "now()"
+    #: The integers from 1 to ``n`` as a derived table with the column ``i``.
+    SERIES_SQL = "(SELECT i FROM generate_series(1, {n}) AS g(i))"
     #: How late a node may hear of an edit made in another process, beyond the time
     #: the edit takes to travel (PostgreSQL: none, ``NOTIFY`` tells it at once).
     HEARD_WITHIN = 0.0
@@ -78,6 +80,7 @@ class MariaDBSite(ClusterSite):
     PostgreSQL."""
 
     NOW_SQL = "UTC_TIMESTAMP(6)"
+    SERIES_SQL = "(SELECT seq AS i FROM seq_1_to_{n})"
 
     def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
         from tests.mariadbcluster import connect, database_settings

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_htask import operations
 from django_htask.api import schedule
 from django_htask.engine import FakeClock, encode_call
 from django_htask.exceptions import TaskNotFound
@@ -176,8 +175,8 @@ def test_a_dry_run_counts_what_would_go(fake_clock: FakeClock) -> None:
     assert prune_now() == expected
 
 
-def test_it_goes_in_batches(fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(operations, "PRUNE_BATCH", 2)
+def test_it_goes_in_batches(fake_clock: FakeClock, settings: Any) -> None:
+    settings.HTASK = {"PRUNE_BATCH": 2}
     for n in range(5):
         ended(f"old-{n}", TaskStatus.SUCCEEDED, 8, fake_clock)
     totals: list[Pruned] = []

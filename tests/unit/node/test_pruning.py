@@ -23,6 +23,7 @@ from django_htask.testing import InMemoryStore
 from .conftest import ADD
 
 MakeNode = Callable[..., Node]
+INTERVAL = HtaskSettings().prune_interval
 _ids = itertools.count(10_000)
 
 
@@ -73,7 +74,7 @@ def test_a_node_prunes_after_its_start_then_every_interval(
     assert pruned == [{"node": node.node_id, "tasks": 3, "runs": 3, "nodes": 0}]
     mine = [r for r in caplog.records if r.name == "django_htask.node.pruning"]
     assert [getattr(r, "action", "") for r in mine] == ["pruned"]
-    clock.advance(pruning.INTERVAL - 60)  # no round yet
+    clock.advance(INTERVAL - 60)  # no round yet
     assert young in store.tasks
     clock.advance(60)
     assert young not in store.tasks
@@ -81,16 +82,13 @@ def test_a_node_prunes_after_its_start_then_every_interval(
 
 
 def test_a_round_goes_in_batches_with_pauses_between(
-    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, monkeypatch: pytest.MonkeyPatch
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore
 ) -> None:
-    monkeypatch.setattr(pruning, "BATCH", 2)
     for _ in range(5):
         ended(store, clock, 8)
-    make_node()
+    make_node(settings=HtaskSettings(prune_batch=4))  # 4 tasks (and their runs) a batch
     clock.advance(pruning.FIRST_DELAY)
-    assert len(store.tasks) == 3  # one batch, then a pause
-    clock.advance(pruning.MIN_PAUSE)
-    assert len(store.tasks) == 1
+    assert len(store.tasks) == 1  # one batch of 4 tasks, then a pause
     clock.advance(pruning.MIN_PAUSE)
     assert store.tasks == {}
 
@@ -107,7 +105,7 @@ def test_only_the_live_node_with_the_smallest_id_prunes(
     assert store.nodes[second.node_id].pruned_tasks == 0
     first.stop(timeout=5)  # the turn goes to the next at its next round
     ended(store, clock, 8)
-    clock.advance(pruning.INTERVAL)
+    clock.advance(INTERVAL)
     assert store.tasks == {}
     assert store.nodes[second.node_id].pruned_tasks == 1
 
@@ -126,7 +124,7 @@ def test_an_outage_ends_the_round_and_the_next_goes_on(
     assert tid in store.tasks
     actions = [getattr(r, "action", "") for r in caplog.records]
     assert "prune_put_off" in actions or "prune_failed" in actions
-    clock.advance(pruning.INTERVAL)
+    clock.advance(INTERVAL)
     assert tid not in store.tasks
 
 

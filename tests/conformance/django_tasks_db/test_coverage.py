@@ -17,11 +17,11 @@ pytest.importorskip(
     reason="django.tasks needs Django >= 6.0; `make compat` runs these on Django 6.0/6.1",
 )
 
-from . import test_backend, test_results, test_worker, test_worker_process
+from . import test_backend, test_prune, test_results, test_worker, test_worker_process
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "django-tasks.md"
 SECTION = "## django-tasks-db's tests"
-MODULES = (test_backend, test_results, test_worker, test_worker_process)
+MODULES = (test_backend, test_prune, test_results, test_worker, test_worker_process)
 
 #: Every test method of django-tasks-db 0.13.0's tests/tests.py, as ``Class::method``.
 SOURCE_TESTS = frozenset(

@@ -1,5 +1,6 @@
 from typing import Any
 
+import django.db.models.deletion
 from django.db import migrations, models
 
 #: The pruner's index (models.task.PRUNE_INDEX), as the model declares it.
@@ -29,7 +30,9 @@ def remove_prune_index(apps: Any, schema_editor: Any) -> None:
 class Migration(migrations.Migration):
     """Finished tasks are deleted once past their retention: the retention a function
     declares is kept on each task it queues, the pruner reads the finished tasks through
-    an index of their own, and a node's row counts the rows it deleted."""
+    an index of their own, a node's row counts the rows it deleted, and a run's task is
+    no constraint in the database (it cost every run written and every task deleted a
+    check of the other table)."""
 
     # CREATE INDEX CONCURRENTLY cannot run inside a transaction.
     atomic = False
@@ -71,6 +74,18 @@ class Migration(migrations.Migration):
                 help_text="seconds it is kept once it ended (@task(retention=...) when it "
                 "was queued); empty: TASK_RETENTION_DAYS; 0: for ever",
                 null=True,
+            ),
+        ),
+        migrations.AlterField(
+            model_name="run",
+            name="task",
+            field=models.ForeignKey(
+                blank=True,
+                db_constraint=False,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="runs",
+                to="django_htask.task",
             ),
         ),
         migrations.SeparateDatabaseAndState(

@@ -21,8 +21,18 @@ class Run(models.Model):
     schedule = models.ForeignKey(
         Schedule, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
+    # No constraint in the database: it would check the task's row at every run written
+    # (a FOR KEY SHARE lock on it, on PostgreSQL) and look for runs at every task
+    # deleted, the largest part of a prune. The ORM keeps SET_NULL; the pruner deletes
+    # a task's runs with it; a task deleted by raw SQL leaves its runs until
+    # RUN_RETENTION_DAYS.
     task = models.ForeignKey(
-        Task, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+        Task,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="runs",
+        db_constraint=False,
     )
     name = models.CharField(max_length=300, help_text="the schedule's name or the function")
     function = models.CharField(max_length=300)

@@ -27,9 +27,19 @@ from django_htask.querysets import (
 from django_htask.retention import FINAL_STATUSES, Cutoffs
 from django_htask.store.values import Pruned
 
-from .core import _CHUNK, _NODE, _RUN, _TASK, OrmStore
+from .core import _NODE, _RUN, _TASK, OrmStore
 
-__all__ = ["PruneRows"]
+__all__ = ["PruneRows", "expired_ids"]
+
+
+def expired_ids(condition: str) -> str:
+    """The query of the ids of at most ``%s`` tasks of one range of the pruner's index,
+    oldest first. Ordered in the index's order: PostgreSQL takes ``retention IS NULL``
+    for no equality, so ordering by ``finished_at`` alone read and sorted every
+    matching row."""
+    return (
+        f"SELECT id FROM {_TASK} WHERE {condition} ORDER BY retention, status, finished_at LIMIT %s"
+    )
 
 
 class PruneRows(OrmStore):
@@ -53,18 +63,18 @@ class PruneRows(OrmStore):
         with self._atomic(), self.connection.cursor() as cursor:
             if not self._try_lock_pruner():
                 return None
-            ids = self._expired_tasks(cursor, cutoffs, limit)
-            runs = self._delete_ids(cursor, f"DELETE FROM {_RUN} WHERE task_id", ids)
-            tasks = self._delete_ids(
-                cursor,
-                f"DELETE FROM {_TASK} WHERE finished_at IS NOT NULL AND id",
-                ids,
-            )
-            more = len(ids) >= limit
+            tasks = runs = 0
+            for condition, params in self._expired_ranges(cursor, cutoffs):
+                values = [adapt(p) if isinstance(p, datetime) else p for p in params]
+                deleted, their_runs = self._delete_expired(cursor, condition, values, limit - tasks)
+                tasks, runs = tasks + deleted, runs + their_runs
+                if tasks >= limit:
+                    break
+            more = tasks >= limit
             if not more and cutoffs.runs is not None:
-                old = self._delete_runs(cursor, adapt(cutoffs.runs), limit - len(ids))
+                old = self._delete_runs(cursor, adapt(cutoffs.runs), limit - tasks)
                 runs += old
-                more = old >= limit - len(ids)
+                more = old >= limit - tasks
             nodes = 0
             if not more and cutoffs.runs is not None:
                 cursor.execute(f"DELETE FROM {_NODE} WHERE stopped_at < %s", [adapt(cutoffs.runs)])
@@ -78,24 +88,20 @@ class PruneRows(OrmStore):
                 )
         return pruned
 
-    def _expired_tasks(self, cursor: Any, cutoffs: Cutoffs, limit: int) -> list[int]:
-        """The ids of at most ``limit`` tasks past their retention, the oldest of each
-        range first, locked for the transaction."""
-        adapt = self.connection.ops.adapt_datetimefield_value
-        ids: list[int] = []
-        for condition, params in self._expired_ranges(cursor, cutoffs):
-            # In the index's order: PostgreSQL takes ``retention IS NULL`` for no
-            # equality, so ordering by ``finished_at`` alone read and sorted every
-            # matching row.
-            cursor.execute(
-                f"SELECT id FROM {_TASK} WHERE {condition} "
-                f"ORDER BY retention, status, finished_at LIMIT %s{self._skip_held}",
-                [*(adapt(p) if isinstance(p, datetime) else p for p in params), limit - len(ids)],
-            )
-            ids += [row[0] for row in cursor.fetchall()]
-            if len(ids) >= limit:
-                break
-        return ids
+    def _delete_expired(
+        self, cursor: Any, condition: str, params: list[Any], limit: int
+    ) -> tuple[int, int]:
+        """Delete at most ``limit`` tasks of one range of the pruner's index
+        (``condition``), the oldest first, and their runs; how many of each. The ids
+        are read first, the rows they name locked (those another transaction holds are
+        left for the next batch), then the runs and the tasks deleted by id."""
+        cursor.execute(f"{expired_ids(condition)}{self._skip_held}", [*params, limit])
+        ids = [row[0] for row in cursor.fetchall()]
+        runs = self._delete_ids(cursor, f"DELETE FROM {_RUN} WHERE task_id", ids)
+        tasks = self._delete_ids(
+            cursor, f"DELETE FROM {_TASK} WHERE finished_at IS NOT NULL AND id", ids
+        )
+        return tasks, runs
 
     def _expired_ranges(self, cursor: Any, cutoffs: Cutoffs) -> Iterator[tuple[str, list[Any]]]:
         """The ranges of the pruner's index that hold tasks past their retention, as
@@ -125,11 +131,13 @@ class PruneRows(OrmStore):
             found.append(int(row[0]))
 
     def _delete_ids(self, cursor: Any, delete: str, ids: list[int]) -> int:
-        """Run ``delete … IN (ids)`` in chunks; how many rows it deleted."""
+        """Run ``delete … IN (ids)``, in as few statements as the database takes
+        parameters for; how many rows it deleted."""
         deleted = 0
-        for i in range(0, len(ids), _CHUNK):
-            chunk = ids[i : i + _CHUNK]
-            cursor.execute(f"{delete} IN ({', '.join(['%s'] * len(chunk))})", chunk)
+        chunk = self.connection.features.max_query_params or len(ids) or 1
+        for i in range(0, len(ids), chunk):
+            part = ids[i : i + chunk]
+            cursor.execute(f"{delete} IN ({', '.join(['%s'] * len(part))})", part)
             deleted += cursor.rowcount
         return deleted
 

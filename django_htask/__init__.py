@@ -18,6 +18,7 @@ __all__ = [
     "AbortResult",
     "Result",
     "RetryPolicy",
+    "Snooze",
     "aabort",
     "abort",
     "acancel",
@@ -40,6 +41,7 @@ __all__ = [
 _LAZY = {
     "AbortResult": "django_htask.scheduled",
     "RetryPolicy": "django_htask.engine.backoff",
+    "Snooze": "django_htask.exceptions",
     "aabort": "django_htask.scheduled",
     "abort": "django_htask.scheduled",
     "current_token": "django_htask.engine",
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
     from .code_schedules import periodic
     from .engine import current_token
     from .engine.backoff import RetryPolicy
+    from .exceptions import Snooze
     from .functions import task
     from .scheduled import (
         AbortResult,

@@ -42,6 +42,7 @@ from .functions import (
     function_name,
     task_lock,
     task_max_running,
+    task_max_snoozes,
     task_policy,
     task_timeout,
 )
@@ -264,7 +265,8 @@ def _store(
     for name, payload, lock in calls:
         seconds = options.timeout
         if name not in policies:
-            policies[name] = options.retry_columns(name)
+            snoozes = ("max_snoozes", task_max_snoozes(name))
+            policies[name] = (*options.retry_columns(name), snoozes)
             gates[name] = (task_lock(name), options.max_running or task_max_running(name))
             if seconds is None:
                 timeouts[name] = task_timeout(name)
@@ -276,8 +278,9 @@ def _store(
     using = scheduler_alias()
     try:
         with transaction.atomic(using=using):
-            # Consecutive calls with the same retry columns in one insert: all of them
-            # unless the functions' @task policies differ; the order stays the calls'.
+            # Consecutive calls with the same retry columns (and max_snoozes) in one
+            # insert: all of them unless the functions' @task options differ; the order
+            # stays the calls'.
             tasks: list[Task] = []
             kept: set[int] = set()
             done = 0

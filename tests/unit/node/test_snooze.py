@@ -164,7 +164,7 @@ def test_past_max_snoozes_the_next_snooze_fails_the_task_unretried(
     make_node(settings=dataclasses.replace(get_settings(), max_snoozes=1))
     clock.advance(0)
     clock.advance(30)
-    clock.advance(3600)  # a retry would have run by now
+    clock.advance(10)  # a retry would have run by now (RETRY_BACKOFF is 1 s here)
     task = store.tasks[tid]
     assert (task.status, task.attempts, task.snoozes) == (TaskStatus.FAILED, 1, 1)
     assert task.last_error == (
@@ -201,12 +201,12 @@ def test_a_bad_snooze_fails_the_attempt_and_the_retry_policy_applies(
 def test_a_schedule_run_that_snoozes_runs_again_as_the_same_attempt(
     make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
 ) -> None:
-    sid = store.add_schedule("s", SNOOZING, "@every 1h", args=("s", 2, 10.0), max_attempts=1)
+    sid = store.add_schedule("s", SNOOZING, "@every 1m", args=("s", 2, 10.0), max_attempts=1)
     make_node()
-    clock.advance(3600)
+    clock.advance(60)
     clock.advance(10)
     clock.advance(10)
-    due = START + timedelta(hours=1)
+    due = START + timedelta(minutes=1)
     assert runs(store, schedule_id=sid) == [
         ("snoozed", 1, due),
         ("snoozed", 1, due + 10 * SECOND),
@@ -219,10 +219,12 @@ def test_a_schedule_run_that_snoozes_runs_again_as_the_same_attempt(
 def test_past_max_snoozes_a_schedule_run_fails_unretried(
     make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
 ) -> None:
-    sid = store.add_schedule("s", SNOOZING, "@every 1h", args=("s", 9, 10.0), max_attempts=3)
+    sid = store.add_schedule(
+        "s", SNOOZING, "@every 1m", args=("s", 9, 10.0), max_attempts=3, retry_backoff=1.0
+    )
     make_node(settings=dataclasses.replace(get_settings(), max_snoozes=1))
-    clock.advance(3600)
+    clock.advance(60)
     clock.advance(10)
-    clock.advance(600)  # a retry would have run by now
+    clock.advance(5)  # a retry would have run by now
     assert [r[:2] for r in runs(store, schedule_id=sid)] == [("snoozed", 1), ("failed", 1)]
     assert store.runs_of(schedule_id=sid)[1].error.startswith("TooManySnoozes: ")

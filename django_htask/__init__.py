@@ -18,6 +18,7 @@ __all__ = [
     "AbortResult",
     "Result",
     "RetryPolicy",
+    "Snooze",
     "TaskNotFound",
     "aabort",
     "abort",
@@ -42,6 +43,7 @@ _LAZY = {
     "AbortResult": "django_htask.scheduled",
     "RetryPolicy": "django_htask.engine.backoff",
     "TaskNotFound": "django_htask.exceptions",
+    "Snooze": "django_htask.exceptions",
     "aabort": "django_htask.scheduled",
     "abort": "django_htask.scheduled",
     "current_token": "django_htask.engine",
@@ -67,7 +69,7 @@ if TYPE_CHECKING:
     from .code_schedules import periodic
     from .engine import current_token
     from .engine.backoff import RetryPolicy
-    from .exceptions import TaskNotFound
+    from .exceptions import Snooze, TaskNotFound
     from .functions import task
     from .scheduled import (
         AbortResult,

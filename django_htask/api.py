@@ -42,6 +42,7 @@ from .functions import (
     function_name,
     task_lock,
     task_max_running,
+    task_max_snoozes,
     task_policy,
     task_retention,
     task_timeout,
@@ -267,7 +268,8 @@ def _store(
         if name not in policies:
             retention = task_retention(name)
             own = () if retention is None else (("retention", retention),)
-            policies[name] = (*options.retry_columns(name), *own)
+            snoozes = ("max_snoozes", task_max_snoozes(name))
+            policies[name] = (*options.retry_columns(name), snoozes, *own)
             gates[name] = (task_lock(name), options.max_running or task_max_running(name))
             if seconds is None:
                 timeouts[name] = task_timeout(name)
@@ -280,8 +282,8 @@ def _store(
     try:
         with transaction.atomic(using=using):
             # Consecutive calls with the same columns of their function (its retry
-            # policy, its retention) in one insert: all of them unless the functions'
-            # @task options differ; the order stays the calls'.
+            # policy, its max_snoozes, its retention) in one insert: all of them unless
+            # the functions' @task options differ; the order stays the calls'.
             tasks: list[Task] = []
             kept: set[int] = set()
             done = 0

@@ -56,11 +56,11 @@ from django.utils.json import normalize_json
 from django_htask.engine import errors as engine_errors
 from django_htask.engine import registry
 
-from . import clock, notices
+from . import clock, exceptions, notices
 from .conf import get_settings, is_dotted_name
 from .db import scheduler_alias
 from .due import due_time
-from .exceptions import RunInterrupted, TaskCancelled, UnknownDjangoTask
+from .exceptions import RunInterrupted, Snooze, TaskCancelled, UnknownDjangoTask
 from .functions import task as htask_task
 from .models import MAX_ATTEMPTS_MAX, Run, RunStatus, Task, TaskStatus, new_token
 from .retention import gone_reason
@@ -115,7 +115,9 @@ def run_django_task(
 
     Sends ``task_started`` and ``task_finished``; an exception (any
     ``BaseException``: ``SystemExit`` and ``KeyboardInterrupt`` too) is re-raised after
-    ``task_finished`` so the run is recorded as failed."""
+    ``task_finished`` so the run is recorded as failed. A :class:`Snooze` is re-raised
+    as it is, without ``task_finished``: the task is not finished, it runs again later
+    (docs/retries.md, "Snooze")."""
     htask_backend = task_backends[backend]
     if not isinstance(htask_backend, HtaskBackend):
         raise InvalidTask(f"TASKS[{backend!r}] is not an HtaskBackend")
@@ -133,6 +135,8 @@ def run_django_task(
         else:
             value = result.task.call(*args, **kwargs)
         value = _json_value(module_path, value)
+    except Snooze:
+        raise  # not finished: it runs again later, READY meanwhile (no task_finished)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt fail the task too
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
         object.__setattr__(result, "finished_at", clock.now())
@@ -279,7 +283,8 @@ class HtaskBackend(BaseTaskBackend):
                 )
             )
         worker_ids = [r.node for r in attempts]
-        if row.status == TaskStatus.RUNNING and row.locked_by and len(worker_ids) < row.attempts:
+        counted = sum(r.status != RunStatus.SNOOZED for r in attempts)  # as row.attempts
+        if row.status == TaskStatus.RUNNING and row.locked_by and counted < row.attempts:
             worker_ids.append(row.locked_by)  # the attempt in progress: its run is not written yet
         result: TaskResult[Any, Any] = TaskResult(
             task=task,
@@ -432,7 +437,7 @@ def _class_path(name: str, raised: bool) -> str:
     False: the node's own errors name their class by its name)."""
     if "." in name and is_dotted_name(name):
         return name
-    for module in (builtins, engine_errors):
+    for module in (builtins, engine_errors, exceptions):
         found = getattr(module, name, None)
         if isinstance(found, type) and issubclass(found, BaseException):
             return _path(found)

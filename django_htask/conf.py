@@ -83,6 +83,9 @@ class HtaskSettings:
     retry_backoff: float = 10.0
     #: The longest retry delay, in seconds.
     retry_backoff_max: float = 3600.0
+    #: How many times a task or a schedule's occurrence may snooze (``raise Snooze``)
+    #: before its next snooze fails it (a task's ``@task(max_snoozes=...)`` wins).
+    max_snoozes: int = 100
     #: At most this many missed occurrences run when a schedule's catch-up is ``all``.
     catch_up_limit: int = 100
     #: Days a finished one-off task is kept, with its runs, before a node deletes it:

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from django.db import models
 
-__all__ = ["CatchUp", "Origin", "Overlap", "RetryJitter", "RetryKind", "RunStatus", "TaskStatus"]
+__all__ = [
+    "CALLED",
+    "CatchUp",
+    "Origin",
+    "Overlap",
+    "RetryJitter",
+    "RetryKind",
+    "RunStatus",
+    "TaskStatus",
+]
 
 
 class Origin(models.TextChoices):
@@ -47,6 +56,13 @@ class RunStatus(models.TextChoices):
     FAILED = "failed", "failed"
     MISSED = "missed", "missed"
     SKIPPED = "skipped", "skipped"
+    #: The run asked to run again later (``raise Snooze``): not a failure.
+    SNOOZED = "snoozed", "snoozed"
+
+
+#: The statuses of the runs that called their function (a missed or skipped occurrence
+#: did not): their lateness, started minus scheduled, is the scheduler's.
+CALLED = (RunStatus.RUNNING, RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.SNOOZED)
 
 
 class TaskStatus(models.TextChoices):

@@ -37,13 +37,19 @@ error                       also a                 raised when
 ``ForcedStop``              ``BaseException``      raised in a task's thread to force it
                             (no ``HtaskError``)    to stop (timeout, abort): see
                                                    docs/timeouts.md
+``TooManySnoozes``          ``RuntimeError``       the error of a run that snoozed past
+                                                   ``MAX_SNOOZES`` (or ``max_snoozes``)
+``Snooze``                  ``Exception``          raised *by* a task to run again later,
+                            (no ``HtaskError``)    its attempt not counted: not an error
+                                                   (docs/retries.md, "Snooze")
 ==========================  =====================  ======================================
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django_htask.due import seconds_of
 from django_htask.engine import errors as engine_errors
 from django_htask.engine.errors import *  # noqa: F403 - re-exported: every error in one place
 from django_htask.engine.errors import HtaskError
@@ -56,10 +62,12 @@ __all__ = [  # noqa: PLE0604
     "NodeFenced",
     "NotMigrated",
     "RunInterrupted",
+    "Snooze",
     "StartAborted",
     "StoreUnavailable",
     "TaskCancelled",
     "TaskNotFound",
+    "TooManySnoozes",
     "UnknownDjangoTask",
 ]
 
@@ -166,3 +174,36 @@ class TaskCancelled(HtaskError, RuntimeError):
 class RunInterrupted(HtaskError, RuntimeError):
     """An attempt ended without the task raising: the node running it stopped or died
     (the error of that attempt in a result; its traceback is the node's reason)."""
+
+
+class Snooze(Exception):
+    """Raised by a task's function, at any depth of its calls, to run again
+    ``seconds`` later (a number or a :class:`~datetime.timedelta`) without its attempt
+    counting as a failure: a one-off task is pending again then, its attempt not
+    counted, its ``snoozes`` one more; a schedule's run runs again then. At most
+    ``MAX_SNOOZES`` times (``@task(max_snoozes=...)``); see docs/retries.md, "Snooze".
+
+    Not an error (no :class:`HtaskError`): an ``except Exception`` around the call that
+    raises it catches it too, so let it through. A bad ``seconds`` (not a number,
+    negative, NaN, infinite, more than 100 years) raises TypeError or ValueError naming
+    it, here, where the task raises: its attempt fails with that error.
+
+    ``seconds`` is kept as a float."""
+
+    def __init__(self, seconds: float | timedelta) -> None:
+        self.seconds = seconds_of(seconds, "Snooze seconds")
+        super().__init__(self.seconds)  # its args: pickled and copied as it was made
+
+    def __str__(self) -> str:
+        return snoozed_for(self.seconds)
+
+
+class TooManySnoozes(HtaskError, RuntimeError):
+    """A task, or a schedule's occurrence, asked to snooze once more than its bound
+    allows (``MAX_SNOOZES``, a task's ``max_snoozes``): the error its run fails with,
+    not retried (its text begins with this class's name; nothing raises it)."""
+
+
+def snoozed_for(seconds: float) -> str:
+    """The text of a snooze of ``seconds``: what a snoozed run's row says."""
+    return f"snoozed: runs again in {seconds:g}s"

@@ -1,5 +1,6 @@
 """``@task``: the functions registered, and what each declares for the tasks
-``schedule()`` makes of it (a timeout, a retry policy, a lock, a limit), with the checks
+``schedule()`` makes of it (a timeout, a retry policy, a lock, a limit, how often it may
+snooze), with the checks
 of those options that ``schedule()`` and ``@periodic`` use too.
 
 ::
@@ -31,6 +32,7 @@ from .keys import check_lock
 from .models import (
     MAX_ATTEMPTS_RANGE,
     MAX_RUNNING_RANGE,
+    MAX_SNOOZES_RANGE,
     RETRY_BACKOFF_RANGE,
     RETRY_CAP_RANGE,
     TIMEOUT_RANGE,
@@ -41,6 +43,7 @@ from .retry import NAMES_MAX, RetryPolicy
 __all__ = [
     "NAME_ATTRIBUTE",
     "check_max_running",
+    "check_max_snoozes",
     "check_policy",
     "check_timeout",
     "function_name",
@@ -48,6 +51,7 @@ __all__ = [
     "task",
     "task_lock",
     "task_max_running",
+    "task_max_snoozes",
     "task_policy",
     "task_retention",
     "task_timeout",
@@ -71,6 +75,8 @@ _limits: dict[str, int] = {}
 #: ``@task(retention=...)``: registered name -> seconds (0: for ever), what
 #: ``schedule()`` stores.
 _retentions: dict[str, int] = {}
+#: ``@task(max_snoozes=...)``: registered name -> bound, what ``schedule()`` stores.
+_snoozes: dict[str, int] = {}
 
 
 def check_timeout(timeout: object) -> float:
@@ -112,6 +118,15 @@ def check_max_running(value: object) -> int:
     return value
 
 
+def check_max_snoozes(value: object) -> int:
+    """``max_snoozes=`` as ``@task`` takes it: an int from 0 to ``MAX_SNOOZES_MAX``
+    (a ValueError naming the value otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"max_snoozes must be an int >= 0, got {value!r}")
+    MAX_SNOOZES_RANGE.check(value)
+    return value
+
+
 def task_lock(name: str) -> str | None:
     """The lock ``@task(lock=...)`` declared for the function registered as ``name``,
     if any."""
@@ -122,6 +137,12 @@ def task_max_running(name: str) -> int | None:
     """The limit ``@task(max_running=...)`` declared for the function registered as
     ``name``, if any."""
     return _limits.get(name)
+
+
+def task_max_snoozes(name: str) -> int | None:
+    """How many times ``@task(max_snoozes=...)`` lets a task of the function registered
+    as ``name`` snooze, if it says."""
+    return _snoozes.get(name)
 
 
 def task_timeout(name: str) -> float | None:
@@ -199,6 +220,7 @@ def task(
     lock: str | None = None,
     max_running: int | None = None,
     retention: timedelta | float | None = None,
+    max_snoozes: int | None = None,
 ) -> Callable[[F], F]: ...
 def task(
     fn: F | None = None,
@@ -210,6 +232,7 @@ def task(
     lock: str | None = None,
     max_running: int | None = None,
     retention: timedelta | float | None = None,
+    max_snoozes: int | None = None,
 ) -> F | Callable[[F], F]:
     """Register ``fn`` so that :func:`django_htask.schedule` can run it later.
 
@@ -222,12 +245,16 @@ def task(
     a lock of its own. ``max_running``: at most this many tasks of the function run at
     once across the nodes; stored on each task ``schedule()`` makes, so a changed
     limit applies to the tasks queued after the change (docs/howto-exactly-one.md).
+    ``max_snoozes``: how many times a task of it may snooze (``raise Snooze``) before
+    its next snooze fails it, in place of the ``MAX_SNOOZES`` setting; stored on each
+    task ``schedule()`` makes (docs/retries.md, "Snooze").
     """
     seconds = None if timeout is None else check_timeout(timeout)
     policy = None if retry is None else check_policy(retry)
     lock_name = None if lock is None else check_lock(lock)
     limit = None if max_running is None else check_max_running(max_running)
     kept = None if retention is None else check_retention(retention)
+    snoozes = None if max_snoozes is None else check_max_snoozes(max_snoozes)
 
     def decorate(f: F) -> F:
         registered = register(f, name)
@@ -237,6 +264,7 @@ def task(
             _declare_option(_locks, registered, lock_name)
             _declare_option(_limits, registered, limit)
             _declare_option(_retentions, registered, kept)
+            _declare_option(_snoozes, registered, snoozes)
         return f
 
     return decorate if fn is None else decorate(fn)

@@ -7,11 +7,12 @@ index, the in-memory one under its lock):
   key is pending at a time, across all queues.
 - Scheduling with a key another pending task holds does what ``on_conflict`` says
   (:class:`OnConflict`).
-- A task put back to pending (a retry, a lease reaped from a dead node, a handback at
-  shutdown, the admin's *send again*) while a newer pending task holds its key is not
-  put back: the newer one stands, and the old one is finished as ``cancelled`` with the
-  reason :func:`superseded_reason`. Cancelled, not failed: it did not fail, a later
-  request for the same job replaced it (and a failed one would invite a *send again*).
+- A task put back to pending (a retry, a snooze, a lease reaped from a dead node, a
+  handback at shutdown, the admin's *send again*) while a newer pending task holds its
+  key is not put back: the newer one stands, and the old one is finished as
+  ``cancelled`` with the reason :func:`superseded_reason`. Cancelled, not failed: it
+  did not fail, a later request for the same job replaced it (and a failed one would
+  invite a *send again*).
 """
 
 from __future__ import annotations

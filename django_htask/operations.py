@@ -283,7 +283,8 @@ def send_again(
     *resubmit* does.
 
     The same row is put back: ``pending``, due ``now``, with a fresh attempt count
-    (``attempts = 0``, so it gets its ``max_attempts`` again) and the same function,
+    (``attempts = 0``, so it gets its ``max_attempts`` again; ``snoozes = 0`` too) and
+    the same function,
     arguments, queue, priority and token (so ``get_task(token)`` and a django.tasks
     result follow it). Its error, traceback and finish time are cleared; its run
     history is kept: the ``Run`` rows of the earlier attempts stay linked to the task,
@@ -347,6 +348,7 @@ def send_again(
 _SENT_AGAIN: dict[str, Any] = {
     "status": TaskStatus.PENDING,
     "attempts": 0,
+    "snoozes": 0,
     "locked_by": None,
     "lease_expires_at": None,
     "started_at": None,

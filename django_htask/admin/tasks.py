@@ -1,6 +1,6 @@
-"""One-off tasks in the admin: status, due time, attempts, last error, the call and
-what it returned; a pending task's time can be changed; actions: cancel, abort, send
-again (failed ones)."""
+"""One-off tasks in the admin: status, due time, attempts, snoozes, last error, the call
+and what it returned, a link to its runs; a pending task's time can be changed;
+actions: cancel, abort, send again (failed ones)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -43,6 +44,7 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         "due",
         "queue_name",
         "tries",
+        "snoozes",
         "short_error",
     )
     list_filter = ("status", QueueListFilter, "run_at")
@@ -61,6 +63,9 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         "lock",
         "max_running",
         "attempts",
+        "snoozes",
+        "max_snoozes",
+        "run_history",
         *RETRY_FIELDS,
         "timeout",
         "priority",
@@ -91,6 +96,12 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
     def tries(self, obj: Task) -> str:
         """Attempts made, of the most allowed: ``1 of 3``."""
         return f"{obj.attempts} of {obj.max_attempts}"
+
+    @admin.display(description="runs")
+    def run_history(self, obj: Task) -> SafeString:
+        """A link to its runs in the run list: every attempt, snoozed ones too."""
+        url = reverse(f"{self.admin_site.name}:django_htask_run_changelist")
+        return format_html('<a href="{}?task__id__exact={}">its runs</a>', url, obj.pk)
 
     def get_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
         return ("run_at", *self._info)

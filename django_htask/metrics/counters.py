@@ -55,7 +55,7 @@ class NodeMetrics:
         )
         self.finished = Counter(
             "django_htask_node_runs_finished",
-            "Runs this node finished, by name, function and status (succeeded, failed).",
+            "Runs this node finished, by name, function and status (succeeded, failed, snoozed).",
             (*labels, "status"),
             registry=registry,
         )

@@ -21,7 +21,8 @@ from django.db.models import Count, F, Min, Q, Sum
 from django_htask import clock
 from django_htask.conf import get_settings
 from django_htask.db import scheduler_alias
-from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
+from django_htask.enums import CALLED
+from django_htask.models import Node, Run, Schedule, Task, TaskStatus
 from django_htask.querysets import due_task, node_is_live
 from django_htask.store import rules
 
@@ -33,9 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["DatabaseCollector"]
 
 logger = logging.getLogger(__name__)
-
-#: The runs that started a call (a missed or skipped occurrence did not).
-_STARTED = (RunStatus.RUNNING, RunStatus.SUCCEEDED, RunStatus.FAILED)
 
 
 @dataclass
@@ -95,7 +93,7 @@ def _read(now: datetime, window: float, using: str) -> _Facts:
         ),
         DURATION_BUCKETS,
     )
-    started = recent.filter(status__in=_STARTED, scheduled_for__isnull=False).values("name")
+    started = recent.filter(status__in=CALLED, scheduled_for__isnull=False).values("name")
     facts.lateness = _histograms(
         started.annotate(
             n=Count("id"),

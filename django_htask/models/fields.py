@@ -26,6 +26,7 @@ GRACE_MAX = 31_536_000.0  # seconds an occurrence may be late: 365 days (min 0, 
 PRIORITY_MIN, PRIORITY_MAX = -100, 100  # as django.tasks
 MAX_RUNNING_MAX = 100_000  # runs of one function at once across the nodes (min 1, or none)
 TIMEOUT_MIN, TIMEOUT_MAX = 0.001, 31_536_000.0  # seconds a run may take (or empty)
+MAX_SNOOZES_MAX = 100_000  # snoozes of one task (min 0, or empty: MAX_SNOOZES)
 
 
 #: ``path``: where the migrations find it (the package, as before its split).
@@ -77,6 +78,7 @@ GRACE_RANGE = InRange("grace", 0, GRACE_MAX, "seconds")
 PRIORITY_RANGE = InRange("priority", PRIORITY_MIN, PRIORITY_MAX)
 TIMEOUT_RANGE = InRange("timeout", TIMEOUT_MIN, TIMEOUT_MAX, "seconds")
 MAX_RUNNING_RANGE = InRange("max_running", 1, MAX_RUNNING_MAX)
+MAX_SNOOZES_RANGE = InRange("max_snoozes", 0, MAX_SNOOZES_MAX)
 
 
 def _num(value: float) -> str:

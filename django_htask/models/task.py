@@ -15,6 +15,8 @@ from .fields import (
     MAX_ATTEMPTS_MAX,
     MAX_RUNNING_MAX,
     MAX_RUNNING_RANGE,
+    MAX_SNOOZES_MAX,
+    MAX_SNOOZES_RANGE,
     PRIORITY_MAX,
     PRIORITY_MIN,
     PRIORITY_RANGE,
@@ -100,6 +102,20 @@ class Task(models.Model):
     status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
     max_attempts = _max_attempts("runs in all, retries included (1 to 1000)")
+    snoozes = models.PositiveIntegerField(
+        default=0,
+        db_default=0,  # rows inserted by raw SQL or another language's producer
+        editable=False,
+        help_text="times it snoozed (raise Snooze): ran again later, not counted in attempts",
+    )
+    max_snoozes = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        validators=[MAX_SNOOZES_RANGE],
+        help_text="snoozes allowed before the next fails it (@task(max_snoozes=...) when it "
+        "was queued); empty: the MAX_SNOOZES setting",
+    )
     retry_backoff = models.FloatField(
         null=True,
         blank=True,
@@ -185,6 +201,7 @@ class Task(models.Model):
             _constraint("task", "priority", PRIORITY_MIN, PRIORITY_MAX),
             _constraint("task", "timeout", TIMEOUT_MIN, TIMEOUT_MAX, null=True),
             _constraint("task", "max_running", 1, MAX_RUNNING_MAX, null=True),
+            _constraint("task", "max_snoozes", 0, MAX_SNOOZES_MAX, null=True),
             models.UniqueConstraint(
                 fields=("key",),
                 condition=Q(key__isnull=False, status="pending"),

@@ -35,10 +35,20 @@ from django_htask.engine.backoff import RetryPolicy, error_names
 from django_htask.engine.codec import DEFAULT_MAX_SIZE
 from django_htask.engine.tokens import _set_current
 from django_htask.enums import RunStatus
+from django_htask.exceptions import Snooze, TooManySnoozes, snoozed_for
 from django_htask.signals import run_finished, run_started
 from django_htask.store import RunOutcome
 
-__all__ = ["RUN_FIELDS", "Call", "call_of", "ended_outside", "execute", "given_up", "retry_delay"]
+__all__ = [
+    "RUN_FIELDS",
+    "Call",
+    "call_of",
+    "ended_outside",
+    "execute",
+    "given_up",
+    "retry_delay",
+    "snooze_delay",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +122,31 @@ def retry_delay(
     return None
 
 
+def snooze_delay(result: RunOutcome, snoozes: int, most: int, bound: str) -> float | None:
+    """The one place a snoozed run (``raise Snooze``) of a task or a schedule is let
+    wait: the seconds until it runs again, its attempt not counted; or None (a run
+    that did not snooze, or may not).
+
+    One that snoozed ``snoozes`` times already may snooze while that is under ``most``
+    (``bound``: the setting or option that says so, which its error names). Past it,
+    the run fails instead, saying so, and is not retried: the bound is on how long a
+    task keeps waiting, and another attempt would fail at its first snooze."""
+    if result.status != RunStatus.SNOOZED:
+        return None
+    asked = result.extra.get("snooze")
+    seconds = float(asked) if isinstance(asked, int | float) else 0.0
+    if snoozes < most:
+        return seconds
+    result.status = RunStatus.FAILED
+    result.error = (
+        f"{TooManySnoozes.__name__}: it asked to snooze {seconds:g}s more after {snoozes} "
+        f"snoozes, the most {bound} allows ({most}); not retried"
+    )
+    result.extra["retryable"] = False
+    logger.warning("%s: %s", result.name, result.error, extra={"action": "snoozed_too_often"})
+    return None
+
+
 def execute(
     call: Call,
     *,
@@ -153,6 +188,7 @@ def execute(
     errors: tuple[str, ...] | None = None  # the classes of what the function raised
     entered = True
     value: Any = None
+    snooze: float | None = None  # the seconds it asked to wait (raise Snooze)
     try:
         try:
             args, kwargs = call_of(call.payload)
@@ -165,16 +201,11 @@ def execute(
             if guard is None:
                 value = _call(fn, bound_args, bound_kwargs, None)
             else:
-                previous = _set_current(guard.token)
-                try:
-                    entered = guard.enter()
-                    if entered:
-                        try:
-                            value = _call(fn, bound_args, bound_kwargs, guard.token)
-                        finally:
-                            guard.leave()
-                finally:
-                    _set_current(previous)
+                value, entered = _guarded(fn, bound_args, bound_kwargs, guard)
+    except Snooze as exc:  # not a failure: it runs again later (snooze_delay decides)
+        status, snooze = RunStatus.SNOOZED, exc.seconds
+        error = snoozed_for(snooze)
+        logger.info("%s %s", name, error, extra={"action": "run_snoozed"})
     except BaseException as exc:  # a task's SystemExit ends that run only
         status = RunStatus.FAILED
         retryable = True
@@ -202,7 +233,24 @@ def execute(
         call, info, status, error, tb, retryable, started_at, clock.now(), duration, errors
     )
     outcome.result = result
+    if status == RunStatus.SNOOZED:
+        outcome.extra["snooze"] = snooze
     return outcome
+
+
+def _guarded(fn: Any, args: Any, kwargs: dict[str, Any], guard: RunGuard) -> tuple[Any, bool]:
+    """Call ``fn`` under ``guard``, its token the current one: what it returned, and
+    whether it was called (not when the guard was stopped before it began)."""
+    previous = _set_current(guard.token)
+    try:
+        if not guard.enter():
+            return None, False
+        try:
+            return _call(fn, args, kwargs, guard.token), True
+        finally:
+            guard.leave()
+    finally:
+        _set_current(previous)
 
 
 def _encoded(name: str, value: Any, max_result: int) -> tuple[bytes | None, str]:

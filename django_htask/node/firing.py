@@ -7,7 +7,9 @@ stored ``next_run_at``: no cron is evaluated to hold them. A schedule fires by a
 compare-and-set on (id, ``next_run_at``, version) that moves ``next_run_at`` on and
 writes its run rows in one transaction, so an occurrence runs once even when another
 process or node looks at it too. What runs (the misfire and overlap policies) is
-decided by :mod:`~django_htask.node.planning`, which writes nothing.
+decided by :mod:`~django_htask.node.planning`, which writes nothing. A run that fails
+is retried, and one that snoozes (``raise Snooze``) runs again, after a timer of this
+node (a new run row: ``start_schedule_run``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from django_htask.exceptions import NodeFenced, StoreUnavailable
 from django_htask.store import RunOutcome, ScheduleRef, ScheduleRow
 
 from .context import NodeContext
-from .execution import Call, retry_delay
+from .execution import Call, retry_delay, snooze_delay
 from .planning import broken_run, plan, problem, schedule_run
 from .supervisor import Supervisor
 
@@ -251,23 +253,30 @@ class Firing:
             self.place(_ref(row))
 
     # -- running -------------------------------------------------------------------------
-    def _start_run(self, row: ScheduleRow, run_id: int, outcome: RunOutcome) -> None:
+    def _start_run(
+        self, row: ScheduleRow, run_id: int, outcome: RunOutcome, snoozes: int = 0
+    ) -> None:
+        """Run ``outcome`` (its occurrence snoozed ``snoozes`` times so far) on a worker."""
         outcome.run_id = run_id
         self.ctx.running.add_run(row.id, run_id, outcome)
-        self.ctx.jobs.call_soon(self._job, row, outcome)
+        self.ctx.jobs.call_soon(self._job, row, outcome, snoozes)
 
-    def _job(self, row: ScheduleRow, started: RunOutcome) -> None:
+    def _job(self, row: ScheduleRow, started: RunOutcome, snoozes: int) -> None:
         """A worker runs one occurrence (or a retry of it)."""
         call = Call.of_run(started, row.payload)
-        finish = functools.partial(self._finish, row, started)
+        finish = functools.partial(self._finish, row, started, snoozes)
         self.supervisor.run(("run", started.run_id or 0), call, row.timeout, finish)
 
-    def _finish(self, row: ScheduleRow, started: RunOutcome, result: RunOutcome) -> None:
-        """Record how the run ended (on its worker, or by the supervisor)."""
+    def _finish(
+        self, row: ScheduleRow, started: RunOutcome, snoozes: int, result: RunOutcome
+    ) -> None:
+        """Record how the run ended (on its worker, or by the supervisor). A retry, or
+        a snooze (the same attempt again), waits on a timer of the control thread."""
         ctx = self.ctx
         run_id = started.run_id or 0
         result.run_id = run_id
         ctx.running.run_done(row.id, run_id)
+        snooze = snooze_delay(result, snoozes, ctx.settings.max_snoozes, "MAX_SNOOZES")
         cap = ctx.settings.retry_backoff_max
         delay = retry_delay(
             result,
@@ -276,32 +285,31 @@ class Firing:
             lambda: row.retry.policy(row.retry_backoff, cap),
         )
         ctx.results.push(result)
-        if delay is not None:
-            ctx.control.later(delay, self._retry, row, started)
+        if snooze is not None:
+            ctx.control.later(snooze, self._retry, row, started, started.attempt, snoozes + 1)
+        elif delay is not None:
+            ctx.control.later(delay, self._retry, row, started, started.attempt + 1, snoozes)
         if row.id in self._delayed:
             ctx.control.later(0, self.fire, row.id, self._delayed[row.id])
 
-    def _retry(self, row: ScheduleRow, previous: RunOutcome) -> None:
+    def _retry(self, row: ScheduleRow, previous: RunOutcome, attempt: int, snoozes: int) -> None:
+        """Run ``previous``'s occurrence again, as attempt ``attempt``: a new run row."""
         ctx = self.ctx
         if ctx.stopping():
             return
         now = ctx.clock.now()
         outcome = schedule_run(
-            row,
-            ctx.node_id,
-            RunStatus.RUNNING,
-            previous.scheduled_for,
-            now,
-            attempt=previous.attempt + 1,
+            row, ctx.node_id, RunStatus.RUNNING, previous.scheduled_for, now, attempt=attempt
         )
         run_id = ctx.control.attempt(
             lambda: ctx.store.start_schedule_run(ctx.node_id, outcome),
             f"retry of schedule {row.name}",
         )
         if run_id is not None:
-            self._start_run(row, run_id, outcome)
+            self._start_run(row, run_id, outcome, snoozes)
         elif ctx.control.backoff.delay:
-            ctx.control.later(ctx.control.backoff.delay, self._retry, row, previous)
+            delay = ctx.control.backoff.delay
+            ctx.control.later(delay, self._retry, row, previous, attempt, snoozes)
 
 
 def _ref(row: ScheduleRow) -> ScheduleRef:

@@ -20,11 +20,12 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django_htask.engine import TimerHandle
+from django_htask.enums import RunStatus
 from django_htask.exceptions import StoreUnavailable
 from django_htask.store import RunOutcome, StartedTask
 
 from .context import NodeContext
-from .execution import Call, retry_delay
+from .execution import Call, retry_delay, snooze_delay
 from .supervisor import Supervisor
 
 __all__ = ["TaskDispatch"]
@@ -208,15 +209,23 @@ class TaskDispatch:
         self.supervisor.run(("task", task.id), call, task.timeout, finish)
 
     def _finish(self, task: StartedTask, result: RunOutcome) -> None:
-        """Record how the task's attempt ended (on its worker, or by the supervisor)."""
+        """Record how the task's attempt ended (on its worker, or by the supervisor):
+        its retry, or its snooze, waits in the database as a pending task."""
         ctx = self.ctx
         default = ctx.task_retry
-        delay = retry_delay(
-            result,
-            task.attempts,
-            task.max_attempts,
-            lambda: task.retry.policy(default.backoff, default.max_delay, default),
-        )
+        delay = None
+        if result.status == RunStatus.SNOOZED:
+            most, bound = task.max_snoozes, "its max_snoozes"
+            if most is None:
+                most, bound = ctx.settings.max_snoozes, "MAX_SNOOZES"
+            delay = snooze_delay(result, task.snoozes, most, bound)
+        if delay is None:
+            delay = retry_delay(
+                result,
+                task.attempts,
+                task.max_attempts,
+                lambda: task.retry.policy(default.backoff, default.max_delay, default),
+            )
         if delay is not None:
             result.retry_at = result.finished_at + timedelta(seconds=delay)
         result.gated = task.gated

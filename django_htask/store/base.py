@@ -361,7 +361,9 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:
         """Write finished runs and their tasks and schedules, in one transaction. A
-        task or run the node no longer holds (reaped meanwhile) is left as it is."""
+        task or run the node no longer holds (reaped meanwhile) is left as it is. A
+        task's end is :func:`~django_htask.store.rules.ended_task`'s, or, for a run
+        ``snoozed``, :func:`~django_htask.store.rules.snoozed_task`'s."""
 
     @abc.abstractmethod
     def aborts(self, node_id: str) -> list[tuple[str, int]]:

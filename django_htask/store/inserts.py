@@ -40,7 +40,8 @@ _ARRAY_TYPES = {
 }
 #: What :func:`_insert_unnest` selects for a column of its arrays, if not the column.
 _FROM_ARRAY = {"payload": "decode(v.payload, 'hex')"}
-#: What ``on_conflict="replace"`` moves to the new call (attempts start again from 0).
+#: What ``on_conflict="replace"`` moves to the new call (attempts and snoozes start
+#: again from 0).
 _REPLACED = (
     "function",
     "payload",
@@ -52,6 +53,7 @@ _REPLACED = (
     "lock",
     "max_running",
     "retention",
+    "max_snoozes",
     *RETRY_COLUMNS,
 )
 
@@ -266,6 +268,7 @@ def _conflict_clause(connection: BaseDatabaseWrapper, on_conflict: OnConflict) -
         sets = [f"{qn(name)} = {new.format(qn(name))}" for name in _REPLACED]
         sets += [
             f"{qn('attempts')} = 0",
+            f"{qn('snoozes')} = 0",
             f"{qn('locked_by')} = NULL",
             f"{qn('lease_expires_at')} = NULL",
             f"{qn('last_error')} = ''",

@@ -385,6 +385,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
     # table instead (1 run in 6 of the plan's test): the index is named, as on SQLite.
     _gated_indexed_by = f" FORCE INDEX ({GATED_INDEX})"
     _skip_locked = True
+    _by_id = BY_ID
 
     def install(self) -> None:
         install(self.connection)

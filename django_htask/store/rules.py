@@ -21,6 +21,8 @@ record. Time is a parameter; nothing here reads a clock or a table.
   under the claim's lease.
 - :func:`ended_task`: a task whose attempt ended (a :class:`RunOutcome`): finished, or
   pending again for a retry; no node holds it.
+- :func:`snoozed_task`: a task whose attempt ended snoozed (``raise Snooze``): pending
+  again later, its attempt not counted, one snooze more.
 - :func:`superseded_task`: a task about to be put back to pending whose key a pending
   task holds is cancelled instead (:mod:`django_htask.keys`).
 
@@ -56,6 +58,7 @@ __all__ = [
     "lost_task_error",
     "reaped_runs",
     "reaped_task",
+    "snoozed_task",
     "superseded_task",
 ]
 
@@ -169,6 +172,24 @@ def ended_task(o: RunOutcome) -> dict[str, Any]:
     else:
         changes.update(status=o.status, finished_at=o.finished_at)
     return changes
+
+
+def snoozed_task(run_at: Any, attempts: Any, snoozes: Any) -> dict[str, Any]:
+    """The fields of a running task (``attempts`` made, ``snoozes`` snoozed) whose
+    attempt ended snoozed (``raise Snooze``): no node holds it, pending again at
+    ``run_at`` (the store puts it back, unless a newer task holds its key, see
+    :mod:`django_htask.keys`), its attempt not counted, one snooze more. Its last error,
+    traceback and result stay as they were: a snooze is no attempt's end.
+    ``attempts`` and ``snoozes`` are values, or expressions of the columns that add
+    and subtract as numbers (as :func:`claimed_task`'s)."""
+    return {
+        **UNLOCKED,
+        "status": TaskStatus.PENDING,
+        "run_at": run_at,
+        "finished_at": None,
+        "attempts": attempts - 1,
+        "snoozes": snoozes + 1,
+    }
 
 
 def abandoned_task(a: Abandoned, attempts: int, now: datetime, dead_at: datetime) -> dict[str, Any]:

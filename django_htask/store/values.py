@@ -186,6 +186,9 @@ class StartedTask:
     retry: RetryColumns = DEFAULT_RETRY
     #: It has a lock or a limit (its end may let a waiting task start).
     gated: bool = False
+    #: Times it snoozed, and how many it may (None: the ``MAX_SNOOZES`` setting).
+    snoozes: int = 0
+    max_snoozes: int | None = None
 
 
 def storable(text: str) -> str:
@@ -222,7 +225,8 @@ class RunOutcome:
     run_id: int | None = None  # a schedule's run row, created when it started
     schedule_id: int | None = None
     task_id: int | None = None
-    #: For a failed task with attempts left: when it runs again (it is then pending).
+    #: For a failed task with attempts left, or a snoozed one: when it runs again (it
+    #: is then pending).
     retry_at: datetime | None = None
     extra: dict[str, object] = field(default_factory=dict)
     #: What a task's function returned, encoded (``encode_result``); None when it

@@ -119,6 +119,21 @@ def test_a_worker_process_killed_mid_call_fails_that_run_only_and_is_replaced(
     )
 
 
+def test_a_snooze_in_a_worker_process_runs_the_task_again_without_an_attempt(
+    start_scheduler: Callable[..., Scheduler],
+    django_code: Callable[[str], str],
+    query: Query,
+    log: Path,
+) -> None:
+    pool_node(start_scheduler, 1)
+    enqueue(django_code, f"{TASKS + ':snooze_then_log'!r}, 2, 0.2, {str(log)!r}")
+    wait_until(lambda: query(SUCCEEDED) == [(1,)], 30, "the task, after two snoozes")
+    assert query("SELECT attempts, snoozes FROM django_htask_task") == [(1, 2)]
+    runs = query("SELECT status, attempt FROM django_htask_run ORDER BY id")
+    assert runs == [("snoozed", 1), ("snoozed", 1), ("succeeded", 1)]
+    assert len(pids(log, "call")) == 3
+
+
 def test_a_worker_process_is_replaced_after_max_tasks_per_child_calls(
     start_scheduler: Callable[..., Scheduler],
     django_code: Callable[[str], str],

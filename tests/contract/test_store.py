@@ -22,7 +22,7 @@ from django_htask.queues import QueueFilter
 from django_htask.retry import RetryPolicy
 from django_htask.store import Abandoned, RunOutcome, ScheduleRow, Serving, Store, get_store
 from django_htask.store.base import DEFAULT_RETRY, RETRY_COLUMNS, RetryColumns
-from django_htask.store.rules import BROKEN_MAX, claimed_task, ended_task
+from django_htask.store.rules import BROKEN_MAX, claimed_task, ended_task, snoozed_task
 from django_htask.testing import InMemoryStore
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -466,6 +466,59 @@ def test_a_lost_task_is_retried_after_its_own_policys_backoff(kit: Kit) -> None:
     assert kit.task(plain[0]).run_at == later + timedelta(seconds=10)  # RETRY's backoff
 
 
+# -- snoozes (docs/retries.md, "Snooze") ----------------------------------------------------
+def snoozed(task_id: int, until: datetime) -> RunOutcome:
+    """The outcome of a task's attempt that snoozed until ``until``."""
+    return outcome({"task_id": task_id}, status=RunStatus.SNOOZED, error="snoozed", retry_at=until)
+
+
+def test_a_snoozed_task_is_pending_again_its_attempt_not_counted_its_error_kept(
+    kit: Kit,
+) -> None:
+    kit.register("n1")
+    dozing, done, retried = kit.add_tasks(3, max_attempts=3)
+    kit.store.start_tasks("n1", NOW, 3, LEASE)
+    failed = outcome({"task_id": dozing}, status=RunStatus.FAILED, error="no", retry_at=NOW)
+    [again] = kit.store.start_tasks("n1", NOW, 1, LEASE, finished=[failed])
+    assert (again.id, again.attempts, again.snoozes, again.max_snoozes) == (dozing, 2, 0, None)
+    later = NOW + timedelta(seconds=30)
+    finished = [  # a finish, a retry and a snooze: each database's statements for each
+        snoozed(dozing, later),
+        outcome({"task_id": done}),
+        outcome({"task_id": retried}, status=RunStatus.FAILED, error="no", retry_at=later),
+    ]
+    assert kit.store.start_tasks("n1", NOW, 0, LEASE, finished=finished) == []
+    written = snoozed_task(later, 2, 0)  # the rule every store writes
+    row = kit.task(dozing)
+    assert {k: getattr(row, k) for k in written} == written
+    assert (row.status, row.attempts, row.snoozes) == (TaskStatus.PENDING, 1, 1)
+    assert (row.last_error, row.started_at) == ("no", NOW)  # a snooze ends no attempt
+    assert [r.status for r in kit.runs(task_id=dozing)] == ["failed", "snoozed"]
+    assert (kit.task(done).status, kit.task(retried).status) == ("succeeded", "pending")
+    [third] = kit.store.start_tasks("n1", later, 1, later + timedelta(seconds=60))
+    assert (third.id, third.attempts, third.snoozes) == (dozing, 2, 1)
+
+
+def test_snoozed_tasks_are_each_written_with_their_own_time(kit: Kit) -> None:
+    """More than one statement's worth, each due at its own time."""
+    kit.register("n1")
+    ids = kit.add_tasks(120)
+    kit.store.start_tasks("n1", NOW, 120, LEASE)
+    until = {i: NOW + timedelta(seconds=n + 1) for n, i in enumerate(ids)}
+    kit.store.record("n1", [snoozed(i, until[i]) for i in ids])
+    rows = {i: kit.task(i) for i in ids}
+    assert {i: (r.status, r.run_at, r.attempts, r.snoozes) for i, r in rows.items()} == {
+        i: (TaskStatus.PENDING, until[i], 0, 1) for i in ids
+    }
+
+
+def test_max_snoozes_travels_with_the_started_task(kit: Kit) -> None:
+    kit.register("n1")
+    own, plain = kit.add_tasks(1, max_snoozes=3) + kit.add_tasks(1)
+    started = {t.id: t.max_snoozes for t in kit.store.start_tasks("n1", NOW, 5, LEASE)}
+    assert started == {own: 3, plain: None}
+
+
 def test_aborts_list_the_running_jobs_of_a_node_asked_to_stop(kit: Kit) -> None:
     kit.register("n1", "n2")
     mine, other, untouched = kit.add_tasks(3)
@@ -751,6 +804,23 @@ def test_a_retry_without_a_newer_pending_task_keeps_its_key(kit: Kit) -> None:
     kit.store.record("n1", [outcome({"task_id": old}, status="failed", retry_at=later)])
     assert (kit.task(old).status, kit.task(old).run_at) == (TaskStatus.PENDING, later)
     assert kit.add_keyed("k", 2) == old  # still the key's pending task
+
+
+def test_a_snoozed_task_is_superseded_by_a_newer_pending_task_with_its_key(kit: Kit) -> None:
+    old, new = superseded_pair(kit)
+    kit.store.record("n1", [snoozed(old, NOW + timedelta(seconds=30))])
+    assert_superseded(kit, old, new)
+    assert [r.status for r in kit.runs(task_id=old)] == ["snoozed"]
+
+
+def test_a_snoozed_task_stays_the_pending_holder_of_its_key(kit: Kit) -> None:
+    kit.register("n1")
+    old = kit.add_keyed("k", 1)
+    kit.store.start_tasks("n1", NOW, 1, LEASE)
+    later = NOW + timedelta(seconds=30)
+    kit.store.record("n1", [snoozed(old, later)])
+    assert (kit.task(old).status, kit.task(old).run_at) == (TaskStatus.PENDING, later)
+    assert kit.add_keyed("k", 2) == old
 
 
 def test_a_reaped_task_is_superseded_by_a_newer_pending_task_with_its_key(kit: Kit) -> None:

@@ -642,3 +642,20 @@ def test_a_task_s_lock_and_limit_show_read_only_and_the_list_finds_it_by_lock(
     assert "testapp:serial" in text and "Max running" in text
     found = admin_client_.get(f"{URL}task/", {"q": "testapp:serial"})
     assert [t.pk for t in found.context["cl"].result_list] == [made.pk]
+
+
+def test_a_task_s_snoozes_show_on_its_page_and_in_the_list_and_its_runs_a_click_away(
+    admin_client_: Client,
+) -> None:
+    made = schedule(tasks.restless, "a")  # @task(max_snoozes=1)
+    Task.objects.filter(pk=made.pk).update(snoozes=1)
+    Run.objects.create(task=made, name="r", function=made.function, status=RunStatus.SNOOZED)
+    page = admin_client_.get(f"{URL}task/{made.pk}/change/")
+    assert {"snoozes", "max_snoozes"} <= set(page.context["adminform"].readonly_fields)
+    text = page.content.decode()
+    assert "Max snoozes" in text and "field-snoozes" in text
+    runs_link = f'<a href="{URL}run/?task__id__exact={made.pk}">its runs</a>'
+    assert runs_link in text
+    runs = admin_client_.get(f"{URL}run/", {"task__id__exact": made.pk})
+    assert [r.status for r in runs.context["cl"].result_list] == ["snoozed"]
+    assert "column-snoozes" in admin_client_.get(f"{URL}task/").content.decode()

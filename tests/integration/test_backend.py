@@ -168,6 +168,44 @@ def test_a_failing_task_maps_to_failed_with_the_error(
         got.return_value  # noqa: B018
 
 
+def test_a_snoozing_task_is_ready_meanwhile_and_its_snooze_is_no_error(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any
+) -> None:
+    finished: list[str] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        finished.append(task_result.status)
+
+    task_finished.connect(receiver)
+    try:
+        node = make_node()
+        result = django_tasks.snoozes_once.enqueue("a")
+        fake_clock.advance(0)
+        waiting = django_tasks.snoozes_once.get_result(result.id)
+        assert (waiting.status, waiting.errors, finished) == (TaskResultStatus.READY, [], [])
+        fake_clock.advance(5)
+    finally:
+        task_finished.disconnect(receiver)
+    done = django_tasks.snoozes_once.get_result(result.id)
+    assert (done.status, done.return_value, done.errors) == (TaskResultStatus.SUCCESSFUL, "a", [])
+    assert finished == ["SUCCESSFUL"]
+    assert done.worker_ids == [node.node_id] * 2  # the snoozed attempt ran there too
+    row = Task.objects.get(token=result.id)
+    assert (row.attempts, row.snoozes) == (1, 1)
+
+
+def test_a_task_snoozing_past_its_bound_fails_naming_too_many_snoozes(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any, settings: Any
+) -> None:
+    from django_htask.exceptions import TooManySnoozes
+
+    settings.HTASK = {**settings.HTASK, "MAX_SNOOZES": 0}
+    got = run_on_a_node(make_node, fake_clock, django_tasks.snoozes_once, "b")
+    assert got.status == TaskResultStatus.FAILED
+    [error] = got.errors
+    assert error.exception_class is TooManySnoozes
+
+
 def test_a_cancelled_task_is_failed_and_unknown_ids_raise(fake_clock: FakeClock) -> None:
     result = django_tasks.double.enqueue(3)
     assert cancel(result.id)

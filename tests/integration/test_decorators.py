@@ -50,6 +50,21 @@ def test_task_registers_under_the_dotted_path_or_a_name() -> None:
     assert registry.get("tests.some-name") is not None
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (-1, "max_snoozes must be from 0 to 100000, got -1"),
+        (100_001, "max_snoozes must be from 0 to 100000, got 100001"),
+        (2.5, "max_snoozes must be an int >= 0, got 2.5"),
+        (True, "max_snoozes must be an int >= 0, got True"),
+    ],
+)
+def test_task_refuses_a_bad_max_snoozes_naming_it(value: Any, message: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        task(max_snoozes=value)(other_job)
+    assert str(raised.value) == message
+
+
 @pytest.mark.usefixtures("declared")
 @pytest.mark.parametrize(
     ("declaration", "error", "message"),

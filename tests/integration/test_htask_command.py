@@ -87,6 +87,16 @@ def test_run_of_a_failing_schedule_exits_1_with_the_error(calls: Any) -> None:
     assert "Traceback" in run.traceback
 
 
+def test_run_of_a_snoozing_schedule_exits_1_and_is_not_run_again(calls: Any) -> None:
+    make("dozy", "@daily", function="tests.integration.testapp.tasks:snoozing", args=("h", 1))
+    with pytest.raises(CommandError, match=r"dozy snoozed \(run \d+\)") as info:
+        htask("run", "dozy")
+    assert info.value.returncode == 1
+    run = Run.objects.get()
+    assert (run.status, run.error) == (RunStatus.SNOOZED, "snoozed: runs again in 30s")
+    assert calls["snoozing"] == ["h"]
+
+
 def test_run_of_an_unknown_name_exits_2_naming_it() -> None:
     make("known", "@daily")
     with pytest.raises(CommandError, match=r"no schedule named 'nope' \(known: known\)") as info:

@@ -188,6 +188,40 @@ def test_a_failing_task_is_retried_with_backoff_then_fails(
     ]
 
 
+def test_a_task_snoozing_twice_then_succeeding_made_one_attempt(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any
+) -> None:
+    make_node()
+    task = schedule(tasks.snoozing, "twice", 2, 5.0)
+    fake_clock.advance(0)
+    task.refresh_from_db()
+    assert (task.status, task.attempts, task.snoozes) == (TaskStatus.PENDING, 0, 1)
+    assert task.run_at == fake_clock.now() + timedelta(seconds=5)
+    fake_clock.advance(5)
+    fake_clock.advance(5)
+    task.refresh_from_db()
+    assert (task.status, task.attempts, task.snoozes) == (TaskStatus.SUCCEEDED, 1, 2)
+    assert list(Run.objects.order_by("id").values_list("status", "attempt")) == [
+        ("snoozed", 1),
+        ("snoozed", 1),
+        ("succeeded", 1),
+    ]
+
+
+def test_a_function_s_max_snoozes_is_stored_and_bounds_its_tasks(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any
+) -> None:
+    make_node()
+    task = schedule(tasks.restless, "r", max_attempts=2)
+    assert task.max_snoozes == 1  # @task(max_snoozes=1)
+    fake_clock.advance(0)
+    fake_clock.advance(30)
+    task.refresh_from_db()
+    assert (task.status, task.attempts, task.snoozes) == (TaskStatus.FAILED, 1, 1)
+    assert task.last_error.startswith("TooManySnoozes: ")
+    assert "the most its max_snoozes allows (1); not retried" in task.last_error
+
+
 def test_a_failing_schedule_run_is_retried(
     make_node: MakeNode, fake_clock: FakeClock, calls: Any
 ) -> None:

@@ -180,6 +180,7 @@ def test_runs_per_hour_by_outcome(root: Client, fake_clock: FakeClock) -> None:
         "failed": 1,
         "missed": 0,
         "skipped": 0,
+        "snoozed": 0,
         "running": 0,
     }
     assert by_hour[22].counts["missed"] == 1 and by_hour[22].counts["skipped"] == 1

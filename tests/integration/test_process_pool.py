@@ -271,3 +271,12 @@ def test_the_class_names_of_what_a_call_raised_come_back_from_the_worker_process
         "builtins.Exception",
         "builtins.BaseException",
     )
+
+
+def test_a_snooze_comes_back_from_the_worker_process(pool: ProcessPool) -> None:
+    # raised in a nested call there; the node lets it wait (docs/retries.md, "Snooze")
+    call = call_of("tests.integration.testapp.tasks:snoozing", "p", 1, 12.5)
+    outcome = pool.execute(("task", 1), dataclasses.replace(call, task_id=1), RunGuard())
+    assert (outcome.status, outcome.error) == ("snoozed", "snoozed: runs again in 12.5s")
+    assert outcome.extra == {"retryable": False, "snooze": 12.5}
+    assert pool.died == 0

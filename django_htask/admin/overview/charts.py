@@ -30,6 +30,7 @@ COLOURS = {
     "failed": "#c9302c",
     "missed": "#e08a00",
     "skipped": "#8a94a0",
+    "snoozed": "#7b5ea7",
     "running": "#2f6fb7",
     "p50": "#2f6fb7",
     "p99": "#c9302c",

@@ -35,6 +35,7 @@ from django.db.models.functions import Coalesce, Mod
 from django_htask import clock
 from django_htask.conf import get_settings
 from django_htask.db import scheduler_alias
+from django_htask.enums import CALLED
 from django_htask.models import GATED, Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.operations import node_state
 
@@ -76,11 +77,9 @@ OUTCOMES = (
     RunStatus.FAILED,
     RunStatus.MISSED,
     RunStatus.SKIPPED,
+    RunStatus.SNOOZED,
     RunStatus.RUNNING,
 )
-#: Outcomes whose lateness (started minus scheduled) is a scheduler's delay; a missed
-#: or skipped occurrence is recorded when it is noticed, not started.
-_STARTED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -319,9 +318,9 @@ def last_hours(
     for row in per_hour:
         values: dict[str, Any] = dict(row)
         counts[values.pop("hour")] = Counter(values)
-    started = sum(c[s] for c in counts.values() for s in _STARTED)
+    started = sum(c[s] for c in counts.values() for s in CALLED)
     # Any: sampled, it is an aliased queryset of Run, which django-stubs types apart.
-    timed: Any = recent.filter(status__in=_STARTED, scheduled_for__isnull=False)
+    timed: Any = recent.filter(status__in=CALLED, scheduled_for__isnull=False)
     step = math.ceil(started / LATENESS_SAMPLE) if started > LATENESS_SAMPLE else 1
     if step > 1:
         timed = timed.alias(bucket=Mod("id", step)).filter(bucket=0)

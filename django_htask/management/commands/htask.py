@@ -214,7 +214,8 @@ class Command(BaseCommand):
             self.stderr.write(f"{name}: {run.status} after {took}: {run.error}")
             if run.traceback:
                 self.stderr.write(run.traceback)
-            raise CommandError(f"{name} failed (run {run.pk})", returncode=RUN_FAILED)
+            # A snooze is not run again by hand: it did not succeed either.
+            raise CommandError(f"{name} {run.status} (run {run.pk})", returncode=RUN_FAILED)
         self.stdout.write(f"{name}: {run.status} in {took} (run {run.pk})")
 
     # -- sync ------------------------------------------------------------------------

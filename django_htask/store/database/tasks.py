@@ -47,10 +47,14 @@ STARTED_FIELDS = (
     "max_attempts",
     "priority",
     "timeout",
+    "snoozes",
+    "max_snoozes",
     *base.RETRY_COLUMNS,
 )
 #: Candidates with a lock or a limit a claim reads per statement.
 _GATED_PAGE = 100
+#: Snoozed tasks one statement writes at most (a ``CASE`` is searched in order).
+_SNOOZES_ROWS = 100
 
 
 def served_sql(serving: base.Serving) -> tuple[str, list[Any]]:
@@ -69,17 +73,40 @@ def gate_key(key: str) -> int:
 
 class Column(str):
     """A column read in a raw statement's ``SET`` (a rule's field may be an expression
-    of one: ``Column("attempts") + 1``)."""
+    of one: ``Column("attempts") + 1``), or an expression with parameters of its own
+    (:meth:`of`)."""
+
+    #: The parameters of its placeholders, in their order.
+    params: tuple[Any, ...] = ()
+
+    @classmethod
+    def of(cls, sql: str, params: Sequence[Any]) -> Column:
+        """The expression ``sql`` with the parameters of its placeholders."""
+        expression = cls(sql)
+        expression.params = tuple(params)
+        return expression
 
     def __add__(self, other: object) -> Column:
         return Column(f"{self} + {other}")
 
+    def __sub__(self, other: object) -> Column:
+        return Column(f"{self} - {other}")
+
 
 def set_sql(fields: dict[str, Any]) -> tuple[str, list[Any]]:
     """A rule's ``fields`` (:mod:`~django_htask.store.rules`) as an SQL ``SET`` list and
-    its parameters: a value as a parameter, a :class:`Column` expression as written."""
-    sets = [f"{k} = {v}" if isinstance(v, Column) else f"{k} = %s" for k, v in fields.items()]
-    return ", ".join(sets), [v for v in fields.values() if not isinstance(v, Column)]
+    its parameters: a value as a parameter, a :class:`Column` expression as written
+    (with its own parameters)."""
+    sets: list[str] = []
+    params: list[Any] = []
+    for name, value in fields.items():
+        if isinstance(value, Column):
+            sets.append(f"{name} = {value}")
+            params += value.params
+        else:
+            sets.append(f"{name} = %s")
+            params.append(value)
+    return ", ".join(sets), params
 
 
 class TaskRows(OrmStore):
@@ -367,10 +394,14 @@ class TaskRows(OrmStore):
 
     def _end_tasks(self, outcomes: list[RunOutcome]) -> None:
         """Write the tasks whose attempt ended: finished, or pending again for a retry
-        (:meth:`_write_ends`)."""
+        (:meth:`_write_ends`) or after a snooze (:meth:`_write_snoozes`)."""
         adapt = self.connection.ops.adapt_datetimefield_value
         ends = []
+        snoozed = []
         for o in outcomes:
+            if o.status == RunStatus.SNOOZED:
+                snoozed.append(o)
+                continue
             end = rules.ended_task(o)
             ends.append(
                 (
@@ -386,8 +417,11 @@ class TaskRows(OrmStore):
         retried = [o.task_id for o in outcomes if o.task_id is not None and o.retry_at is not None]
 
         def write() -> int:
-            self._write_ends(ends)
-            return len(ends)
+            if ends:
+                self._write_ends(ends)
+            if snoozed:
+                self._write_snoozes(snoozed)
+            return len(ends) + len(snoozed)
 
         if not retried:
             write()
@@ -410,6 +444,32 @@ class TaskRows(OrmStore):
                 [(*end, TaskStatus.RUNNING) for end in ends],
             )
 
+    #: A hint after the table name of a statement that finds tasks by id (MySQL's).
+    _by_id = ""
+
+    def _write_snoozes(self, snoozed: list[RunOutcome]) -> None:
+        """Write each task of ``snoozed`` (outcomes with the time it runs again) if it
+        still runs, as :func:`~django_htask.store.rules.snoozed_task` says: one
+        statement per :data:`_SNOOZES_ROWS` tasks, their due times a ``CASE`` on the id
+        (the only field they differ in), the same on every database."""
+        adapt = self.connection.ops.adapt_datetimefield_value
+        for i in range(0, len(snoozed), _SNOOZES_ROWS):
+            chunk = snoozed[i : i + _SNOOZES_ROWS]
+            ids = [o.task_id for o in chunk]
+            whens = " ".join(["WHEN %s THEN %s"] * len(chunk))
+            run_at = Column.of(
+                f"CASE id {whens} END", [v for o in chunk for v in (o.task_id, adapt(o.retry_at))]
+            )
+            sets, params = set_sql(
+                rules.snoozed_task(run_at, Column("attempts"), Column("snoozes"))
+            )
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    f"UPDATE {_TASK}{self._by_id} SET {sets} "
+                    f"WHERE id IN ({', '.join(['%s'] * len(ids))}) AND status = %s",
+                    [*params, *ids, TaskStatus.RUNNING],
+                )
+
     def count_pending_tasks(self) -> int:
         return Task.objects.using(self.using).filter(status=TaskStatus.PENDING).count()
 
@@ -418,8 +478,10 @@ def started_task(
     row: Sequence[Any], as_datetime: Callable[[Any], datetime] = lambda v: v
 ) -> StartedTask:
     """The :class:`StartedTask` of the values of :data:`STARTED_FIELDS`."""
-    i, t, f, p, r, a, m, pr, to, *retry = row
+    i, t, f, p, r, a, m, pr, to, snoozes, most, *retry = row
     columns = base.RetryColumns(*retry)
     if columns == base.DEFAULT_RETRY:
         columns = base.DEFAULT_RETRY  # one object for the many tasks without a policy
-    return StartedTask(i, t, f, bytes(p), as_datetime(r), a, m, pr, to, columns)
+    return StartedTask(
+        i, t, f, bytes(p), as_datetime(r), a, m, pr, to, columns, snoozes=snoozes, max_snoozes=most
+    )

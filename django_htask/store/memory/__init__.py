@@ -278,6 +278,8 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                         task.timeout,
                         task.retry,
                         task.gated,
+                        task.snoozes,
+                        task.max_snoozes,
                     )
                 )
         if released:
@@ -303,7 +305,11 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 if task is None or task.locked_by != node_id or task.status != TaskStatus.RUNNING:
                     continue  # reaped meanwhile: the survivors' record stands
                 released = released or task.gated
-                self._write(task, rules.ended_task(o), o.finished_at)
+                if o.status == RunStatus.SNOOZED:
+                    changes = rules.snoozed_task(o.retry_at, task.attempts, task.snoozes)
+                else:
+                    changes = rules.ended_task(o)
+                self._write(task, changes, o.finished_at)
                 self._run(o)
             elif o.run_id is not None:
                 run = self.runs.get(o.run_id)

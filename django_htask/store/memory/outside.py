@@ -77,6 +77,7 @@ class OutsideWrites(MemoryTables):
         lock: str | None = None,
         max_running: int | None = None,
         retention: int | None = None,
+        max_snoozes: int | None = None,
         **kwargs: Any,
     ) -> int:
         """A pending one-off task ``function(*args, **kwargs)``, as ``schedule()`` makes
@@ -99,6 +100,7 @@ class OutsideWrites(MemoryTables):
                 lock=None if lock is None else check_lock(lock),
                 max_running=max_running,
                 retention=retention,
+                max_snoozes=max_snoozes,
             )
             held = self._pending_with(task.key)
             if held is None:
@@ -117,9 +119,11 @@ class OutsideWrites(MemoryTables):
                     "retry",
                     "lock",
                     "max_running",
+                    "max_snoozes",
                 ):
                     setattr(held, name, getattr(task, name))
                 held.queue_name, held.priority, held.attempts = queue_name, priority, 0
+                held.snoozes = 0
                 held.locked_by = held.lease_expires_at = None
                 held.last_error = held.traceback = ""
                 task = held

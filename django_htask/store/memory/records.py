@@ -78,6 +78,8 @@ class TaskRecord:
     status: str = TaskStatus.PENDING
     attempts: int = 0
     max_attempts: int = 1
+    snoozes: int = 0
+    max_snoozes: int | None = None
     priority: int = 0
     queue_name: str = DEFAULT_QUEUE
     backend: str = ""

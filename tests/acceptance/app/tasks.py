@@ -8,7 +8,7 @@ import socket
 import time
 from pathlib import Path
 
-from django_htask import current_token, task
+from django_htask import Snooze, current_token, task
 
 
 @task
@@ -37,6 +37,19 @@ def slow(n: int, seconds: float, log: str) -> None:
     _log(log, f"start {n}")
     time.sleep(seconds)
     _log(log, f"end {n}")
+
+
+def _snooze(seconds: float) -> None:
+    raise Snooze(seconds)
+
+
+@task
+def snooze_then_log(times: int, seconds: float, log: str) -> None:
+    """Log ``call``; snooze ``seconds`` (from a nested call) at the first ``times``
+    calls, counted in ``log`` (the calls may run in different worker processes)."""
+    _log(log, "call")
+    if Path(log).read_text().count("call") <= times:
+        _snooze(seconds)
 
 
 @task

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.tasks import TaskContext, task
 
-from .tasks import record
+from django_htask import Snooze
+
+from .tasks import calls, lock, record
 
 
 @task
@@ -54,3 +56,14 @@ def fails_verbosely(message: str) -> None:
         error = ReportError(message)
         error.add_note("ValueError: a note that reads like an error")
         raise error from cause
+
+
+@task
+def snoozes_once(label: str) -> str:
+    """Snooze 5 s at its first call with ``label``, then return it."""
+    with lock:
+        calls["snoozes_once"].append(label)
+        made = calls["snoozes_once"].count(label)
+    if made == 1:
+        raise Snooze(5)
+    return label

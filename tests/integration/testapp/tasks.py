@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from django_htask import RetryPolicy, periodic, task
+from django_htask import RetryPolicy, Snooze, periodic, task
 
 #: What ran: function name -> list of arguments.
 calls: dict[str, list[object]] = defaultdict(list)
@@ -179,3 +179,26 @@ def brief() -> None:
 @task(retention=timedelta(0))
 def kept() -> None:
     """Kept for ever once it ended."""
+
+
+def _wait(seconds: Any) -> None:
+    """A helper deep in a task's calls that tells the task to wait (``raise Snooze``)."""
+    raise Snooze(seconds)
+
+
+@task
+def snoozing(label: str, times: int, seconds: float = 30.0) -> int:
+    """Snooze ``seconds`` (from a nested call) at the first ``times`` calls with
+    ``label``, then return how many calls there were (docs/retries.md, "Snooze")."""
+    with lock:
+        calls["snoozing"].append(label)
+        made = calls["snoozing"].count(label)
+    if made <= times:
+        _wait(seconds)
+    return made
+
+
+@task(max_snoozes=1)
+def restless(label: str) -> int:
+    """Snoozes at every call; ``@task`` lets its tasks snooze once."""
+    return snoozing(label, 1_000_000)

@@ -31,8 +31,11 @@ class LargeTablePaginator(Paginator):  # type: ignore[type-arg]
     :attr:`estimated` says whether :attr:`count` is an estimate."""
 
     estimated = False
-    #: For the template: the rows counted exactly.
-    exact_limit = f"{EXACT:,}"
+
+    @property
+    def exact_limit(self) -> str:
+        """For the template: the rows counted exactly."""
+        return f"{EXACT:,}"
 
     @cached_property
     def count(self) -> int:

@@ -659,3 +659,49 @@ def test_a_task_s_snoozes_show_on_its_page_and_in_the_list_and_its_runs_a_click_
     runs = admin_client_.get(f"{URL}run/", {"task__id__exact": made.pk})
     assert [r.status for r in runs.context["cl"].result_list] == ["snoozed"]
     assert "column-snoozes" in admin_client_.get(f"{URL}task/").content.decode()
+
+
+def test_the_task_and_run_lists_count_exactly_up_to_a_bound_then_estimate(
+    admin_client_: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table of months of history: no list counts it all (admin/paging.py)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from django_htask.admin import paging
+
+    monkeypatch.setattr(paging, "EXACT", 3)
+    for n in range(3):
+        schedule(tasks.add, n)
+    page = admin_client_.get(f"{URL}task/").content.decode()
+    assert "3 tasks" in page
+    assert "htask-estimate" not in page
+    for n in range(3):
+        schedule(tasks.add, n)
+    with CaptureQueriesContext(connection) as queries:
+        page = admin_client_.get(f"{URL}task/?status__exact=pending").content.decode()
+    assert "More than 3 rows: the count is the database's estimate." in page
+    counts = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert counts and all("LIMIT 4" in sql for sql in counts), counts  # never all rows
+    shown = re.search(r"(\d+) tasks", page)
+    assert shown is not None and int(shown.group(1)) >= 4  # an estimate, or the bound
+    # The run list, the same; and neither has a date hierarchy (a DISTINCT of every row).
+    for n in range(5):
+        Run.objects.create(name=f"r{n}", function=ADD, status=RunStatus.SUCCEEDED)
+    page = admin_client_.get(f"{URL}run/").content.decode()
+    assert "htask-estimate" in page
+    assert 'class="xfull"' not in page and "date_hierarchy" not in page
+
+
+def test_the_queue_filter_offers_the_queues_in_use_without_reading_every_task(
+    admin_client_: Client,
+) -> None:
+    schedule(tasks.add, 1, queue_name="mail")
+    done = schedule(tasks.add, 2, queue_name="reports")
+    Task.objects.filter(pk=done.pk).update(status=TaskStatus.SUCCEEDED)
+    page = admin_client_.get(f"{URL}task/").content.decode()
+    assert "?queue_name=mail" in page  # a pending task's queue
+    assert "?queue_name=default" in page
+    assert "?queue_name=reports" not in page  # only finished tasks have it
+    filtered = admin_client_.get(f"{URL}task/?queue_name=reports").content.decode()
+    assert "1 task" in filtered and "?queue_name=reports" in filtered  # chosen: offered

@@ -104,7 +104,7 @@ class Firing:
         """Hold ``ref`` with a timer at its due time, or let it go. With several nodes,
         a schedule this node stands by for gets its timer the standby delay later (none
         while its owner is suspected of being gone)."""
-        owner: str | None = "" if self.ctx.serving.schedules.serves(ref.queue) else None
+        owner: str | None = "" if self.ctx.serving.fires(ref.queue) else None
         delay = 0.0
         if self.roles is not None and owner is not None:
             owner = self.roles.holding(ref.id, ref.queue)
@@ -135,6 +135,14 @@ class Firing:
         for schedule_id, held in self._table.items():
             if owner is None or held.owner == owner:
                 self.place(ScheduleRef(schedule_id, held.due, held.version, queue=held.queue))
+
+    def hold_again(self, queues: frozenset[str]) -> None:
+        """Hold the schedules of ``queues`` again (resumed: they were let go while
+        paused), from a full read; an occurrence that fell due meanwhile fires at once."""
+        refs, _top = self.ctx.store.load_schedules()
+        for ref in refs:
+            if ref.queue in queues:
+                self.place(ref)
 
     def clear(self) -> None:
         self._table.clear()
@@ -171,6 +179,10 @@ class Firing:
         row = ctx.store.get_schedule(schedule_id)
         if row is None or not row.enabled or row.next_run_at is None:
             self.drop(schedule_id)
+            return
+        if not ctx.serving.fires(row.queue_name):  # its queue paused meanwhile
+            self._delayed.pop(row.id, None)
+            self.drop(row.id)
             return
         now = ctx.clock.now()
         moved = row.next_run_at > now

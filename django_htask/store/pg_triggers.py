@@ -12,7 +12,7 @@ import hashlib
 
 from django.db.backends.utils import CursorWrapper
 
-from django_htask.models import Node, Schedule, Task
+from django_htask.models import Node, Queue, Schedule, Task
 
 from .listen import CHANNEL
 
@@ -21,6 +21,7 @@ __all__ = ["FINGERPRINT", "PER_XACT", "QUIET", "SEQ", "STATEMENTS", "TRIGGERS", 
 SCHEDULE = Schedule._meta.db_table
 TASK = Task._meta.db_table
 NODE = Node._meta.db_table
+QUEUE = Queue._meta.db_table
 
 #: Transaction-local setting that silences the NOTIFY triggers for node bookkeeping.
 QUIET = "django_htask.quiet"
@@ -37,6 +38,8 @@ def _statements() -> tuple[str, ...]:
         (TASK, "task", "INSERT OR UPDATE OR DELETE"),
         # not every heartbeat: only a node joining, stopping or declared dead
         (NODE, "node", "INSERT OR UPDATE OF stopped_at OR DELETE"),
+        # a queue paused, resumed or limited (pause_queue, the admin)
+        (QUEUE, "queue", "INSERT OR UPDATE OR DELETE"),
     ):
         notify_triggers += [
             f"DROP TRIGGER IF EXISTS {table}_notify ON {table}",
@@ -81,6 +84,7 @@ STATEMENTS = _statements()
 #: ``django_htask_notify()``, so a node starting finds them current without a lock.
 TRIGGERS = (
     f"{NODE}_notify",
+    f"{QUEUE}_notify",
     f"{SCHEDULE}_notify",
     f"{SCHEDULE}_version",
     f"{TASK}_notify",

@@ -151,6 +151,7 @@ LAYERS = [
         "backends",
         "checks",
         "operations",
+        "queue_control",
         "apps",
         "tasks",
         "testing",

@@ -21,7 +21,7 @@ from django.db import models
 from django.db.models import Count, IntegerField, OuterRef, Q, Subquery
 
 from .enums import RunStatus, TaskStatus
-from .queues import QueueFilter
+from .queues import QueueFilter, QueueStates
 
 M = TypeVar("M", bound=models.Model)
 
@@ -32,6 +32,7 @@ __all__ = [
     "PLAIN_TASK_SQL",
     "SILENT_NODE_SQL",
     "NodeQuerySet",
+    "QueueQuerySet",
     "RunQuerySet",
     "TaskQuerySet",
     "claimable_params",
@@ -315,3 +316,13 @@ class RunQuerySet(models.QuerySet[M]):
                 reaped=Count("id", filter=Q(reaped, status=RunStatus.FAILED)),
             )
         ]
+
+
+# -- the queues acted on -----------------------------------------------------------------------
+class QueueQuerySet(models.QuerySet[M]):
+    """The queue rows' verbs (``Queue.objects``)."""
+
+    def states(self) -> QueueStates:
+        """The queues paused and limited, as a node holds them (a handful of rows: the
+        queues an operator acted on)."""
+        return QueueStates.of(self.order_by().values_list("name", "paused", "max_running"))

@@ -7,7 +7,7 @@ from django.db import models
 from django_htask.queues import MAX_LENGTH
 
 from .fields import MAX_RUNNING_MAX, MAX_RUNNING_RANGE, _constraint
-from .managers import SchedulerManager
+from .managers import QueueManager
 
 
 class Queue(models.Model):
@@ -15,7 +15,7 @@ class Queue(models.Model):
     ``limit_queue``, the admin's queue list, ``htask queue``). A queue without a row
     runs as usual; its row is made the first time it is acted on, and kept."""
 
-    objects = SchedulerManager["Queue"]()
+    objects = QueueManager()
 
     name = models.CharField(max_length=MAX_LENGTH, help_text="the tasks' and schedules' queue_name")
     paused = models.BooleanField(

@@ -177,12 +177,9 @@ class Firing:
         ctx = self.ctx
         standby_for = held.owner if held is not None else ""
         row = ctx.store.get_schedule(schedule_id)
-        if row is None or not row.enabled or row.next_run_at is None:
+        if row is None or not row.enabled or row.next_run_at is None or self._paused(row):
+            self._delayed.pop(schedule_id, None)
             self.drop(schedule_id)
-            return
-        if not ctx.serving.fires(row.queue_name):  # its queue paused meanwhile
-            self._delayed.pop(row.id, None)
-            self.drop(row.id)
             return
         now = ctx.clock.now()
         moved = row.next_run_at > now
@@ -234,6 +231,10 @@ class Firing:
             self.place(ScheduleRef(row.id, next_run_at, row.version, True, row.queue_name))
         for run_id, outcome in zip(ids[len(runs) - len(started) :], started, strict=True):
             self._start_run(row, run_id, outcome)
+
+    def _paused(self, row: ScheduleRow) -> bool:
+        """Whether ``row``'s queue was paused since it was held."""
+        return not self.ctx.serving.fires(row.queue_name)
 
     def _break(self, schedule_id: int, row: ScheduleRow | None, why: str) -> None:
         """Stop firing a schedule the node cannot use: a failed run and the schedule's

@@ -196,9 +196,7 @@ class Node:
         )
         if sync is not None:
             self._with_retry(lambda: store.attempt(sync))
-        # Before anything is held or claimed: a node started while a queue is paused
-        # starts paused.
-        states = self._with_retry(store.queue_states)
+        states = self._with_retry(store.queue_states)  # started while paused: paused
         self.serving = dataclasses.replace(self.serving, states=states)
         parts = self._parts = self._wire()
         if store.single_host:

@@ -41,11 +41,16 @@ def _statements() -> tuple[str, ...]:
         # a queue paused, resumed or limited (pause_queue, the admin)
         (QUEUE, "queue", "INSERT OR UPDATE OR DELETE"),
     ):
-        notify_triggers += [
-            f"DROP TRIGGER IF EXISTS {table}_notify ON {table}",
+        # A table a migration has not made yet (the install that migration 0001 runs)
+        # gets its trigger at the install after migrate: until then TRIGGERS are not
+        # all there, and current() says so.
+        notify_triggers.append(
+            f"DO $$ BEGIN IF to_regclass('{table}') IS NOT NULL THEN "
+            f"DROP TRIGGER IF EXISTS {table}_notify ON {table}; "
             f"CREATE TRIGGER {table}_notify AFTER {events} ON {table} "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION django_htask_notify('{payload}')",
-        ]
+            f"FOR EACH STATEMENT EXECUTE FUNCTION django_htask_notify('{payload}'); "
+            "END IF; END $$"
+        )
     return (
         f"""
         CREATE OR REPLACE FUNCTION django_htask_version() RETURNS trigger

@@ -3,8 +3,9 @@ counts and ``htask status``'s tasks waiting too), in a few bounded queries.
 
 :func:`read_overview`
     the nodes, the last 24 hours (runs per hour by outcome, lateness p50/p99 per
-    hour, the schedules failing most) and the next 24 hours (upcoming occurrences
-    per minute, counted by :mod:`~django_htask.admin.overview.timeline`).
+    hour, the schedules failing most), the next 24 hours (upcoming occurrences
+    per minute, counted by :mod:`~django_htask.admin.overview.timeline`) and the
+    queues paused and limited.
 The nodes' work is counted by ``Node.objects.with_work()`` (:mod:`django_htask.querysets`),
 as the node list counts it.
 
@@ -35,8 +36,9 @@ from django.db.models.functions import Coalesce, Mod
 from django_htask import clock
 from django_htask.conf import get_settings
 from django_htask.db import scheduler_alias
-from django_htask.models import GATED, Node, Run, RunStatus, Schedule, Task, TaskStatus
+from django_htask.models import GATED, Node, Queue, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.operations import node_state
+from django_htask.queues import NO_STATES, QueueStates
 
 from .timeline import OCCURRENCE_BUDGET, Timeline, count_occurrences, timeline_start
 
@@ -157,6 +159,8 @@ class Overview:
     lateness_sampled: bool = False
     tasks: dict[str, int] = field(default_factory=dict)
     waiting: list[Waiting] = field(default_factory=list)
+    #: The queues paused and limited.
+    queues: QueueStates = NO_STATES
 
     @property
     def live_nodes(self) -> int:
@@ -186,6 +190,7 @@ def read_overview(now: datetime | None = None, *, using: str | None = None) -> O
         lateness_sampled=sampled,
         tasks=task_counts(using=using),
         waiting=waiting_on_gates(now, using=using),
+        queues=Queue.objects.using(using).states(),
     )
 
 

@@ -132,9 +132,7 @@ class TaskRows(OrmStore):
         return started
 
     def queue_states(self) -> QueueStates:
-        return QueueStates.of(
-            Queue.objects.using(self.using).values_list("name", "paused", "max_running")
-        )
+        return Queue.objects.using(self.using).states()
 
     # -- locks and limits (docs/howto-exactly-one.md) ---------------------------------
     #: A hint after the table name of the gated candidates' query (SQLite: their

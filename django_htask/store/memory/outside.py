@@ -1,6 +1,6 @@
 """What tests write into an in-memory store from outside, as another process would
-(``Schedule(...).save()``, ``schedule()``, ``cancel()``, ``abort()``), and what they
-read back (:meth:`~OutsideWrites.runs_of`)."""
+(``Schedule(...).save()``, ``schedule()``, ``cancel()``, ``abort()``, ``pause_queue()``),
+and what they read back (:meth:`~OutsideWrites.runs_of`)."""
 
 from __future__ import annotations
 

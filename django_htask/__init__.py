@@ -16,6 +16,7 @@ from ._version import __version__ as __version__
 
 __all__ = [
     "AbortResult",
+    "QueueInfo",
     "Result",
     "RetryPolicy",
     "Snooze",
@@ -32,8 +33,12 @@ __all__ = [
     "current_token",
     "get_result",
     "get_task",
+    "limit_queue",
+    "list_queues",
+    "pause_queue",
     "periodic",
     "reschedule",
+    "resume_queue",
     "schedule",
     "schedule_many",
     "task",
@@ -62,6 +67,11 @@ _LAZY = {
     "aget_task": "django_htask.scheduled",
     "schedule_many": "django_htask.api",
     "aschedule_many": "django_htask.api",
+    "QueueInfo": "django_htask.queue_control",
+    "limit_queue": "django_htask.queue_control",
+    "list_queues": "django_htask.queue_control",
+    "pause_queue": "django_htask.queue_control",
+    "resume_queue": "django_htask.queue_control",
 }
 
 if TYPE_CHECKING:
@@ -71,6 +81,7 @@ if TYPE_CHECKING:
     from .engine.backoff import RetryPolicy
     from .exceptions import Snooze, TaskNotFound
     from .functions import task
+    from .queue_control import QueueInfo, limit_queue, list_queues, pause_queue, resume_queue
     from .scheduled import (
         AbortResult,
         Result,

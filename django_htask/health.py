@@ -10,7 +10,8 @@ The scheduler is healthy when, at ``now``:
    due more than ``max_late`` seconds ago. Due and not yet started is what "late"
    means: a task still pending whose ``run_at`` is older than ``now - max_late``, a
    schedule whose ``next_run_at`` is (a fired occurrence moves ``next_run_at`` on, and
-   a started task is no longer pending).
+   a started task is no longer pending). The work of a paused queue waits by an
+   operator's decision: it is not late (the verdict names the queues paused).
 
 :func:`check_health` only reads (nothing is written, not even a heartbeat) and never
 raises for a database error: the error is the verdict.
@@ -28,7 +29,7 @@ from django.db import Error
 from django_htask import clock
 from django_htask.conf import get_settings
 from django_htask.db import scheduler_alias
-from django_htask.models import Node, Schedule, Task
+from django_htask.models import Node, Queue, Schedule, Task
 from django_htask.store.database import not_migrated
 
 __all__ = ["DEFAULT_MAX_LATE", "Verdict", "check_health", "parse_max_late", "parse_node"]
@@ -85,6 +86,8 @@ class Verdict:
     #: (a task's function, ``schedule NAME``).
     oldest_due: datetime | None = None
     oldest_due_name: str = ""
+    #: The queues paused (their work is not counted as due).
+    paused_queues: tuple[str, ...] = ()
 
     @property
     def database_ok(self) -> bool:
@@ -168,7 +171,8 @@ class Verdict:
             due = "nothing due"
         else:
             due = f"oldest due work {self.oldest_due_seconds:.0f}s ago: {self.oldest_due_name}"
-        return f"healthy: {nodes}{named}, {due} (max late {self.max_late:g}s)"
+        paused = f", queues paused: {', '.join(self.paused_queues)}" if self.paused_queues else ""
+        return f"healthy: {nodes}{named}, {due}{paused} (max late {self.max_late:g}s)"
 
     def as_json(self) -> dict[str, Any]:
         """The verdict for the health endpoint: facts only, no host names, pids or
@@ -187,6 +191,7 @@ class Verdict:
             "late_tasks": self.late_tasks,
             "late_schedules": self.late_schedules,
             "oldest_due_seconds": _round(self.oldest_due_seconds),
+            "paused_queues": list(self.paused_queues),
         }
 
 
@@ -254,9 +259,12 @@ def _look(now: datetime, max_late: float, node: str | None, using: str) -> dict[
     if node is not None:
         facts["node_state"], facts["node_heartbeat"] = _node_state(node, using, facts["live_nodes"])
     late_before = now - timedelta(seconds=max_late)
-    tasks = Task.objects.using(using)
+    paused = tuple(Queue.objects.using(using).filter(paused=True).values_list("name", flat=True))
+    facts["paused_queues"] = paused
+    tasks = Task.objects.using(using).exclude(queue_name__in=paused)
     facts["late_tasks"] = tasks.overdue(late_before).count()
     active = Schedule.objects.using(using).filter(enabled=True, broken="")
+    active = active.exclude(queue_name__in=paused)
     facts["late_schedules"] = active.filter(next_run_at__lt=late_before).count()
     task = tasks.due(now).order_by("run_at").values_list("run_at", "function")
     schedule = (

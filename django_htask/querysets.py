@@ -21,7 +21,7 @@ from django.db import models
 from django.db.models import Count, IntegerField, OuterRef, Q, Subquery
 
 from .enums import RunStatus, TaskStatus
-from .queues import QueueFilter
+from .queues import QueueFilter, QueueStates
 from .retention import FINAL_STATUSES, Cutoffs
 
 M = TypeVar("M", bound=models.Model)
@@ -36,6 +36,7 @@ __all__ = [
     "PLAIN_TASK_SQL",
     "SILENT_NODE_SQL",
     "NodeQuerySet",
+    "QueueQuerySet",
     "RunQuerySet",
     "TaskQuerySet",
     "claimable_params",
@@ -333,6 +334,21 @@ class TaskQuerySet(models.QuerySet[M]):
         rows = self.active().order_by().values_list("status").annotate(n=Count("id"))
         return dict(rows.values_list("status", "n"))
 
+    def by_queue(self) -> dict[str, tuple[int, int]]:
+        """Queue -> how many of its tasks are pending and running (queues with neither
+        absent): the pending and running rows only, read through an index that begins
+        with the status, never the finished ones."""
+        rows = self.active().order_by().values_list("queue_name", "status").annotate(n=Count("id"))
+        counts: dict[str, tuple[int, int]] = {}
+        for queue, status, n in rows.values_list("queue_name", "status", "n"):
+            pending, running = counts.get(queue, (0, 0))
+            if status == TaskStatus.PENDING:
+                pending += n
+            else:
+                running += n
+            counts[queue] = (pending, running)
+        return counts
+
 
 # -- runs of the last hour by outcome --------------------------------------------------------
 #: The seconds of runs "the last hour" holds.
@@ -365,3 +381,13 @@ class RunQuerySet(models.QuerySet[M]):
                 reaped=Count("id", filter=Q(reaped, status=RunStatus.FAILED)),
             )
         ]
+
+
+# -- the queues acted on -----------------------------------------------------------------------
+class QueueQuerySet(models.QuerySet[M]):
+    """The queue rows' verbs (``Queue.objects``)."""
+
+    def states(self) -> QueueStates:
+        """The queues paused and limited, as a node holds them (a handful of rows: the
+        queues an operator acted on)."""
+        return QueueStates.of(self.order_by().values_list("name", "paused", "max_running"))

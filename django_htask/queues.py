@@ -10,6 +10,10 @@ serve its queue::
     "*,-slow"    every queue but slow
     ""           none (a node run with --backend serves no schedules)
 
+What operators set on queues live (``pause_queue``, ``limit_queue``: the ``Queue``
+rows) reaches a node as :class:`QueueStates`: the queues paused, and the limits on how
+many tasks of a queue run at once across the nodes.
+
 Pure Python: no Django import.
 """
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["ALL", "DEFAULT_QUEUE", "NONE", "QueueFilter"]
+__all__ = ["ALL", "DEFAULT_QUEUE", "NONE", "NO_STATES", "QueueFilter", "QueueStates"]
 
 #: The queue of a task or schedule that names none.
 DEFAULT_QUEUE = "default"
@@ -91,6 +95,46 @@ class QueueFilter:
     def serves_all(self) -> bool:
         return self.only is None and not self.exclude
 
+    def without(self, names: frozenset[str]) -> QueueFilter:
+        """The queues served but ``names`` (itself when ``names`` is empty)."""
+        if not names:
+            return self
+        if self.only is None:
+            return QueueFilter(None, self.exclude | names)
+        return QueueFilter(self.only - names, self.exclude)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStates:
+    """The queues an operator paused, and those with a limit (``limits``: ``(name, at
+    most this many of its tasks running at once on all the nodes)``, by name); a queue
+    in neither runs as usual. What a node holds of the ``Queue`` rows."""
+
+    paused: frozenset[str] = frozenset()
+    limits: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[str, bool, int | None]]) -> QueueStates:
+        """From ``(name, paused, max_running)`` rows."""
+        rows = list(rows)
+        return cls(
+            frozenset(name for name, paused, _limit in rows if paused),
+            tuple(sorted((name, limit) for name, _paused, limit in rows if limit is not None)),
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.paused or self.limits)
+
+    def __str__(self) -> str:
+        """``paused a, b; limited c 5`` (``none paused or limited``)."""
+        parts = []
+        if self.paused:
+            parts.append(f"paused {', '.join(sorted(self.paused))}")
+        if self.limits:
+            parts.append("limited " + ", ".join(f"{name} {n}" for name, n in self.limits))
+        return "; ".join(parts) or "none paused or limited"
+
 
 ALL = QueueFilter()
 NONE = QueueFilter(frozenset())
+NO_STATES = QueueStates()

@@ -19,6 +19,9 @@ Tasks (:mod:`.tasks`)
     actions: cancel, send again (failed ones).
 Nodes (:mod:`.nodes`)
     live or dead from the heartbeat, with the work each holds.
+Queues (:mod:`.queues`)
+    paused or running, the limit (edited in the list), the tasks pending and running;
+    actions: pause, resume.
 Scheduler overview (:mod:`.overview`)
     one page (:class:`OverviewAdmin`, on the proxy model ``Overview``): the nodes, the
     last 24 hours and the next 24 hours, drawn as inline SVG
@@ -45,6 +48,7 @@ from .overview.layout import can_view_overview
 if apps.is_installed("django.contrib.admin"):
     from .nodes import NodeAdmin
     from .overview.views import OverviewAdmin
+    from .queues import QueueAdmin
     from .runs import RunAdmin
     from .schedules import ScheduleAdmin
     from .tasks import TaskAdmin
@@ -52,6 +56,7 @@ if apps.is_installed("django.contrib.admin"):
 __all__ = [
     "NodeAdmin",
     "OverviewAdmin",
+    "QueueAdmin",
     "RunAdmin",
     "ScheduleAdmin",
     "ScheduleForm",

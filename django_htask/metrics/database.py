@@ -2,7 +2,8 @@
 
 A handful of aggregate queries over indexed columns: the tasks pending and running (by
 status), the runs started in the last :data:`~django_htask.metrics.prometheus.WINDOW`
-seconds (by ``started_at``), the schedules due and the nodes not stopped. It only reads.
+seconds (by ``started_at``), the schedules due, the nodes not stopped and the queues
+acted on (paused, limited). It only reads.
 A database error is the gauge ``django_htask_database_up 0`` (and a warning logged),
 never a failed scrape.
 """
@@ -22,7 +23,7 @@ from django_htask import clock
 from django_htask.conf import get_settings
 from django_htask.db import scheduler_alias
 from django_htask.enums import CALLED
-from django_htask.models import Node, Run, Schedule, Task, TaskStatus
+from django_htask.models import Node, Queue, Run, Schedule, Task, TaskStatus
 from django_htask.querysets import due_task, node_is_live
 from django_htask.store import rules
 
@@ -53,6 +54,7 @@ class _Facts:
     tasks: list[Mapping[str, Any]] = field(default_factory=list)
     schedules: dict[str, Any] = field(default_factory=dict)
     nodes: list[tuple[str, datetime]] = field(default_factory=list)
+    queues: list[tuple[str, bool, int | None]] = field(default_factory=list)
 
 
 def _seconds(value: Any) -> float:
@@ -124,6 +126,7 @@ def _read(now: datetime, window: float, using: str) -> _Facts:
     facts.nodes = list(
         Node.objects.using(using).not_stopped().order_by("id").values_list("id", "last_heartbeat")
     )
+    facts.queues = list(Queue.objects.using(using).values_list("name", "paused", "max_running"))
     return facts
 
 
@@ -226,6 +229,25 @@ def _families(facts: _Facts, now: datetime, window: float) -> Iterator[Metric]:
     broken.add_metric([], schedules["broken"] or 0)
     yield broken
     yield from _node_families(facts, now)
+    yield from _queue_families(facts)
+
+
+def _queue_families(facts: _Facts) -> Iterator[Metric]:
+    paused = _gauge(
+        "django_htask_queue_paused",
+        "1 for a queue paused (htask queue pause), 0 for one acted on and running, by queue.",
+        ("queue",),
+    )
+    limit = _gauge(
+        "django_htask_queue_limit",
+        "The most tasks of a limited queue running at once on all nodes, by queue.",
+        ("queue",),
+    )
+    for name, is_paused, max_running in facts.queues:
+        paused.add_metric([name], 1 if is_paused else 0)
+        if max_running is not None:
+            limit.add_metric([name], max_running)
+    yield from (paused, limit)
 
 
 def _run_families(facts: _Facts, hour: str, window: float) -> Iterator[Metric]:

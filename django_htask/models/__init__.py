@@ -1,4 +1,4 @@
-"""The scheduler's tables: schedules, one-off tasks, runs and nodes.
+"""The scheduler's tables: schedules, one-off tasks, runs, nodes and queues.
 
 The database is the source of truth. A :class:`Schedule` keeps its ``next_run_at``
 current on every save and every fire, so a node loads it without evaluating any cron.
@@ -8,11 +8,11 @@ one counter that only grows, on every insert and update, including
 the last one it saw.
 
 One module per model family: :mod:`~django_htask.models.schedule`,
-:mod:`~django_htask.models.task`, :mod:`~django_htask.models.run` and
-:mod:`~django_htask.models.node`; the columns they share (ranges, validators, the
-public token) in :mod:`~django_htask.models.fields` and their manager in
-:mod:`~django_htask.models.managers`. Django finds every model here, in the app's
-``models`` module, and so do the migrations (``django_htask.models.InRange``...).
+:mod:`~django_htask.models.task`, :mod:`~django_htask.models.run`,
+:mod:`~django_htask.models.node` and :mod:`~django_htask.models.queue`; the columns
+they share (ranges, validators, the public token) in :mod:`~django_htask.models.fields`
+and their manager in :mod:`~django_htask.models.managers`. Django finds every model
+here, in the app's ``models`` module, and so do the migrations (``django_htask.models.InRange``...).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ __all__ = [
     "Origin",
     "Overlap",
     "Overview",
+    "Queue",
     "RetryJitter",
     "RetryKind",
     "Run",
@@ -98,6 +99,7 @@ from .fields import (
 from .fields import ExceptionNames as ExceptionNames
 from .managers import SchedulerManager as SchedulerManager
 from .node import Node, Overview
+from .queue import Queue
 from .run import Run
 from .schedule import Schedule
 from .task import CLAIM_INDEX as CLAIM_INDEX

@@ -8,7 +8,7 @@ from typing import TypeVar
 from django.db import models
 
 from django_htask.db import configured_alias
-from django_htask.querysets import NodeQuerySet, RunQuerySet, TaskQuerySet
+from django_htask.querysets import NodeQuerySet, QueueQuerySet, RunQuerySet, TaskQuerySet
 
 M = TypeVar("M", bound=models.Model)
 
@@ -30,3 +30,4 @@ class SchedulerManager(models.Manager[M]):
 TaskManager = SchedulerManager.from_queryset(TaskQuerySet)
 RunManager = SchedulerManager.from_queryset(RunQuerySet)
 NodeManager = SchedulerManager.from_queryset(NodeQuerySet)
+QueueManager = SchedulerManager.from_queryset(QueueQuerySet)

@@ -106,7 +106,7 @@ class Firing:
         """Hold ``ref`` with a timer at its due time, or let it go. With several nodes,
         a schedule this node stands by for gets its timer the standby delay later (none
         while its owner is suspected of being gone)."""
-        owner: str | None = "" if self.ctx.serving.schedules.serves(ref.queue) else None
+        owner: str | None = "" if self.ctx.serving.fires(ref.queue) else None
         delay = 0.0
         if self.roles is not None and owner is not None:
             owner = self.roles.holding(ref.id, ref.queue)
@@ -137,6 +137,14 @@ class Firing:
         for schedule_id, held in self._table.items():
             if owner is None or held.owner == owner:
                 self.place(ScheduleRef(schedule_id, held.due, held.version, queue=held.queue))
+
+    def hold_again(self, queues: frozenset[str]) -> None:
+        """Hold the schedules of ``queues`` again (resumed: they were let go while
+        paused), from a full read; an occurrence that fell due meanwhile fires at once."""
+        refs, _top = self.ctx.store.load_schedules()
+        for ref in refs:
+            if ref.queue in queues:
+                self.place(ref)
 
     def clear(self) -> None:
         self._table.clear()
@@ -171,7 +179,8 @@ class Firing:
         ctx = self.ctx
         standby_for = held.owner if held is not None else ""
         row = ctx.store.get_schedule(schedule_id)
-        if row is None or not row.enabled or row.next_run_at is None:
+        if row is None or not row.enabled or row.next_run_at is None or self._paused(row):
+            self._delayed.pop(schedule_id, None)
             self.drop(schedule_id)
             return
         now = ctx.clock.now()
@@ -224,6 +233,10 @@ class Firing:
             self.place(ScheduleRef(row.id, next_run_at, row.version, True, row.queue_name))
         for run_id, outcome in zip(ids[len(runs) - len(started) :], started, strict=True):
             self._start_run(row, run_id, outcome)
+
+    def _paused(self, row: ScheduleRow) -> bool:
+        """Whether ``row``'s queue was paused since it was held."""
+        return not self.ctx.serving.fires(row.queue_name)
 
     def _break(self, schedule_id: int, row: ScheduleRow | None, why: str) -> None:
         """Stop firing a schedule the node cannot use: a failed run and the schedule's

@@ -5,8 +5,9 @@ A node whose store supports several nodes (PostgreSQL; see
 
 Listening
     the store's listener (LISTEN/NOTIFY on PostgreSQL) wakes the node when a schedule
-    or a task changes in any process; the node's slow poll stays as the safety net for
-    a lost notification. A listener that reconnects wakes the node once more.
+    or a task changes in any process, and has it read the queue states again when a
+    queue does; the node's slow poll stays as the safety net for a lost notification.
+    A listener that reconnects wakes the node once more.
 Partitioning
     each node holds only its share of the schedules: a schedule belongs to the live
     node serving its queue with the highest rendezvous hash (see
@@ -170,12 +171,19 @@ class Membership:
     nodes into ``roles`` and has ``firing`` hold the schedules again."""
 
     def __init__(
-        self, ctx: NodeContext, roles: NodeRoles, firing: Firing, wake: Callable[[], None]
+        self,
+        ctx: NodeContext,
+        roles: NodeRoles,
+        firing: Firing,
+        wake: Callable[[], None],
+        on_queues: Callable[[], None],
     ) -> None:
         self.ctx = ctx
         self.roles = roles
         self.firing = firing
         self._wake = wake
+        #: Asks for the queue states to be read again (a queue changed).
+        self._on_queues = on_queues
         self._listener: Listening | None = None
         self._load_owed = False  # a rebalance whose full read of the schedules failed
         self.refresher: Once = ctx.control.once(self._refresh_now)
@@ -205,12 +213,15 @@ class Membership:
     def _on_notify(self, payload: str) -> None:
         if payload == "node":
             self.refresher.request()
+        elif payload == "queue":
+            self._on_queues()
         else:
             self._wake()
 
     def _on_reconnect(self) -> None:
         self._wake()
         self.refresher.request()
+        self._on_queues()
 
     # -- the members (the control thread) --------------------------------------------
     @property

@@ -26,7 +26,7 @@ from django_htask.conf import POOLS, HtaskSettings, get_settings
 from django_htask.engine import Clock
 from django_htask.engine import Scheduler as EngineScheduler
 from django_htask.exceptions import NodeFenced
-from django_htask.queues import ALL, QueueFilter
+from django_htask.queues import ALL, QueueFilter, QueueStates
 from django_htask.retry import RetryPolicy
 from django_htask.store import (
     DJANGO_CONNECTIONS,
@@ -43,6 +43,7 @@ from .liveness import Liveness
 from .membership import Membership, NodeRoles
 from .processes import ProcessPool
 from .pruning import Pruner
+from .queues import QueueWatch
 from .shutdown import shut_down, shut_down_fenced
 from .supervisor import ABORTED, Supervisor
 from .tasks import GATHER, TaskDispatch
@@ -196,6 +197,8 @@ class Node:
         )
         if sync is not None:
             self._with_retry(lambda: store.attempt(sync))
+        states = self._with_retry(store.queue_states)  # started while paused: paused
+        self.serving = dataclasses.replace(self.serving, states=states)
         parts = self._parts = self._wire()
         if store.single_host:
             self._with_retry(parts.liveness.declare_gone_predecessors)
@@ -252,14 +255,15 @@ class Node:
         firing = Firing(ctx, supervisor, roles)
         gather = GATHER if self.processes is not None else 0.0
         tasks = TaskDispatch(ctx, supervisor, self.max_tasks, self._stop_when_done, gather)
+        queues = QueueWatch(ctx, firing, tasks)
         membership = None
         if roles is not None:
-            membership = Membership(ctx, roles, firing, self.wake)
+            membership = Membership(ctx, roles, firing, self.wake, queues.request.request)
         on_beat = membership.refresher.request if membership is not None else _nothing
         liveness = Liveness(ctx, self._on_fenced, self.wake, on_beat)
         waker = control.once(self._on_wake)
         pruner = Pruner(ctx, self._prune_turn)
-        return _Parts(ctx, firing, tasks, liveness, membership, waker, supervisor, pruner)
+        return _Parts(ctx, firing, tasks, liveness, membership, waker, supervisor, queues, pruner)
 
     def _prune_turn(self) -> bool:
         """Whether this node prunes now: the live node with the smallest id does (a
@@ -347,6 +351,7 @@ class Node:
 
         def look() -> None:
             self.store.refresh()
+            self.parts.queues.refresh()
             self._look()
 
         ok = control.guarded(look, "poll")
@@ -412,6 +417,11 @@ class Node:
     def owned_schedules(self) -> dict[int, datetime]:
         return self._parts.firing.owned() if self._parts is not None else {}
 
+    @property
+    def queue_states(self) -> QueueStates:
+        """The queues paused and limited, as the node last read them."""
+        return self._parts.ctx.serving.states if self._parts is not None else self.serving.states
+
     def next_task_wake(self) -> datetime | None:
         """When the node looks for due one-off tasks next (its timer), if it has one."""
         handle = self._parts.tasks.next_wake() if self._parts is not None else None
@@ -445,4 +455,5 @@ class _Parts:
     membership: Membership | None
     waker: Once
     supervisor: Supervisor
+    queues: QueueWatch
     pruner: Pruner

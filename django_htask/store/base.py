@@ -32,11 +32,11 @@ from __future__ import annotations
 import abc
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from django_htask.queues import ALL, QueueFilter
+from django_htask.queues import ALL, DEFAULT_QUEUE, QueueFilter, QueueStates
 from django_htask.retention import Cutoffs
 from django_htask.retry import RetryPolicy
 
@@ -68,6 +68,7 @@ __all__ = [
     "SERVE_ALL",
     "Abandoned",
     "Gated",
+    "Holding",
     "Listening",
     "Pruned",
     "RetryColumns",
@@ -78,6 +79,7 @@ __all__ = [
     "StartedTask",
     "Store",
     "ThreadConnections",
+    "open_queues",
     "pick_gated",
 ]
 
@@ -93,51 +95,73 @@ class Listening(Protocol):
 
 
 class Gated(NamedTuple):
-    """A pending due task with a lock or a limit, as a claim weighs it."""
+    """A pending due task with a lock or a limit (its own, or its queue's), as a claim
+    weighs it."""
 
     id: int
     lock: str | None
     function: str
     max_running: int | None
+    queue: str = DEFAULT_QUEUE
 
 
-def holders(rows: Iterable[tuple[str | None, str]]) -> tuple[set[str], Counter[str]]:
-    """The locks held and how many tasks each function runs, of the ``(lock,
-    function)`` of the tasks holding them (the rule of
-    :func:`~django_htask.querysets.task_is_holding`): what :func:`pick_gated` weighs."""
-    held: set[str] = set()
-    running: Counter[str] = Counter()
-    for lock, function in rows:
-        running[function] += 1
+class Holding(NamedTuple):
+    """What the tasks running hold, as :func:`pick_gated` weighs it: the locks held,
+    and how many tasks each function and each queue runs."""
+
+    locks: set[str]
+    functions: Counter[str]
+    queues: Counter[str]
+
+
+def holders(rows: Iterable[tuple[str | None, str, str]]) -> Holding:
+    """What the tasks holding their places hold, of their ``(lock, function, queue)``
+    (the rule of :func:`~django_htask.querysets.task_is_holding`)."""
+    held = Holding(set(), Counter(), Counter())
+    for lock, function, queue in rows:
+        held.functions[function] += 1
+        held.queues[queue] += 1
         if lock is not None:
-            held.add(lock)
-    return held, running
+            held.locks.add(lock)
+    return held
 
 
 def pick_gated(
-    candidates: Iterable[Gated], held: set[str], running: Counter[str], limit: int
+    candidates: Iterable[Gated], held: Holding, limit: int, limits: Mapping[str, int] = {}
 ) -> list[Gated]:
     """The ``candidates`` (in the claim's order) a claim starts, at most ``limit``: a
-    task whose lock is not in ``held`` (the locks of the tasks running with an
-    unexpired lease) and whose function has fewer than its ``max_running`` tasks
-    ``running``. A lock is decided by its first candidate: when that one cannot start
-    (its function is full), no later one of the lock starts before it. ``held`` gets
-    every lock seen and ``running`` the tasks picked, so a claim reading its candidates
-    page by page calls it again with the same two. The one rule of every store
-    (docs/howto-exactly-one.md)."""
+    task whose queue has fewer than its limit (``limits``, by queue) running, whose lock
+    is not held (by the tasks running with an unexpired lease) and whose function has
+    fewer than its ``max_running`` tasks running. A task of a full queue is passed over
+    as if it were not there (as a paused queue's); a lock is decided by its first
+    candidate otherwise: when that one cannot start (its function is full), no later
+    one of the lock starts before it. ``held`` gets every lock seen and the places of
+    the tasks picked, so a claim reading its candidates page by page calls it again
+    with the same one. The one rule of every store (docs/howto-exactly-one.md)."""
     picked: list[Gated] = []
     for task in candidates:
         if len(picked) >= limit:
             break
+        cap = limits.get(task.queue) if limits else None
+        if cap is not None and held.queues[task.queue] >= cap:
+            continue
         if task.lock is not None:
-            if task.lock in held:
+            if task.lock in held.locks:
                 continue
-            held.add(task.lock)  # taken now, or waiting behind this one
-        if task.max_running is not None and running[task.function] >= task.max_running:
+            held.locks.add(task.lock)  # taken now, or waiting behind this one
+        if task.max_running is not None and held.functions[task.function] >= task.max_running:
             continue
         picked.append(task)
-        running[task.function] += 1
+        held.functions[task.function] += 1
+        held.queues[task.queue] += 1
     return picked
+
+
+def open_queues(limits: Mapping[str, int], held: Holding) -> list[tuple[str, int]]:
+    """The limited queues with room, by name, and how many more of their tasks may
+    start: after the tasks with a lock or a limit of their own are picked, a claim
+    takes up to that many of each one's other tasks (in the claim's order)."""
+    return [(q, n - held.queues[q]) for q, n in sorted(limits.items()) if held.queues[q] < n]
 
 
 class Store(abc.ABC):
@@ -160,8 +184,9 @@ class Store(abc.ABC):
         retry_max: float,
         name: str,
     ) -> Listening | None:
-        """Call ``on_notify(payload)`` when a schedule, a task or a node changes in any
-        process (``payload``: ``schedule``, ``task`` or ``node``); ``on_reconnect`` after
+        """Call ``on_notify(payload)`` when a schedule, a task, a node or a queue changes
+        in any process (``payload``: ``schedule``, ``task``, ``node`` or ``queue``);
+        ``on_reconnect`` after
         notifications may have been lost. None when the store cannot (its nodes poll)."""
         return self._listen(ListenTo(on_notify, on_reconnect, retry, retry_max, name))
 
@@ -327,9 +352,10 @@ class Store(abc.ABC):
         self, now: datetime, serving: Serving = SERVE_ALL
     ) -> tuple[bool, datetime | None]:
         """Whether a pending task nobody holds could be claimed at ``now`` (one with a
-        lock or a limit only if :func:`pick_gated` would start it), and when the first
-        pending task due after ``now`` is, among those ``serving`` covers (reads only:
-        nothing is claimed)."""
+        lock or a limit, or of a limited queue, only if :func:`pick_gated` would start
+        it), and when the first pending task due after ``now`` is, among those
+        ``serving`` covers (a paused queue's are not: :attr:`Serving.claimed`). Reads
+        only: nothing is claimed."""
 
     def start_tasks(
         self,
@@ -341,12 +367,14 @@ class Store(abc.ABC):
         finished: list[RunOutcome] | None = None,
         serving: Serving = SERVE_ALL,
     ) -> list[StartedTask]:
-        """Claim up to ``limit`` due tasks nobody holds that ``serving`` covers, highest
-        priority first, then oldest, and mark them running (one attempt each) under a
-        lease until ``lease_until``. Tasks with a lock or a limit are weighed first, by
-        :func:`pick_gated`, serialised per lock and function across the nodes; the
-        others fill the rest of ``limit``. Only ask for what workers take at once: a started
-        task that never finishes has used its attempt. ``finished`` runs are written
+        """Claim up to ``limit`` due tasks nobody holds that ``serving`` covers (none
+        of a paused queue), highest priority first, then oldest, and mark them running
+        (one attempt each) under a lease until ``lease_until``. Tasks with a lock or a
+        limit are weighed first, by :func:`pick_gated`, then the other tasks of the
+        limited queues with room (:func:`open_queues`), serialised per lock, function
+        and limited queue across the nodes; the others fill the rest of ``limit``. Only
+        ask for what workers take at once: a started task that never finishes has used
+        its attempt. ``finished`` runs are written
         first, in the same transaction (what :meth:`record` does). The started tasks
         come back highest priority first."""
         if limit <= 0 and not finished:
@@ -373,6 +401,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def count_pending_tasks(self) -> int: ...
+
+    @abc.abstractmethod
+    def queue_states(self) -> QueueStates:
+        """The queues paused and limited (the ``Queue`` rows). Reads only."""
 
     # -- maintenance -----------------------------------------------------------------
     @abc.abstractmethod

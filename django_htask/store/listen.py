@@ -17,7 +17,7 @@ __all__ = ["CHANNEL", "Listener", "connection_params"]
 
 logger = logging.getLogger(__name__)
 
-#: The LISTEN/NOTIFY channel; payloads are ``schedule``, ``task`` and ``node``.
+#: The LISTEN/NOTIFY channel; payloads are ``schedule``, ``task``, ``node`` and ``queue``.
 CHANNEL = "django_htask"
 
 

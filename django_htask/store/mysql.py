@@ -381,6 +381,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
     supports_several_nodes = True
     _fence_lock = " LOCK IN SHARE MODE"
     _gated_predicate = f"{GATED_COLUMN} = 1"
+    _plain_predicate = MYSQL_PLAIN
     # The optimizer, on a small table or stale statistics, sometimes reads the whole
     # table instead (1 run in 6 of the plan's test): the index is named, as on SQLite.
     _gated_indexed_by = f" FORCE INDEX ({GATED_INDEX})"
@@ -424,7 +425,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         took every candidate, the claim index is read with a lock after all."""
         node_id, now, limit, lease_until, _finished, serving = c
         adapt = self.connection.ops.adapt_datetimefield_value
-        served, served_params = served_sql(serving)
+        served, served_params = served_sql(serving, plain=True)
         due = f"{CLAIMABLE_SQL} AND {MYSQL_PLAIN}{served}"
         due_params = [*claimable_params(adapt(now)), *served_params]
         order = "ORDER BY priority DESC, run_at, id LIMIT %s"

@@ -12,7 +12,7 @@ import hashlib
 
 from django.db.backends.utils import CursorWrapper
 
-from django_htask.models import Node, Schedule, Task
+from django_htask.models import Node, Queue, Schedule, Task
 
 from .listen import CHANNEL
 
@@ -21,6 +21,7 @@ __all__ = ["FINGERPRINT", "PER_XACT", "QUIET", "SEQ", "STATEMENTS", "TRIGGERS", 
 SCHEDULE = Schedule._meta.db_table
 TASK = Task._meta.db_table
 NODE = Node._meta.db_table
+QUEUE = Queue._meta.db_table
 
 #: Transaction-local setting that silences the NOTIFY triggers for node bookkeeping.
 QUIET = "django_htask.quiet"
@@ -37,12 +38,19 @@ def _statements() -> tuple[str, ...]:
         (TASK, "task", "INSERT OR UPDATE OR DELETE"),
         # not every heartbeat: only a node joining, stopping or declared dead
         (NODE, "node", "INSERT OR UPDATE OF stopped_at OR DELETE"),
+        # a queue paused, resumed or limited (pause_queue, the admin)
+        (QUEUE, "queue", "INSERT OR UPDATE OR DELETE"),
     ):
-        notify_triggers += [
-            f"DROP TRIGGER IF EXISTS {table}_notify ON {table}",
+        # A table a migration has not made yet (the install that migration 0001 runs)
+        # gets its trigger at the install after migrate: until then TRIGGERS are not
+        # all there, and current() says so.
+        notify_triggers.append(
+            f"DO $$ BEGIN IF to_regclass('{table}') IS NOT NULL THEN "
+            f"DROP TRIGGER IF EXISTS {table}_notify ON {table}; "
             f"CREATE TRIGGER {table}_notify AFTER {events} ON {table} "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION django_htask_notify('{payload}')",
-        ]
+            f"FOR EACH STATEMENT EXECUTE FUNCTION django_htask_notify('{payload}'); "
+            "END IF; END $$"
+        )
     return (
         f"""
         CREATE OR REPLACE FUNCTION django_htask_version() RETURNS trigger
@@ -81,6 +89,7 @@ STATEMENTS = _statements()
 #: ``django_htask_notify()``, so a node starting finds them current without a lock.
 TRIGGERS = (
     f"{NODE}_notify",
+    f"{QUEUE}_notify",
     f"{SCHEDULE}_notify",
     f"{SCHEDULE}_version",
     f"{TASK}_notify",

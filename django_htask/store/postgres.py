@@ -14,8 +14,9 @@ Versions
     highest version seen". Rows near the horizon may be read twice; placing a schedule
     is idempotent. An update that sets ``version`` itself is left alone.
 Notifications
-    Statement-level triggers on the schedule, task and node tables ``NOTIFY`` the
-    channel ``django_htask`` (payload ``schedule``, ``task`` or ``node``) on every
+    Statement-level triggers on the schedule, task, node and queue tables ``NOTIFY``
+    the channel ``django_htask`` (payload ``schedule``, ``task``, ``node`` or
+    ``queue``) on every
     insert, update or delete, whoever makes it: a model ``save()``, ``QuerySet.update()``
     or raw SQL. The nodes' own bookkeeping (claims, fires, results, leases) runs with
     the transaction-local setting ``django_htask.quiet`` on, so a busy cluster does not

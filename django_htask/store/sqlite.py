@@ -156,6 +156,7 @@ class SQLiteStore(DatabaseStore):
     vendor = "sqlite"
     single_host = True  # a SQLite file is shared by the processes of one host
     _gated_indexed_by = f" INDEXED BY {GATED_INDEX}"
+    _claim_indexed_by = f" INDEXED BY {CLAIM_INDEX}"
 
     def install(self) -> None:
         install(self.connection)

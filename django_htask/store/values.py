@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django_htask.enums import RunStatus
-from django_htask.queues import ALL, DEFAULT_QUEUE, QueueFilter
+from django_htask.queues import ALL, DEFAULT_QUEUE, NO_STATES, QueueFilter, QueueStates
 from django_htask.retry import RetryPolicy, split_names
 
 __all__ = [
@@ -43,15 +43,43 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class Serving:
     """Which tasks a node runs: those of ``queues``; with a ``backend`` alias, only the
-    django.tasks tasks enqueued through it (and no schedule)."""
+    django.tasks tasks enqueued through it (and no schedule). ``states``: the queues
+    paused (none of their tasks is claimed, none of their schedules fired) and limited
+    (their tasks are weighed as tasks with a limit), as the node last read them."""
 
     queues: QueueFilter = ALL
     backend: str | None = None
+    states: QueueStates = NO_STATES
 
     @property
     def schedules(self) -> QueueFilter:
-        """The queues whose schedules the node fires."""
+        """The queues whose schedules the node fires, paused or not (what its ``Node``
+        row says, for sharing out the schedules)."""
         return QueueFilter(frozenset()) if self.backend is not None else self.queues
+
+    def fires(self, queue: str) -> bool:
+        """Whether the node fires the schedules of ``queue`` now (served, not paused)."""
+        return self.schedules.serves(queue) and queue not in self.states.paused
+
+    @property
+    def claimed(self) -> QueueFilter:
+        """The queues whose tasks a claim may take: served and not paused."""
+        return self.queues.without(self.states.paused)
+
+    @property
+    def plain(self) -> QueueFilter:
+        """The queues whose tasks without a lock or a limit of their own are claimed
+        as plain tasks: :attr:`claimed`, less the limited queues (whose every task is
+        weighed against its queue's limit)."""
+        if not self.states.limits:
+            return self.claimed
+        return self.claimed.without(frozenset(name for name, _n in self.states.limits))
+
+    @property
+    def limits(self) -> dict[str, int]:
+        """The limit of each queue a claim may take tasks of."""
+        claimed = self.claimed
+        return {name: n for name, n in self.states.limits if claimed.serves(name)}
 
 
 SERVE_ALL = Serving()

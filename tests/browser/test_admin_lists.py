@@ -189,3 +189,29 @@ def test_the_lists_fit_a_laptop_screen_with_times_to_the_second_and_zone(
     expect(page.locator("#result_list tbody tr")).to_have_count(1)
     assert_fits(page, "nodes")
     assert times_in(page, "heartbeat") == [["2030-01-01 01:00:00 CET"]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_queue_list_fits_and_pauses_resumes_and_limits_a_queue(
+    a_site: None, live_server: LiveServer, page: Page
+) -> None:
+    from django_htask import pause_queue
+    from django_htask.models import Queue
+
+    pause_queue("reports")
+    log_in(page, live_server.url)
+    page.goto(f"{live_server.url}/admin/django_htask/overview/")
+    page.click("#htask-card-queues a")
+    expect(page.locator("#result_list tbody tr")).to_have_count(2)  # default: its tasks
+    assert_fits(page, "queues")
+    reports = page.locator("#result_list tbody tr", has_text="reports")
+    expect(reports.locator("td.field-state")).to_have_text("paused since 2030-01-01 01:00:00 CET")
+    reports.locator("input.action-select").check()
+    page.select_option("select[name=action]", "resume")
+    page.click("button[name=index]")
+    expect(page.locator(".messagelist")).to_contain_text("1 queue(s) resumed")
+    reports.locator("input[name$=max_running]").fill("2")
+    page.click("input[name=_save]")
+    expect(reports.locator("input[name$=max_running]")).to_have_value("2")
+    assert Queue.objects.states().limits == (("reports", 2),)
+    assert not Queue.objects.states().paused

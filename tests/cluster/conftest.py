@@ -18,7 +18,10 @@ from tests.acceptance.conftest import Scheduler
 from tests.cluster.site import ClusterSite, MariaDBSite
 
 SETTINGS = "tests.cluster.settings"
-TABLES = "django_htask_run, django_htask_task, django_htask_schedule, django_htask_node"
+TABLES = (
+    "django_htask_run, django_htask_task, django_htask_schedule, django_htask_node, "
+    "django_htask_queue"
+)
 
 
 def connect(autocommit: bool = True) -> Any:

@@ -73,6 +73,7 @@ def test_install_is_idempotent_and_creates_the_triggers(store: PostgresStore) ->
         names = [r[0] for r in cursor.fetchall()]
     assert names == [
         "django_htask_node_notify",
+        "django_htask_queue_notify",
         "django_htask_schedule_notify",
         "django_htask_schedule_version",
         "django_htask_task_notify",
@@ -174,6 +175,13 @@ def test_saves_updates_and_raw_sql_notify(listen: Callable[[float], list[str]]) 
     assert listen(2) == ["task"]  # one notification per statement, not per row
     Task.objects.all().delete()
     assert listen(2) == ["task"]
+    from django_htask import limit_queue, pause_queue, resume_queue
+
+    pause_queue("slow")  # the row made, then paused: one transaction
+    assert set(listen(2)) == {"queue"}
+    limit_queue("slow", 2)
+    resume_queue("slow")
+    assert listen(2) == ["queue", "queue"]
 
 
 def test_node_bookkeeping_does_not_notify(

@@ -18,7 +18,7 @@ import pytest
 from django_htask.engine import FakeClock
 from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import NodeFenced, NotMigrated, StoreUnavailable
-from django_htask.queues import QueueFilter
+from django_htask.queues import QueueFilter, QueueStates
 from django_htask.retry import RetryPolicy
 from django_htask.store import Abandoned, RunOutcome, ScheduleRow, Serving, Store, get_store
 from django_htask.store.base import DEFAULT_RETRY, RETRY_COLUMNS, RetryColumns
@@ -106,6 +106,24 @@ class Kit:
         if task_id is not None:
             return abort(self.task(task_id).token) == AbortResult.REQUESTED
         return abort_runs([run_id or 0]) == 1
+
+    def set_queue(self, name: str, *, paused: bool | None = None, limit: int | None = 0) -> Serving:
+        """Pause or resume queue ``name`` (``paused``), or set its limit (None: none; 0
+        leaves it), as an operator does; return what a node serving every queue then
+        reads (:meth:`Store.queue_states`)."""
+        if self.memory is not None:
+            changes: dict[str, Any] = {} if paused is None else {"paused": paused}
+            if limit != 0:
+                changes["max_running"] = limit
+            self.memory.set_queue(name, **changes)
+        else:
+            from django_htask import limit_queue, pause_queue, resume_queue
+
+            if paused is not None:
+                (pause_queue if paused else resume_queue)(name)
+            if limit != 0:
+                limit_queue(name, limit)
+        return Serving(states=self.store.queue_states())
 
     def register(self, *node_ids: str, at: datetime = NOW) -> None:
         for n, node_id in enumerate(node_ids):
@@ -926,6 +944,60 @@ def test_a_reaped_holder_releases_its_lock(kit: Kit) -> None:
     kit.store.reap("alive", later, later - timedelta(seconds=60), RETRY)
     assert kit.task(held).status == TaskStatus.FAILED
     assert started_ids(kit, "alive", at=later) == [waiting]
+
+
+# -- queues paused and limited ------------------------------------------------------------
+def test_queue_states_are_read_as_operators_set_them(kit: Kit) -> None:
+    assert kit.store.queue_states() == QueueStates()
+    kit.set_queue("b", limit=3)
+    kit.set_queue("a", paused=True)
+    kit.set_queue("c", paused=True, limit=1)
+    assert kit.store.queue_states() == QueueStates(frozenset({"a", "c"}), (("b", 3), ("c", 1)))
+    kit.set_queue("c", paused=False, limit=None)
+    assert kit.store.queue_states() == QueueStates(frozenset({"a"}), (("b", 3),))
+
+
+def test_a_paused_queue_s_tasks_are_neither_claimed_nor_due(kit: Kit) -> None:
+    kit.register("n1")
+    slow = kit.add_tasks(2, queue_name="slow")
+    locked = kit.add_tasks(1, queue_name="slow", lock="l")
+    kit.add_tasks(1, NOW + timedelta(seconds=5), queue_name="slow")
+    other = kit.add_tasks(1)
+    paused = kit.set_queue("slow", paused=True)
+    assert kit.store.task_outlook(NOW, paused) == (True, None)
+    assert started_ids(kit, "n1", serving=paused) == other
+    assert kit.store.task_outlook(NOW, paused) == (False, None)  # nothing to spin on
+    assert started_ids(kit, "n1", serving=paused) == []
+    resumed = kit.set_queue("slow", paused=False)
+    assert kit.store.task_outlook(NOW, resumed) == (True, NOW + timedelta(seconds=5))
+    assert sorted(started_ids(kit, "n1", serving=resumed)) == sorted([*slow, *locked])
+
+
+def test_a_queue_limit_bounds_its_tasks_running_on_all_nodes(kit: Kit) -> None:
+    kit.register("n1", "n2")
+    limited = kit.add_tasks(4, NOW - timedelta(seconds=2), queue_name="q")
+    locked = kit.add_tasks(1, NOW - timedelta(seconds=1), queue_name="q", lock="l")
+    other = kit.add_tasks(2, NOW)
+    serving = kit.set_queue("q", limit=2)
+    assert started_ids(kit, "n1", 1, serving=serving) == locked  # a lock's weighed first
+    assert sorted(started_ids(kit, "n2", serving=serving)) == sorted([limited[0], *other])
+    assert started_ids(kit, "n1", serving=serving) == []  # two of q run: its limit
+    assert kit.store.task_outlook(NOW, serving) == (False, None)  # full: not due
+    done = [outcome({"task_id": locked[0]}, gated=True)]
+    assert started_ids(kit, "n1", finished=done, serving=serving) == limited[1:2]
+    assert kit.set_queue("q", limit=None) == Serving()  # no limit: the rest go
+    assert started_ids(kit, "n2", serving=Serving()) == limited[2:]
+
+
+def test_a_full_queue_s_task_holds_back_no_other_task_of_its_lock(kit: Kit) -> None:
+    kit.register("n1")
+    kit.add_tasks(1, NOW - timedelta(seconds=3), queue_name="q")
+    serving = kit.set_queue("q", limit=1)
+    assert len(started_ids(kit, "n1", serving=serving)) == 1  # q is full
+    first = kit.add_tasks(1, NOW - timedelta(seconds=2), queue_name="q", lock="l")
+    second = kit.add_tasks(1, NOW - timedelta(seconds=1), lock="l")
+    assert started_ids(kit, "n1", serving=serving) == second
+    assert kit.task(first[0]).status == TaskStatus.PENDING
 
 
 def test_the_end_of_a_gated_task_is_told_to_the_other_nodes(kit: Kit) -> None:

@@ -15,8 +15,9 @@ from django.db import DatabaseError, connection
 
 from django_htask.exceptions import NodeFenced
 from django_htask.models import Node, Run, RunStatus, Schedule, Task
+from django_htask.queues import QueueStates
 from django_htask.retry import RetryPolicy
-from django_htask.store import RunOutcome, Store, get_store
+from django_htask.store import RunOutcome, Serving, Store, get_store
 from django_htask.store.database import DatabaseStore
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -183,15 +184,18 @@ def concurrent_claims_respect_locks_and_limits(
     store: Store, make_tasks: Callable[..., list[int]], rounds: int
 ) -> None:
     """Four nodes claim at the same instant (a barrier), each on a store connection of
-    its own, ``rounds`` times over: one task of the lock starts, and two of the limited
-    function (another function: a limit counts every running task of its function)."""
+    its own, ``rounds`` times over: one task of the lock starts, two of the limited
+    function (another function: a limit counts every running task of its function),
+    and two of the queue limited to two."""
     nodes = [f"n{i}" for i in range(4)]
     for n, node_id in enumerate(nodes):
         store.register_node(node_id, "host", n + 1, "0", NOW)
+    serving = Serving(states=QueueStates(limits=(("q", 2),)))
     for _round in range(rounds):
         Task.objects.all().delete()
         locked = set(make_tasks(4, lock="account:7"))
         limited = set(make_tasks(6, function=f"{ADD}_limited", max_running=2))
+        queued = set(make_tasks(6, queue_name="q"))
         barrier = threading.Barrier(len(nodes))
         results: dict[str, list[int]] = {}
 
@@ -200,7 +204,8 @@ def concurrent_claims_respect_locks_and_limits(
             try:
                 mine.task_outlook(NOW)  # connected before the barrier
                 barrier.wait(10)
-                into[node_id] = [t.id for t in mine.start_tasks(node_id, NOW, 5, LEASE)]
+                started = mine.start_tasks(node_id, NOW, 5, LEASE, serving=serving)
+                into[node_id] = [t.id for t in started]
             finally:
                 mine.close()
 
@@ -214,6 +219,7 @@ def concurrent_claims_respect_locks_and_limits(
         assert len(started) == len(set(started))
         assert len(locked & set(started)) == 1, results
         assert len(limited & set(started)) == 2, results
+        assert len(queued & set(started)) == 2, results
 
 
 def a_node_is_declared_dead_only_after_its_write_in_flight_commits(

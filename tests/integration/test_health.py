@@ -157,6 +157,25 @@ def test_a_task_due_long_ago_and_an_overdue_schedule_are_late(fake_clock: FakeCl
 
 
 @db
+def test_a_paused_queue_s_work_is_not_late_and_the_queue_is_named(fake_clock: FakeClock) -> None:
+    from django_htask import pause_queue
+
+    schedule_row("pulse", queue_name="slow")
+    fake_clock.advance(300)
+    node_row("n-1", fake_clock.now())
+    Task.objects.create(function=ADD, run_at=fake_clock.now() - timedelta(seconds=200),
+                        queue_name="slow")  # fmt: skip
+    task_due(fake_clock, 20)
+    pause_queue("slow")
+    verdict = check_health()
+    assert (verdict.late_tasks, verdict.late_schedules, verdict.paused_queues) == (0, 0, ("slow",))
+    assert verdict.line() == (
+        "healthy: 1 live node, oldest due work 20s ago: tests.integration.testapp.tasks:add, "
+        "queues paused: slow (max late 60s)"
+    )
+
+
+@db
 def test_an_overdue_schedule_alone_is_named(fake_clock: FakeClock) -> None:
     schedule_row("pulse")
     fake_clock.advance(300)
@@ -359,6 +378,7 @@ def test_endpoint_healthy_is_200_with_the_verdict(fake_clock: FakeClock, client:
         "late_tasks": 0,
         "late_schedules": 0,
         "oldest_due_seconds": 20.0,
+        "paused_queues": [],
     }
     assert queries.captured_queries  # it looked
     assert all(q["sql"].lstrip().upper().startswith("SELECT") for q in queries.captured_queries)

@@ -212,6 +212,22 @@ def test_nodes_live_and_their_heartbeat_age(fake_clock: FakeClock) -> None:
 
 
 @db
+def test_queues_paused_and_limited(fake_clock: FakeClock) -> None:
+    from django_htask import limit_queue, pause_queue, resume_queue
+
+    pause_queue("slow")
+    limit_queue("reports", 3)
+    pause_queue("once")
+    resume_queue("once")
+    samples, types, _ = scrape()
+    assert types["django_htask_queue_paused"] == types["django_htask_queue_limit"] == "gauge"
+    paused = {k[1][0][1]: v for k, v in samples.items() if k[0] == "django_htask_queue_paused"}
+    assert paused == {"slow": 1, "reports": 0, "once": 0}
+    assert value(samples, "django_htask_queue_limit", queue="reports") == 3
+    assert ("django_htask_queue_limit", (("queue", "slow"),)) not in samples
+
+
+@db
 def test_a_run_the_reaper_failed_counts_as_reaped(fake_clock: FakeClock) -> None:
     now = fake_clock.now()
     store = get_store()
@@ -283,7 +299,7 @@ def test_a_scrape_is_a_fixed_handful_of_queries_and_writes_nothing(fake_clock: F
     with CaptureQueriesContext(connection) as queries:
         scrape()
     sql = [q["sql"] for q in queries.captured_queries]
-    assert len(sql) == 6, sql
+    assert len(sql) == 7, sql
     assert all(s.lstrip().upper().startswith("SELECT") for s in sql), sql
 
 

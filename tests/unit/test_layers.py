@@ -152,6 +152,7 @@ LAYERS = [
         "backends",
         "checks",
         "operations",
+        "queue_control",
         "apps",
         "tasks",
         "testing",

@@ -3,8 +3,9 @@ counts and ``htask status``'s tasks waiting too), in a few bounded queries.
 
 :func:`read_overview`
     the nodes, the last 24 hours (runs per hour by outcome, lateness p50/p99 per
-    hour, the schedules failing most) and the next 24 hours (upcoming occurrences
-    per minute, counted by :mod:`~django_htask.admin.overview.timeline`).
+    hour, the schedules failing most), the next 24 hours (upcoming occurrences
+    per minute, counted by :mod:`~django_htask.admin.overview.timeline`) and the
+    queues paused and limited.
 The nodes' work is counted by ``Node.objects.with_work()`` (:mod:`django_htask.querysets`),
 as the node list counts it.
 
@@ -36,8 +37,9 @@ from django_htask import clock
 from django_htask.conf import get_settings
 from django_htask.db import scheduler_alias
 from django_htask.enums import CALLED
-from django_htask.models import GATED, Node, Run, RunStatus, Schedule, Task, TaskStatus
+from django_htask.models import GATED, Node, Queue, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.operations import node_state
+from django_htask.queues import NO_STATES, QueueStates
 
 from .timeline import OCCURRENCE_BUDGET, Timeline, count_occurrences, timeline_start
 
@@ -171,6 +173,8 @@ class Overview:
     tasks: dict[str, int] = field(default_factory=dict)
     waiting: list[Waiting] = field(default_factory=list)
     pruning: Pruning | None = None
+    #: The queues paused and limited.
+    queues: QueueStates = NO_STATES
 
     @property
     def live_nodes(self) -> int:
@@ -201,6 +205,7 @@ def read_overview(now: datetime | None = None, *, using: str | None = None) -> O
         tasks=task_counts(using=using),
         waiting=waiting_on_gates(now, using=using),
         pruning=pruning(using=using),
+        queues=Queue.objects.using(using).states(),
     )
 
 

@@ -109,6 +109,7 @@ def page_context(data: Overview, site: str) -> dict[str, Any]:
         "failing": failing,
         "legend": [(str(s), charts.COLOURS[s]) for s in OUTCOMES],
         "nodes_url": reverse(f"{site}:django_htask_node_changelist"),
+        "queues_url": reverse(f"{site}:django_htask_queue_changelist"),
         "meter_low": data.node_timeout / 3,
         "meter_high": data.node_timeout * 2 / 3,
         "runs_url": runs_url,

@@ -24,6 +24,9 @@
 ``htask retry ID… | --failed-since WHEN``
     send failed one-off tasks again (the admin's *Send again*): a fresh attempt count,
     their run history kept (see :func:`django_htask.operations.send_again`).
+``htask queue pause NAME | resume NAME | limit NAME N|none | list``
+    pause or resume a queue on every node, limit how many of its tasks run at once
+    across the nodes, or list the queues (see :mod:`django_htask.queue_control`).
 
 Exit codes: 0 done; 1 the run failed, the scheduler is unhealthy or the database lacks
 django_htask's tables (the message says to run ``manage.py migrate``); 2 bad usage or
@@ -44,7 +47,7 @@ from django_htask.code_schedules import sync_schedules
 from django_htask.conf import get_settings
 from django_htask.health import DEFAULT_MAX_LATE, check_health, parse_max_late, parse_node
 from django_htask.management.database import add_database_option, database_of
-from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
+from django_htask.models import Node, Queue, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.operations import (
     describe_schedule,
     node_state,
@@ -56,6 +59,13 @@ from django_htask.operations import (
     validate_zone,
 )
 from django_htask.overview import waiting_on_gates
+from django_htask.queue_control import (
+    QueueInfo,
+    limit_queue,
+    list_queues,
+    pause_queue,
+    resume_queue,
+)
 from django_htask.queues import DEFAULT_QUEUE
 from django_htask.store import Pruned
 from django_htask.store.database import not_migrated
@@ -132,6 +142,7 @@ class Command(BaseCommand):
             help="run this celery task name as this registered function",
         )
 
+        _add_queue_actions(sub.add_parser("queue", help="pause, resume, limit or list queues"))
         retry = sub.add_parser("retry", help="send failed one-off tasks again")
         retry.add_argument("ids", nargs="*", type=int, metavar="ID", help="the tasks' ids")
         retry.add_argument(
@@ -266,9 +277,7 @@ class Command(BaseCommand):
             names = [f"{w.name} {w.count}" for w in waiting if w.kind == kind]
             if names:
                 self.stdout.write(f"  {label}: {', '.join(names)}")
-        queues = [f"{name} {n}" for name, n in by_queue]
-        if len(queues) > 1 or (queues and not queues[0].startswith(f"{DEFAULT_QUEUE} ")):
-            self.stdout.write(f"  pending by queue: {', '.join(queues[:SHOWN])}")
+        self._status_queues([f"{name} {n}" for name, n in by_queue])
         broken = list(self.rows(Schedule).exclude(broken="").order_by("name")[: SHOWN + 1])
         enabled = self.rows(Schedule).filter(enabled=True, broken="").count()
         self.stdout.write(f"schedules: {enabled} enabled, {len(broken)} broken")
@@ -303,6 +312,15 @@ class Command(BaseCommand):
                 f"  last pruned by {last.id} at {last.pruned_at:%Y-%m-%d %H:%M:%S}: "
                 f"{last.pruned_tasks} tasks and {last.pruned_runs} runs since it started"
             )
+
+    def _status_queues(self, pending: list[str]) -> None:
+        """``htask status``'s lines of the queues: the pending tasks of each (when
+        there is more than the default queue), the queues paused and limited."""
+        if len(pending) > 1 or (pending and not pending[0].startswith(f"{DEFAULT_QUEUE} ")):
+            self.stdout.write(f"  pending by queue: {', '.join(pending[:SHOWN])}")
+        states = Queue.objects.using(self.using).states()
+        if states:
+            self.stdout.write(f"queues: {states} (htask queue list)")
 
     # -- prune -----------------------------------------------------------------------
     def do_prune(self, days: float | None, dry_run: bool, **options: Any) -> None:
@@ -383,6 +401,42 @@ class Command(BaseCommand):
         sent = ", ".join(map(str, result.sent)) or "none"
         self.stdout.write(f"sent again: {len(result.sent)} task(s) ({sent})")
 
+    # -- queue -----------------------------------------------------------------------
+    def do_queue(self, queue_action: str, **options: Any) -> None:
+        if queue_action == "list":
+            self._list_queues(list_queues(using=self.using))
+            return
+        name = options["name"]
+        try:
+            if queue_action == "limit":
+                limit = _limit_of(options["max_running"])
+                changed = limit_queue(name, limit, using=self.using)
+                said = f"limited to {limit} tasks running at once" if limit else "without a limit"
+            elif queue_action == "pause":
+                changed = pause_queue(name, using=self.using)
+                said = "paused: none of its tasks starts, none of its schedules fires"
+            else:
+                changed = resume_queue(name, using=self.using)
+                said = "running"
+        except ValueError as exc:
+            raise CommandError(str(exc), returncode=USAGE) from exc
+        self.stdout.write(f"queue {name} {'now' if changed else 'already'} {said}")
+
+    def _list_queues(self, queues: list[QueueInfo]) -> None:
+        if not queues:
+            self.stdout.write("no queue paused, limited, or with tasks pending or running")
+            return
+        rows = [("queue", "state", "limit", "pending", "running")]
+        for q in queues:
+            since = f" since {q.paused_at:%Y-%m-%d %H:%M:%S %Z}" if q.paused_at else ""
+            state = f"paused{since}" if q.paused else "running"
+            limit = "-" if q.max_running is None else str(q.max_running)
+            rows.append((q.name, state, limit, str(q.pending), str(q.running)))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            line = "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True))
+            self.stdout.write(line.rstrip())
+
     # -- import-celery-beat ----------------------------------------------------------
     def do_import_celery_beat(self, dry_run: bool, mapping: list[str], **options: Any) -> None:
         from django_htask.celery_beat import import_celery_beat, parse_map  # noqa: PLC0415
@@ -411,3 +465,27 @@ def _counts(pruned: Pruned) -> str:
         f"{pruned.tasks} finished tasks, {pruned.runs} runs and {pruned.nodes} rows of "
         "stopped nodes"
     )
+
+
+def _add_queue_actions(queue: CommandParser) -> None:
+    """``htask queue``'s own actions."""
+    acts = queue.add_subparsers(dest="queue_action", required=True, metavar="QUEUE_ACTION")
+    for name, text in (
+        ("pause", "start none of its tasks nor schedules, on every node"),
+        ("resume", "run its tasks and schedules again"),
+    ):
+        acts.add_parser(name, help=text).add_argument("name", help="the queue's name")
+    limit = acts.add_parser("limit", help="at most N of its tasks running at once")
+    limit.add_argument("name", help="the queue's name")
+    limit.add_argument("max_running", metavar="N|none", help="the limit, or none")
+    acts.add_parser("list", help="the queues: paused, limit, pending, running")
+
+
+def _limit_of(text: str) -> int | None:
+    """``htask queue limit``'s N: a whole number, or ``none`` (no limit)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"the limit must be a whole number or 'none', got {text!r}") from None

@@ -336,6 +336,8 @@ class Command(BaseCommand):
         queues = "every queue" if serving.queues.serves_all else str(serving.queues)
         if serving.backend is not None:
             queues += f" (django.tasks tasks of TASKS[{serving.backend!r}] only)"
+        if serving.states:  # what an operator set on queues, as read at start
+            queues += f"; {serving.states} (htask queue list)"
         mode = "".join(
             part
             for part, on in (

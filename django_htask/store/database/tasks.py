@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
-from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -16,6 +15,7 @@ from django.db.models import F, Min, QuerySet
 
 from django_htask.models import (
     GATED_PREDICATE,
+    Queue,
     Run,
     RunStatus,
     Schedule,
@@ -31,8 +31,17 @@ from django_htask.querysets import (
     served_task,
     served_task_sql,
 )
+from django_htask.queues import QueueFilter, QueueStates
 from django_htask.store import base, rules, values
-from django_htask.store.base import Gated, RunOutcome, StartedTask, holders, pick_gated
+from django_htask.store.base import (
+    Gated,
+    Holding,
+    RunOutcome,
+    StartedTask,
+    holders,
+    open_queues,
+    pick_gated,
+)
 
 from .core import _CHUNK, _TASK, OrmStore, Probe, _as_datetime
 from .putback import put_back
@@ -57,9 +66,11 @@ _GATED_PAGE = 100
 _SNOOZES_ROWS = 100
 
 
-def served_sql(serving: base.Serving) -> tuple[str, list[Any]]:
-    """The tasks ``serving`` covers, as SQL (:func:`~django_htask.querysets.served_task_sql`)."""
-    return served_task_sql(serving.queues, serving.backend)
+def served_sql(serving: base.Serving, *, plain: bool = False) -> tuple[str, list[Any]]:
+    """The tasks a claim for ``serving`` may take (:attr:`~base.Serving.claimed`; with
+    ``plain``, as plain tasks: :attr:`~base.Serving.plain`), as SQL
+    (:func:`~django_htask.querysets.served_task_sql`)."""
+    return served_task_sql(serving.plain if plain else serving.claimed, serving.backend)
 
 
 def gate_key(key: str) -> int:
@@ -115,8 +126,12 @@ class TaskRows(OrmStore):
     def task_outlook(
         self, now: datetime, serving: base.Serving = base.SERVE_ALL
     ) -> tuple[bool, datetime | None]:
-        tasks = Task.objects.using(self.using).filter(served_task(serving.queues, serving.backend))
-        due = tasks.claimable(now).plain().exists()
+        rows = Task.objects.using(self.using)
+        tasks = rows.filter(served_task(serving.claimed, serving.backend))
+        plain = tasks
+        if serving.states.limits:
+            plain = rows.filter(served_task(serving.plain, serving.backend))
+        due = plain.claimable(now).plain().exists()
         if not due:
             with self.connection.cursor() as cursor:
                 due = bool(self._choose_gated(cursor, now, serving, 1))
@@ -142,12 +157,19 @@ class TaskRows(OrmStore):
         self._record_late(late)
         return started
 
+    def queue_states(self) -> QueueStates:
+        return Queue.objects.using(self.using).states()
+
     # -- locks and limits (docs/howto-exactly-one.md) ---------------------------------
     #: A hint after the table name of the gated candidates' query (SQLite: their
     #: partial index, which it would not choose itself).
     _gated_indexed_by = ""
+    #: The same for a limited queue's other candidates (SQLite: the claim index).
+    _claim_indexed_by = ""
     #: Which due tasks have a lock or a limit, as SQL (MySQL quotes ``lock`` its way).
     _gated_predicate = GATED_PREDICATE
+    #: Which have neither (:data:`~django_htask.querysets.PLAIN_TASK_SQL`), likewise.
+    _plain_predicate = PLAIN_TASK_SQL
 
     def _gate_released(self) -> None:
         """A task with a lock or a limit ended in this transaction: tell the other
@@ -159,13 +181,14 @@ class TaskRows(OrmStore):
         counted again. Nothing here: the claim's transaction is the only writer."""
         return False
 
-    def _holders(self, cursor: Any, now: datetime) -> tuple[set[str], Counter[str]]:
+    def _holders(self, cursor: Any, now: datetime) -> Holding:
         """The locks of the tasks running with an unexpired lease, and how many such
-        tasks each function has (a few rows: the tasks running on every node)."""
+        tasks each function and queue has (a few rows: the tasks running on every
+        node)."""
         adapt = self.connection.ops.adapt_datetimefield_value
         lock = self.connection.ops.quote_name("lock")
         cursor.execute(
-            f"SELECT {lock}, function FROM {_TASK} WHERE {HOLDING_SQL}",
+            f"SELECT {lock}, function, queue_name FROM {_TASK} WHERE {HOLDING_SQL}",
             holding_params(adapt(now)),
         )
         return holders(cursor.fetchall())
@@ -180,7 +203,8 @@ class TaskRows(OrmStore):
         served, served_params = served_sql(serving)
         lock = self.connection.ops.quote_name("lock")
         sql = (
-            f"SELECT id, {lock}, function, max_running FROM {_TASK}{self._gated_indexed_by}"
+            f"SELECT id, {lock}, function, max_running, queue_name"
+            f" FROM {_TASK}{self._gated_indexed_by}"
             f" WHERE {self._gated_predicate} AND {CLAIMABLE_SQL}{served}"
         )
         return Probe(sql, [*claimable_params(adapt(now)), *served_params])
@@ -195,50 +219,93 @@ class TaskRows(OrmStore):
     ) -> list[Gated]:
         """The due tasks with a lock or a limit a claim of ``limit`` would start now
         (:func:`~django_htask.store.base.pick_gated`), read through their partial index
-        page by page; one short read when there are none (none when ``gated_due``
-        already says)."""
+        page by page, then the other tasks of the limited queues with room; one short
+        read when there are none (none when ``gated_due`` already says and no queue is
+        limited)."""
         due, params = self._gated_probe(now, serving)
         if gated_due is None:
             cursor.execute(f"{due} LIMIT 1", params)
             gated_due = cursor.fetchone() is not None
-        if not gated_due:
+        limits = serving.limits if serving.states.limits else {}
+        if not gated_due and not limits:
             return []
-        held, running = self._holders(cursor, now)
-        skip = ""
-        if 0 < len(held) <= _CHUNK:  # else the walk below skips them
+        held = self._holders(cursor, now)
+        picked = self._walk_gated(cursor, due, params, held, limit, limits) if gated_due else []
+        for queue, room in open_queues(limits, held):
+            if len(picked) >= limit:
+                break
+            want = min(room, limit - len(picked))
+            picked += pick_gated(self._queue_tasks(cursor, now, serving, queue, want), held, want)
+        return picked
+
+    def _walk_gated(
+        self,
+        cursor: Any,
+        due: str,
+        params: list[Any],
+        held: Holding,
+        limit: int,
+        limits: dict[str, int],
+    ) -> list[Gated]:
+        """The tasks with a lock or a limit of ``due`` (the probe's query) that
+        :func:`~django_htask.store.base.pick_gated` starts, read page by page; the
+        locks held and the full queues are left out by the query."""
+        skip, extra = "", []
+        if 0 < len(held.locks) <= _CHUNK:  # else the walk below skips them
             lock = self.connection.ops.quote_name("lock")
-            skip = f" AND {lock} NOT IN ({', '.join(['%s'] * len(held))})"
-            params += sorted(held)
+            skip = f" AND {lock} NOT IN ({', '.join(['%s'] * len(held.locks))})"
+            extra = sorted(held.locks)
+        full = sorted(q for q, n in limits.items() if held.queues[q] >= n)
+        if full:
+            skip += f" AND queue_name NOT IN ({', '.join(['%s'] * len(full))})"
+            extra += full
         picked: list[Gated] = []
         for offset in itertools.count(0, _GATED_PAGE):
             cursor.execute(
                 f"{due}{skip} ORDER BY priority DESC, run_at, id LIMIT %s OFFSET %s",
-                [*params, _GATED_PAGE, offset],
+                [*params, *extra, _GATED_PAGE, offset],
             )
             page = [Gated(*row) for row in cursor.fetchall()]
-            picked += pick_gated(page, held, running, limit - len(picked))
+            picked += pick_gated(page, held, limit - len(picked), limits)
             if len(picked) >= limit or len(page) < _GATED_PAGE:
                 break
         return picked
 
+    def _queue_tasks(
+        self, cursor: Any, now: datetime, serving: base.Serving, queue: str, limit: int
+    ) -> list[Gated]:
+        """The first ``limit`` due tasks of the limited ``queue`` without a lock or a
+        limit of their own, in the claim's order."""
+        adapt = self.connection.ops.adapt_datetimefield_value
+        served, served_params = served_task_sql(QueueFilter(frozenset([queue])), serving.backend)
+        cursor.execute(
+            f"SELECT id, NULL, function, NULL, queue_name FROM {_TASK}{self._claim_indexed_by}"
+            f" WHERE {CLAIMABLE_SQL} AND {self._plain_predicate}{served}"
+            " ORDER BY priority DESC, run_at, id LIMIT %s",
+            [*claimable_params(adapt(now)), *served_params, limit],
+        )
+        return [Gated(*row) for row in cursor.fetchall()]
+
     def _start_gated(self, c: values.Claim, gated_due: bool | None) -> list[StartedTask]:
-        """Claim and start the due tasks with a lock or a limit that may start now, in
-        the caller's transaction: chosen, then (where several nodes claim at once) their
-        locks and functions locked in one order and the holders counted again, so that
-        two claims never both start a task of one lock or overfill a function.
-        ``gated_due``: whether any are due, if known already."""
+        """Claim and start the due tasks with a lock or a limit (their own, or their
+        queue's) that may start now, in the caller's transaction: chosen, then (where
+        several nodes claim at once) their locks, functions and limited queues locked
+        in one order and the holders counted again, so that two claims never both start
+        a task of one lock nor overfill a function or a queue. ``gated_due``: whether
+        any with a lock or a limit of their own are due, if known already."""
         now, limit, serving = c.now, c.limit, c.serving
-        if gated_due is False:
+        if gated_due is False and not serving.states.limits:
             return []
         with self.connection.cursor() as cursor:
             chosen = self._choose_gated(cursor, now, serving, limit, gated_due)
             if not chosen:
                 return []
+            limits = serving.limits
             keys = {f"lock:{g.lock}" for g in chosen if g.lock is not None}
             keys |= {f"function:{g.function}" for g in chosen if g.max_running is not None}
+            keys |= {f"queue:{g.queue}" for g in chosen if g.queue in limits}
             if self._lock_gates(sorted(keys)):
-                held, running = self._holders(cursor, now)
-                chosen = pick_gated(chosen, held, running, limit)
+                chosen = pick_gated(chosen, self._holders(cursor, now), limit, limits)
         claimable = Task.objects.using(self.using).claimable(now)
         started = self._mark_started(c, [g.id for g in chosen], claimable)
         return [dataclasses.replace(task, gated=True) for task in started]
@@ -271,7 +338,7 @@ class TaskRows(OrmStore):
         rows are locked, ``adapt``: the database's adapter of timestamps,
         ``indexed_by``: a hint after the table name of the candidates' query."""
         node_id, now, limit, lease_until, _finished, serving = c
-        served, served_params = served_sql(serving)
+        served, served_params = served_sql(serving, plain=True)
         sets, set_params = set_sql(
             rules.claimed_task(Column("attempts"), node_id, adapt(now), adapt(lease_until))
         )
@@ -301,7 +368,7 @@ class TaskRows(OrmStore):
         transaction."""
         now, limit, serving = c.now, c.limit, c.serving
         tasks = Task.objects.using(self.using)
-        served = served_task(serving.queues, serving.backend)
+        served = served_task(serving.plain, serving.backend)
         claimable = tasks.claimable(now).plain().filter(served)
         candidates = claimable
         if self._skip_locked:

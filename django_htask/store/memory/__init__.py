@@ -31,6 +31,7 @@ from django_htask.querysets import (
     task_is_holding,
     task_is_served,
 )
+from django_htask.queues import QueueFilter, QueueStates
 from django_htask.retention import Cutoffs
 from django_htask.store import base, rules, values
 from django_htask.store.base import (
@@ -42,6 +43,7 @@ from django_htask.store.base import (
     StartedTask,
     Store,
     holders,
+    open_queues,
     pick_gated,
 )
 
@@ -212,8 +214,8 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
 
     # -- one-off tasks ---------------------------------------------------------------
     @staticmethod
-    def _served(task: TaskRecord, serving: base.Serving) -> bool:
-        return task_is_served(task.queue_name, task.backend, serving.queues, serving.backend)
+    def _served(task: TaskRecord, serving: base.Serving, queues: QueueFilter) -> bool:
+        return task_is_served(task.queue_name, task.backend, queues, serving.backend)
 
     @staticmethod
     def _claimable(task: TaskRecord, now: datetime) -> bool:
@@ -225,34 +227,55 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
         self, now: datetime, serving: base.Serving = base.SERVE_ALL
     ) -> tuple[bool, datetime | None]:
         with self._lock:
-            served = [t for t in self.tasks.values() if self._served(t, serving)]
-            due = any(self._claimable(t, now) and not t.gated for t in served)
+            claimed, plain = serving.claimed, serving.plain
+            served = [t for t in self.tasks.values() if self._served(t, serving, claimed)]
+            due = any(
+                self._claimable(t, now) and not t.gated and self._served(t, serving, plain)
+                for t in served
+            )
             if not due:
-                due = bool(self._choose_gated(self._due(now, serving), now, 1))
+                due = bool(self._choose_gated(self._due(now, serving), now, 1, serving))
             later = [t.run_at for t in served if t.status == TaskStatus.PENDING and t.run_at > now]
             return due, min(later, default=None)
 
     def _due(self, now: datetime, serving: base.Serving) -> list[TaskRecord]:
         """The tasks a claim may take, in its order, with the lock held."""
+        claimed = serving.claimed
         return sorted(
             (
                 t
                 for t in self.tasks.values()
-                if self._claimable(t, now) and self._served(t, serving)
+                if self._claimable(t, now) and self._served(t, serving, claimed)
             ),
             key=lambda t: (-t.priority, t.run_at, t.id),
         )
 
-    def _choose_gated(self, due: list[TaskRecord], now: datetime, limit: int) -> list[int]:
-        """The ids of the tasks with a lock or a limit among ``due`` a claim of ``limit``
-        starts (:func:`~django_htask.store.base.pick_gated`), with the lock held."""
-        held, running = holders(
-            (t.lock, t.function)
+    def _choose_gated(
+        self, due: list[TaskRecord], now: datetime, limit: int, serving: base.Serving
+    ) -> list[int]:
+        """The ids of the tasks among ``due`` with a lock or a limit (their own, or
+        their queue's) a claim of ``limit`` starts (as the database stores pick them:
+        :func:`~django_htask.store.base.pick_gated`, then
+        :func:`~django_htask.store.base.open_queues`), with the lock held."""
+        limits = serving.limits
+        held = holders(
+            (t.lock, t.function, t.queue_name)
             for t in self.tasks.values()
             if task_is_holding(t.status, t.lease_expires_at, now)
         )
-        gated = [Gated(t.id, t.lock, t.function, t.max_running) for t in due if t.gated]
-        return [g.id for g in pick_gated(gated, held, running, limit)]
+        gated = [
+            Gated(t.id, t.lock, t.function, t.max_running, t.queue_name) for t in due if t.gated
+        ]
+        picked = pick_gated(gated, held, limit, limits)
+        for queue, room in open_queues(limits, held):
+            want = min(room, limit - len(picked))
+            others = [
+                Gated(t.id, None, t.function, None, queue)
+                for t in due
+                if t.queue_name == queue and not t.gated
+            ]
+            picked += pick_gated(others, held, want)
+        return [g.id for g in picked]
 
     def _start_tasks(self, c: values.Claim) -> list[StartedTask]:
         node_id, now, limit, lease_until, finished, serving = c
@@ -260,10 +283,11 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
             self._fence(node_id)
             released = self._record(node_id, finished)
             due = self._due(now, serving)
-            picked = set(self._choose_gated(due, now, limit))
-            plain = [t for t in due if not t.gated][: limit - len(picked)]
+            picked = set(self._choose_gated(due, now, limit, serving))
+            limited = serving.limits
+            plain = [t for t in due if not t.gated and t.queue_name not in limited]
             started = []
-            for task in [t for t in due if t.id in picked] + plain:
+            for task in [t for t in due if t.id in picked] + plain[: limit - len(picked)]:
                 _set(task, rules.claimed_task(task.attempts, node_id, now, lease_until))
                 started.append(
                     StartedTask(
@@ -277,7 +301,7 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                         task.priority,
                         task.timeout,
                         task.retry,
-                        task.gated,
+                        task.id in picked,
                         task.snoozes,
                         task.max_snoozes,
                     )
@@ -304,7 +328,7 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 task = self.tasks.get(o.task_id)
                 if task is None or task.locked_by != node_id or task.status != TaskStatus.RUNNING:
                     continue  # reaped meanwhile: the survivors' record stands
-                released = released or task.gated
+                released = released or o.gated or task.gated
                 if o.status == RunStatus.SNOOZED:
                     changes = rules.snoozed_task(o.retry_at, task.attempts, task.snoozes)
                 else:
@@ -325,6 +349,10 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
     def count_pending_tasks(self) -> int:
         with self._lock:
             return sum(1 for t in self.tasks.values() if t.status == TaskStatus.PENDING)
+
+    def queue_states(self) -> QueueStates:
+        with self._lock:
+            return QueueStates.of((q.name, q.paused, q.max_running) for q in self.queues.values())
 
     # -- maintenance -----------------------------------------------------------------
     def prune(self, node_id: str, cutoffs: Cutoffs, limit: int) -> Pruned | None:

@@ -1,6 +1,6 @@
 """What tests write into an in-memory store from outside, as another process would
-(``Schedule(...).save()``, ``schedule()``, ``cancel()``, ``abort()``), and what they
-read back (:meth:`~OutsideWrites.runs_of`)."""
+(``Schedule(...).save()``, ``schedule()``, ``cancel()``, ``abort()``, ``pause_queue()``),
+and what they read back (:meth:`~OutsideWrites.runs_of`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ from django_htask.keys import OnConflict, check_key, check_lock
 from django_htask.queues import DEFAULT_QUEUE
 from django_htask.store.base import DEFAULT_RETRY, RetryColumns, RunOutcome
 
-from .records import MemoryTables, ScheduleRecord, TaskRecord
+from .records import MemoryTables, QueueRecord, ScheduleRecord, TaskRecord
+
+#: Leaves a queue's value as it is (:meth:`OutsideWrites.set_queue`).
+_KEEP: Any = object()
 
 
 class OutsideWrites(MemoryTables):
@@ -157,6 +160,20 @@ class OutsideWrites(MemoryTables):
                 self.run_aborts.add(run_id)
         self._notify("task")
         return True
+
+    def set_queue(
+        self, name: str, *, paused: bool = _KEEP, max_running: int | None = _KEEP
+    ) -> None:
+        """Pause or resume queue ``name``, or set its limit (None: none), as
+        ``pause_queue``, ``resume_queue`` and ``limit_queue`` do (its row made if
+        needed); the listeners hear ``queue``."""
+        with self._lock:
+            row = self.queues.setdefault(name, QueueRecord(name))
+            if paused is not _KEEP:
+                row.paused = paused
+            if max_running is not _KEEP:
+                row.max_running = max_running
+        self._notify("queue")
 
     def runs_of(
         self, *, schedule_id: int | None = None, task_id: int | None = None

@@ -104,6 +104,13 @@ class TaskRecord:
         return self.lock is not None or self.max_running is not None
 
 
+@dataclass
+class QueueRecord:
+    name: str
+    paused: bool = False
+    max_running: int | None = None
+
+
 class _Listener:
     """What :meth:`InMemoryStore.listen` returns: it is listening at once."""
 
@@ -132,6 +139,7 @@ class MemoryTables:
         #: The runs, by id (``run_id``), as :class:`RunOutcome` s.
         self.runs: dict[int, RunOutcome] = {}
         self.run_aborts: set[int] = set()  # runs whose abort was asked for
+        self.queues: dict[str, QueueRecord] = {}
         self._ids = itertools.count(1)
         self._versions = itertools.count(1)
         self._listeners: set[_Listener] = set()

@@ -8,12 +8,13 @@ the store's pruner lock, so that two nodes that both believe it their turn (the
 membership just changed) take turns by batch and never both delete at once.
 
 A round runs batches of ``PRUNE_BATCH`` tasks (5,000) with their runs, each its own
-short transaction on the pruner's own thread and connection, so a claim never waits behind it (the batch
-deletes only rows past their retention, which no claim reads) and a replica never
-sees a large transaction. Between two batches the pruner waits half as long as the
-last one took (at least :data:`MIN_PAUSE`): it has at most two thirds of its
-connection's time, and the node's claims the rest of the server. A round ends when a batch stops short of its
-limit (nothing is left), then the next starts ``PRUNE_INTERVAL`` (300 s) later.
+short transaction on the pruner's own thread and connection, so a claim never waits
+behind it (the batch deletes only rows past their retention, which no claim reads) and
+a replica never sees a large transaction. Between two batches the pruner waits half as
+long as the last one took (at least :data:`MIN_PAUSE`): it has at most two thirds of
+its connection's time, and the node's claims the rest of the server. A round ends when
+a batch stops short of its limit (nothing is left), then the next starts
+``PRUNE_INTERVAL`` (300 s) later.
 """
 
 from __future__ import annotations

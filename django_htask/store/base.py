@@ -210,8 +210,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
-        """Record the heartbeat and renew this node's leases; return how many.
-        Raises NodeFenced if the node was declared dead."""
+        """Record the heartbeat and renew this node's leases; return how many. Where
+        several nodes share the database, the connection also holds the node's
+        presence (:meth:`absent`). Raises NodeFenced if the node was declared dead."""
 
     @abc.abstractmethod
     def stop_node(self, node_id: str, now: datetime) -> None:
@@ -244,6 +245,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def nodes_on_host(self, hostname: str) -> list[tuple[str, int]]:
         """(id, pid) of the nodes of ``hostname`` not marked stopped."""
+
+    @abc.abstractmethod
+    def absent(self, node_ids: list[str]) -> list[str]:
+        """Which of ``node_ids`` hold no session on the database: their process has
+        ended (each :meth:`heartbeat` holds a session lock named after its node, which
+        the database releases when the connection closes, as it does at once for a
+        process killed with SIGKILL; a paused process keeps it: see
+        :mod:`django_htask.store.presence`). [] where the database cannot tell."""
 
     @abc.abstractmethod
     def declare_dead(self, node_ids: list[str], now: datetime) -> int:

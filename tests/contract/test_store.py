@@ -111,6 +111,16 @@ class Kit:
         for n, node_id in enumerate(node_ids):
             self.store.register_node(node_id, "host", n + 1, "0", at)
 
+    def end_sessions(self, node_id: str) -> None:
+        """The process of ``node_id`` ends (killed): the database ends its sessions (in
+        this test's process, this thread's connection is the one its heartbeats used)."""
+        if self.memory is not None:
+            self.memory.end_sessions(node_id)
+            return
+        from django.db import connection
+
+        connection.close()
+
     @contextmanager
     def outage(self) -> Iterator[type[Exception]]:
         """The database away (every statement refused) for the block; yields the class
@@ -627,6 +637,31 @@ def test_nodes_on_a_host_and_their_queues(kit: Kit) -> None:
         "a": "emails",
         "b": "*",
     }
+
+
+def test_a_node_is_absent_once_no_session_holds_its_presence(kit: Kit) -> None:
+    """Where several nodes share the database, a node's heartbeat holds its presence on
+    its connection: a node that never beat, or whose connection ended (its process
+    killed), is absent; one that beat and kept its connection (paused, however late)
+    is not. A database of one host's processes (SQLite) cannot tell: nobody is absent."""
+    import time
+
+    kit.register("presence-kept", "presence-ended", "presence-never")
+    for node_id in ("presence-kept", "presence-ended"):
+        kit.store.heartbeat(node_id, NOW, LEASE)
+    everyone = ["presence-ended", "presence-kept", "presence-never"]
+    if not kit.store.supports_several_nodes:
+        assert kit.store.absent(everyone) == []
+        return
+    assert kit.store.absent(everyone) == ["presence-never"]
+    assert kit.store.absent([]) == []
+    kit.end_sessions("presence-ended")
+    if kit.memory is None:  # the connection that held both is gone: one beats again
+        kit.store.heartbeat("presence-kept", NOW, LEASE)
+    deadline = time.monotonic() + 5  # the server ends the old session as it closes
+    while kit.store.absent(everyone) != ["presence-ended", "presence-never"]:
+        assert time.monotonic() < deadline, kit.store.absent(everyone)
+        time.sleep(0.05)
 
 
 # -- runs, counts, stopping, pruning ---------------------------------------------------------

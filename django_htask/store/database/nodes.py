@@ -114,6 +114,11 @@ class NodeRows(OrmStore):
             .values_list("id", "pid")
         )
 
+    def absent(self, node_ids: list[str]) -> list[str]:
+        """None: the processes of one host sharing a database file have no session to
+        look at (a node gone there is found by its process id, :meth:`nodes_on_host`)."""
+        return []
+
     def declare_dead(self, node_ids: list[str], now: datetime) -> int:
         if not node_ids:
             return 0

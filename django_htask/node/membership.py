@@ -28,7 +28,7 @@ Standing by
     owner (the next member in the hash order), with nothing to move.
 Gone
     a late node whose presence on the database (:meth:`~django_htask.store.Store.absent`:
-    a session lock its heartbeat holds) has been gone for a heartbeat interval was
+    a session lock its connections hold) has been gone for a heartbeat interval was
     killed or crashed, not paused: nothing it ran can still be running. It is declared
     dead at once, without waiting for ``NODE_TIMEOUT``: its last run of a schedule no
     longer counts as going on (``overlap``), and the next reap fails that run as lost

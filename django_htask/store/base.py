@@ -202,7 +202,9 @@ class Store(abc.ABC):
         now: datetime,
         queues: QueueFilter = ALL,
     ) -> None:
-        """Register a node; ``queues`` are the queues whose schedules it fires."""
+        """Register a node; ``queues`` are the queues whose schedules it fires. Where
+        several nodes share the database, the connection holds the node's presence
+        from then on (:meth:`absent`)."""
         self._register(Registration(node_id, hostname, pid, version, now, queues))
 
     @abc.abstractmethod
@@ -249,10 +251,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def absent(self, node_ids: list[str]) -> list[str]:
         """Which of ``node_ids`` hold no session on the database: their process has
-        ended (each :meth:`heartbeat` holds a session lock named after its node, which
-        the database releases when the connection closes, as it does at once for a
-        process killed with SIGKILL; a paused process keeps it: see
-        :mod:`django_htask.store.presence`). [] where the database cannot tell."""
+        ended (:meth:`register_node` and each :meth:`heartbeat` hold a session lock
+        named after the node on their connection, which the database releases when the
+        connection closes, as it does at once for a process killed with SIGKILL; a
+        paused process keeps it: see :mod:`django_htask.store.presence`). [] where the
+        database cannot tell."""
 
     @abc.abstractmethod
     def declare_dead(self, node_ids: list[str], now: datetime) -> int:

@@ -49,10 +49,11 @@ Reaping
     :mod:`~django_htask.store.reaping`); a node starting under the id of one that did
     not stop waits for that row instead.
 Presence
-    A node's heartbeat connection holds a named lock (``GET_LOCK``) named after the
-    node and the database (:data:`PRESENCE`, :mod:`~django_htask.store.presence`); the
-    server releases it when the connection ends, at once for a process killed. The
-    others ask ``IS_USED_LOCK`` (:meth:`MySQLStore.absent`).
+    The connection that registers a node and its heartbeat's hold a named lock
+    (``GET_LOCK``) named after the node and the database (:data:`PRESENCE`,
+    :mod:`~django_htask.store.presence`); the server releases it when they end, at
+    once for a process killed. The others ask ``IS_USED_LOCK``
+    (:meth:`MySQLStore.absent`).
 Fencing
     A node's writes read its own node row ``LOCK IN SHARE MODE`` first (both MySQL and
     MariaDB understand it) and check it is not declared dead. The reaper declares a
@@ -498,6 +499,15 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
             cursor.execute(f"SELECT name FROM {COUNTER} WHERE name = %s FOR UPDATE", [REAPER])
 
     # -- presence: named locks (GET_LOCK), released when their session ends ------------
+    def _hold_presence(self, node_id: str) -> None:
+        # Named locks are counted per taking: taken only if this session lacks it.
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT IF(IS_USED_LOCK({PRESENCE}) <=> CONNECTION_ID(), 1, "
+                f"GET_LOCK({PRESENCE}, 0))",
+                [node_id, node_id],
+            )
+
     def absent(self, node_ids: list[str]) -> list[str]:
         """The nodes whose named lock (:data:`PRESENCE`) no session of the server
         holds."""
@@ -539,12 +549,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
             cursor.execute(
                 f"UPDATE {NODE} SET last_heartbeat = %s WHERE id = %s", [adapt(now), node_id]
             )
-            # Named locks are counted per taking: taken only if this session lacks it.
-            cursor.execute(
-                f"SELECT IF(IS_USED_LOCK({PRESENCE}) <=> CONNECTION_ID(), 1, "
-                f"GET_LOCK({PRESENCE}, 0))",
-                [node_id, node_id],
-            )
+            self._hold_presence(node_id)
             renewed = self._renew_leases(node_id, lease_until)
         last: datetime = row[1]
         self._heartbeat_after(now - (last if last.tzinfo else last.replace(tzinfo=UTC)))

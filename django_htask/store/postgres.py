@@ -40,10 +40,11 @@ Reaping
     dead nodes held is handed back (a task they had started has used its attempt), and
     the other nodes are told.
 Presence
-    A node's heartbeat connection holds a session-level advisory lock of two
-    ``integer`` s named after the node (:mod:`~django_htask.store.presence`); the
-    server releases it when the connection ends, at once for a process killed. The
-    others read it in ``pg_locks`` (:meth:`PostgresStore.absent`).
+    The connection that registers a node and its heartbeat's hold a session-level
+    advisory lock of two ``integer`` s named after the node
+    (:mod:`~django_htask.store.presence`); the server releases it when they end, at
+    once for a process killed. The others read it in ``pg_locks``
+    (:meth:`PostgresStore.absent`).
 Fencing
     Every write a node makes locks its own node row ``FOR SHARE`` first and checks that
     it is not declared dead; the reaper marks a node dead with an ``UPDATE`` of that row,
@@ -399,6 +400,11 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         assert row is not None
         self._heartbeat_after(now - row[0])
         return renewed
+
+    def _hold_presence(self, node_id: str) -> None:
+        key = presence_key(node_id)
+        with self._cursor() as cursor:
+            cursor.execute(f"SELECT {_PRESENT}", [PRESENCE_CLASS, key, PRESENCE_CLASS, key])
 
     def absent(self, node_ids: list[str]) -> list[str]:
         """The nodes whose presence lock no session of this database holds."""

@@ -1,7 +1,9 @@
 """A node's presence on a database several nodes share (the PostgreSQL and the
-MySQL/MariaDB stores): a session lock named after the node, taken by each of its
-heartbeats on the heartbeat's own connection, which the database releases when that
-connection ends.
+MySQL/MariaDB stores): a session lock named after the node, taken on the connection
+that registers it (the thread that starts a node keeps it) and by each of its
+heartbeats on the heartbeat's own connection, which the database releases when the
+connection ends. Held from registration on, so that a node slow between registering
+and its first heartbeat is not taken for gone.
 
 A process killed with SIGKILL (or crashed, or stopped by the OOM killer) has its
 connections closed by the operating system at once, and the database ends their

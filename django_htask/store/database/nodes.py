@@ -35,6 +35,12 @@ class NodeRows(OrmStore):
                 "queues": str(queues),
             },
         )
+        self._hold_presence(node_id)
+
+    def _hold_presence(self, node_id: str) -> None:
+        """Hold the node's presence on this connection, from its registration (the
+        thread that starts a node keeps its connection) and at each heartbeat (see
+        :meth:`absent`): nothing here."""
 
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
         with self._fenced(node_id):

@@ -21,6 +21,7 @@ class MemoryNodes(MemoryTables):
         node_id, hostname, pid, version, now, queues = r
         with self._lock:
             self.nodes[node_id] = NodeRecord(node_id, hostname, pid, version, now, now, str(queues))
+            self.sessions.add(node_id)
         self._notify("node")
 
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:

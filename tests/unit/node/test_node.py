@@ -366,7 +366,6 @@ def test_a_dead_nodes_running_task_is_reaped_and_retried(
     make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
 ) -> None:
     store.register_node("ghost", "host", 1, "0", START)
-    store.heartbeat("ghost", START, START)  # its session held: gone only by NODE_TIMEOUT
     tid = store.add_task(ADD, 3, max_attempts=2)
     store.start_tasks("ghost", START, 1, START + timedelta(seconds=60))  # then it died
     node = make_node()
@@ -604,7 +603,6 @@ def test_a_reap_sends_rows_reaped_which_the_node_metrics_count_without_a_log_rec
 
     rows_reaped.connect(receive, weak=False, dispatch_uid="test_rows_reaped")
     store.register_node("ghost", "host", 1, "0", START)
-    store.heartbeat("ghost", START, START)  # its session held: gone only by NODE_TIMEOUT
     store.add_task(ADD, 3, max_attempts=2)
     store.start_tasks("ghost", START, 1, START + timedelta(seconds=60))  # then it died
     node = make_node()

@@ -27,6 +27,14 @@ Standing by
     every schedule it stands by for that owner at its time, until the owner's heartbeat
     is seen to move again. When the owner is declared dead its standby becomes the
     owner (the next member in the hash order), with nothing to move.
+Gone
+    a late node whose presence on the database (:meth:`~django_htask.store.Store.absent`:
+    a session lock its connections hold) has been gone for a heartbeat interval was
+    killed or crashed, not paused: nothing it ran can still be running. It is declared
+    dead at once, without waiting for ``NODE_TIMEOUT``: its last run of a schedule no
+    longer counts as going on (``overlap``), and the next reap fails that run as lost
+    and hands back its tasks. A node only paused keeps its sessions, and with them its
+    runs, until ``NODE_TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -91,6 +99,8 @@ class NodeRoles:
         self._suspected: dict[str, datetime] = {}
         #: This node's last heartbeats, as the others read them (for :func:`late`).
         self._beats: deque[datetime] = deque(maxlen=LATE_BEATS + 1)
+        #: The live nodes late at the last look (left out of the partition).
+        self._late: frozenset[str] = frozenset()
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -122,6 +132,11 @@ class NodeRoles:
             self._suspected[owner] = now
             return True
 
+    def late_nodes(self) -> frozenset[str]:
+        """The other nodes late at the last look (see :func:`late`): live, but not
+        beaten since two of this node's own heartbeats ago."""
+        return self._late
+
     @property
     def suspected(self) -> dict[str, datetime]:
         with self._lock:
@@ -142,6 +157,7 @@ class NodeRoles:
             beats.append(live[node_id][0])
         since = beats[0] if len(beats) > LATE_BEATS else None
         behind = late(live, since, self.ctx.settings.heartbeat_interval) - {node_id}
+        self._late = frozenset(behind)
         members = {node: queues for node, (_beat, queues) in live.items() if node not in behind}
         return Partition(self.ctx.node_id, members, self._queues)
 
@@ -186,6 +202,8 @@ class Membership:
         self._on_queues = on_queues
         self._listener: Listening | None = None
         self._load_owed = False  # a rebalance whose full read of the schedules failed
+        #: Late nodes whose presence is gone -> when it was first seen gone.
+        self._absent: dict[str, datetime] = {}
         self.refresher: Once = ctx.control.once(self._refresh_now)
 
     # -- life cycle ------------------------------------------------------------------
@@ -233,7 +251,9 @@ class Membership:
         return self.ctx.store.live_nodes(self.ctx.settings.dead_before(now))
 
     def _refresh_now(self) -> None:
-        self.ctx.control.guarded(lambda: self.refresh(self.ctx.clock.now()), "member refresh")
+        control, now = self.ctx.control, self.ctx.clock.now()
+        if control.guarded(lambda: self.refresh(now), "member refresh"):
+            control.guarded(lambda: self._declare_gone(self.roles.late_nodes(), now), "gone nodes")
 
     def refresh(self, now: datetime) -> bool:
         """Re-read the live nodes; rebalance if the members changed, a handover ended or
@@ -256,6 +276,25 @@ class Membership:
             self._load_owed = True
         self._rebalance()
         return True
+
+    def _declare_gone(self, late: frozenset[str], now: datetime) -> None:
+        """Declare dead the late nodes whose presence has been gone for a heartbeat
+        interval (see the module). Not at the first look: a node whose connection the
+        database dropped (a restart) takes its presence again at its next heartbeat."""
+        store = self.ctx.store
+        absent = store.absent(sorted(late)) if late else []
+        self._absent = {node: self._absent.get(node, now) for node in absent}
+        interval = timedelta(seconds=self.ctx.settings.heartbeat_interval)
+        gone = [node for node, since in self._absent.items() if now - since >= interval]
+        if not gone or not store.declare_dead(gone, now):
+            return
+        for node in gone:
+            logger.warning(
+                "node %s marked dead: its heartbeat is late and its database session is "
+                "gone (its process ended)",
+                node,
+                extra={"action": "node_dead", "node": node},
+            )
 
     def _rebalance(self) -> None:
         """Hold what this node owns or stands by for now (a full read, if the members

@@ -230,7 +230,9 @@ class Store(abc.ABC):
         now: datetime,
         queues: QueueFilter = ALL,
     ) -> None:
-        """Register a node; ``queues`` are the queues whose schedules it fires."""
+        """Register a node; ``queues`` are the queues whose schedules it fires. Where
+        several nodes share the database, the connection holds the node's presence
+        from then on (:meth:`absent`)."""
         self._register(Registration(node_id, hostname, pid, version, now, queues))
 
     @abc.abstractmethod
@@ -238,8 +240,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
-        """Record the heartbeat and renew this node's leases; return how many.
-        Raises NodeFenced if the node was declared dead."""
+        """Record the heartbeat and renew this node's leases; return how many. Where
+        several nodes share the database, the connection also holds the node's
+        presence (:meth:`absent`). Raises NodeFenced if the node was declared dead."""
 
     @abc.abstractmethod
     def stop_node(self, node_id: str, now: datetime) -> None:
@@ -272,6 +275,15 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def nodes_on_host(self, hostname: str) -> list[tuple[str, int]]:
         """(id, pid) of the nodes of ``hostname`` not marked stopped."""
+
+    @abc.abstractmethod
+    def absent(self, node_ids: list[str]) -> list[str]:
+        """Which of ``node_ids`` hold no session on the database: their process has
+        ended (:meth:`register_node` and each :meth:`heartbeat` hold a session lock
+        named after the node on their connection, which the database releases when the
+        connection closes, as it does at once for a process killed with SIGKILL; a
+        paused process keeps it: see :mod:`django_htask.store.presence`). [] where the
+        database cannot tell."""
 
     @abc.abstractmethod
     def declare_dead(self, node_ids: list[str], now: datetime) -> int:

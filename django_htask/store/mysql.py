@@ -48,6 +48,12 @@ Reaping
     SKIP LOCKED`` (no row: another node is reaping; see
     :mod:`~django_htask.store.reaping`); a node starting under the id of one that did
     not stop waits for that row instead.
+Presence
+    The connection that registers a node and its heartbeat's hold a named lock
+    (``GET_LOCK``) named after the node and the database (:data:`PRESENCE`,
+    :mod:`~django_htask.store.presence`); the server releases it when they end, at
+    once for a process killed. The others ask ``IS_USED_LOCK``
+    (:meth:`MySQLStore.absent`).
 Fencing
     A node's writes read its own node row ``LOCK IN SHARE MODE`` first (both MySQL and
     MariaDB understand it) and check it is not declared dead. The reaper declares a
@@ -133,6 +139,9 @@ SCHEDULE = Schedule._meta.db_table
 TASK = Task._meta.db_table
 RUN = Run._meta.db_table
 NODE = Node._meta.db_table
+#: The name of a node's presence lock (:mod:`~django_htask.store.presence`), from its id
+#: (the parameter) and the session's database: named locks belong to the whole server.
+PRESENCE = "CONCAT('htask-node-', SHA1(CONCAT(DATABASE(), ':', %s)))"
 #: Bytes the tasks' ends one statement writes may reach (:meth:`MySQLStore._write_ends`):
 #: well under ``max_allowed_packet`` (16 MiB by default on MariaDB, 64 on MySQL 8),
 #: for results go as hex (twice their size) and texts may take 4 bytes a character.
@@ -537,6 +546,27 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         with self.connection.cursor() as cursor:
             cursor.execute(f"SELECT name FROM {COUNTER} WHERE name = %s FOR UPDATE", [REAPER])
 
+    # -- presence: named locks (GET_LOCK), released when their session ends ------------
+    def _hold_presence(self, node_id: str) -> None:
+        # Named locks are counted per taking: taken only if this session lacks it.
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT IF(IS_USED_LOCK({PRESENCE}) <=> CONNECTION_ID(), 1, "
+                f"GET_LOCK({PRESENCE}, 0))",
+                [node_id, node_id],
+            )
+
+    def absent(self, node_ids: list[str]) -> list[str]:
+        """The nodes whose named lock (:data:`PRESENCE`) no session of the server
+        holds."""
+        if not node_ids:
+            return []
+        held = ", ".join([f"IS_USED_LOCK({PRESENCE})"] * len(node_ids))
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT {held}", node_ids)
+            holders = cursor.fetchone() or ()
+        return sorted(n for n, holder in zip(node_ids, holders, strict=True) if holder is None)
+
     def _lock_gates(self, keys: list[str]) -> bool:
         """Lock the counter rows of ``keys`` until the transaction ends, in their order
         (every claim takes them in that order: no deadlock)."""
@@ -550,9 +580,11 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         return True
 
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
-        """Record the heartbeat and renew this node's leases. The node's row is locked
-        ``FOR UPDATE`` at once (the fence: see the module); a node declared dead stays
-        dead (NodeFenced)."""
+        """Record the heartbeat and renew this node's leases, and hold the node's
+        presence on this connection (its named lock, taken once: see
+        :mod:`~django_htask.store.presence`). The node's row is locked ``FOR UPDATE``
+        at once (the fence: see the module); a node declared dead stays dead
+        (NodeFenced)."""
         adapt = self.connection.ops.adapt_datetimefield_value
         with self._atomic(), self.connection.cursor() as cursor:
             cursor.execute(
@@ -565,6 +597,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
             cursor.execute(
                 f"UPDATE {NODE} SET last_heartbeat = %s WHERE id = %s", [adapt(now), node_id]
             )
+            self._hold_presence(node_id)
             renewed = self._renew_leases(node_id, lease_until)
         last: datetime = row[1]
         self._heartbeat_after(now - (last if last.tzinfo else last.replace(tzinfo=UTC)))

@@ -40,6 +40,12 @@ Reaping
     heartbeat is older than ``NODE_TIMEOUT`` are marked stopped (declared dead), what
     dead nodes held is handed back (a task they had started has used its attempt), and
     the other nodes are told.
+Presence
+    The connection that registers a node and its heartbeat's hold a session-level
+    advisory lock of two ``integer`` s named after the node
+    (:mod:`~django_htask.store.presence`); the server releases it when they end, at
+    once for a process killed. The others read it in ``pg_locks``
+    (:meth:`PostgresStore.absent`).
 Fencing
     Every write a node makes locks its own node row ``FOR SHARE`` first and checks that
     it is not declared dead; the reaper marks a node dead with an ``UPDATE`` of that row,
@@ -83,6 +89,7 @@ from .database import (
 from .database.pruning import expired_ids
 from .listen import CHANNEL, Listener, connection_params
 from .pg_triggers import FINGERPRINT, PER_XACT, QUIET, STATEMENTS, current
+from .presence import PRESENCE_CLASS, presence_key
 from .reaping import SharedReaper
 from .statuses import LateStatuses
 from .values import _RUN_COLUMNS
@@ -139,6 +146,20 @@ _FINISHED_VALUES = _RUN_VALUES.replace(") LIMIT", ", result text) LIMIT")
 _RUN_INSERT = (
     f"INSERT INTO {RUN} ({', '.join(_RUN_COLUMNS)}) "
     f"SELECT {', '.join(f'v.{name}' for name in _RUN_COLUMNS)} FROM v"
+)
+#: The presence locks (:mod:`~django_htask.store.presence`) in this database, of the
+#: class given as a parameter, in ``pg_locks``.
+_PRESENCE_LOCK = (
+    "locktype = 'advisory' AND objsubid = 2 AND classid = %s::oid "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+#: Take the node's presence lock unless this session holds it already (class and key
+#: twice): a session-level lock counts each taking, and the heartbeat comes every few
+#: seconds for as long as the node runs.
+_PRESENT = (
+    f"CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE {_PRESENCE_LOCK} "
+    "AND objid = %s::oid AND pid = pg_backend_pid()) "
+    "THEN true ELSE pg_try_advisory_lock(%s, %s) END"
 )
 #: What firing reads of a schedule (the fields of ``ScheduleRow``).
 _ROW_SQL = ", ".join(_ROW_FIELDS)
@@ -378,14 +399,18 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
     _fence_lock = " FOR SHARE"
 
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
-        """Record the heartbeat and renew this node's leases. A node declared dead stays
-        dead: NodeFenced (its work was handed to the others)."""
+        """Record the heartbeat and renew this node's leases, and hold the node's
+        presence on this connection (a session-level advisory lock, taken once: see
+        :mod:`~django_htask.store.presence`). A node declared dead stays dead:
+        NodeFenced (its work was handed to the others)."""
+        key = presence_key(node_id)
         with self._atomic(), self._cursor() as cursor:
             cursor.execute(
                 f"UPDATE {NODE} AS n SET last_heartbeat = %s FROM ("
                 f" SELECT id, last_heartbeat FROM {NODE} WHERE id = %s FOR UPDATE"
-                ") AS o WHERE n.id = o.id AND n.stopped_at IS NULL RETURNING o.last_heartbeat",
-                [now, node_id],
+                ") AS o WHERE n.id = o.id AND n.stopped_at IS NULL "
+                f"RETURNING o.last_heartbeat, {_PRESENT}",
+                [now, node_id, PRESENCE_CLASS, key, PRESENCE_CLASS, key],
             )
             row = cursor.fetchone()
             if row is None:
@@ -394,6 +419,25 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         assert row is not None
         self._heartbeat_after(now - row[0])
         return renewed
+
+    def _hold_presence(self, node_id: str) -> None:
+        key = presence_key(node_id)
+        with self._cursor() as cursor:
+            cursor.execute(f"SELECT {_PRESENT}", [PRESENCE_CLASS, key, PRESENCE_CLASS, key])
+
+    def absent(self, node_ids: list[str]) -> list[str]:
+        """The nodes whose presence lock no session of this database holds."""
+        if not node_ids:
+            return []
+        keys = {presence_key(node_id): node_id for node_id in node_ids}
+        with self._cursor() as cursor:
+            cursor.execute(
+                f"SELECT objid::bigint FROM pg_locks WHERE {_PRESENCE_LOCK} AND granted "
+                "AND objid = ANY(%s::bigint[]::oid[])",
+                [PRESENCE_CLASS, list(keys)],
+            )
+            held = {int(key) for (key,) in cursor.fetchall()}
+        return sorted(node_id for key, node_id in keys.items() if key not in held)
 
     def _lock_reaper(self) -> None:
         with self._cursor() as cursor:

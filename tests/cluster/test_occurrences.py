@@ -4,10 +4,13 @@ the run, or the row that says why it did not run (missed, folded into a later ru
 skipped), when the node firing it is killed and when a node joins before the killed one
 is declared dead (issue 28).
 
-The killed node is never declared dead in the window: its schedules go on through
-their standby alone (default timings: ``NODE_TIMEOUT`` 60 s, heartbeats every 10 s,
-``STANDBY_DELAY`` 2 s), or through the node that owns them once its heartbeat is late
-(heartbeats every second, ``NODE_TIMEOUT`` 30 s).
+Where the stopped node is not declared dead in the window, its schedules go on
+through their standby alone (default timings: ``NODE_TIMEOUT`` 60 s, heartbeats every
+10 s, ``STANDBY_DELAY`` 2 s), or through the node that owns them once its heartbeat is
+late (heartbeats every second, ``NODE_TIMEOUT`` 30 s, a node paused with SIGSTOP). A
+node killed is declared dead once its heartbeat is late and its database session
+gone, a few heartbeats after its last, and a schedule whose run it was making runs
+again then (:func:`test_a_node_killed_anywhere_in_its_cycle_leaves_one_row_per_occurrence`).
 """
 
 from __future__ import annotations
@@ -77,10 +80,12 @@ def schedules_with(site: Site, count: int, wanted: int) -> tuple[list[int], list
     return ids, [sid for sid in ids if new_standby_of_b(sid)]
 
 
-def assert_one_row_per_occurrence(site: Site, sid: int, through: datetime | None) -> int:
-    """Every occurrence of ``sid`` from its first row to the last one that ran (which
-    must be past ``through``, unless None) has exactly one row, and no row is off the
-    schedule's sequence. Return how many occurrences did not run."""
+def assert_one_row_per_occurrence(
+    site: Site, sid: int, through: datetime | None, step: timedelta = STEP
+) -> int:
+    """Every occurrence of ``sid`` (every ``step``) from its first row to the last one
+    that ran (which must be past ``through``, unless None) has exactly one row, and no
+    row is off the schedule's sequence. Return how many occurrences did not run."""
     rows = site.sql(RUNS + " ORDER BY scheduled_for", sid)
     per_time = Counter(when for when, _status, _error in rows)
     twice = {when: n for when, n in per_time.items() if n > 1}
@@ -93,7 +98,7 @@ def assert_one_row_per_occurrence(site: Site, sid: int, through: datetime | None
     when = first
     while when <= last:
         expected.append(when)
-        when += STEP
+        when += step
     seen = [when for when, _status, _error in rows if when <= last]
     missing = sorted(set(expected) - set(seen))
     assert not missing, f"schedule {sid}: occurrences without a row: {missing}"
@@ -171,9 +176,12 @@ def test_each_occurrence_has_one_row_when_the_owner_is_killed(site: Site) -> Non
     assert not_run >= 1, "the occurrence due while the standby waited should not have run"
 
 
-def kill_b(site: Site, ids: list[int], **env: str) -> tuple[Scheduler, datetime]:
+def kill_b(
+    site: Site, ids: list[int], sig: int = signal.SIGKILL, **env: str
+) -> tuple[Scheduler, datetime]:
     """Start ``occ-a`` and ``occ-b``; once ``occ-b`` fires its share of ``ids``, kill
-    it (SIGKILL). Return ``occ-a`` and when ``occ-b`` was killed."""
+    it (SIGKILL), or pause it (``sig``: SIGSTOP). Return ``occ-a`` and when ``occ-b``
+    was stopped."""
     a = site.node("--node-id", "occ-a", **env)
     b = site.node("--node-id", "occ-b", **env)
     two = Partition("occ-a", ["occ-a", "occ-b"])
@@ -182,8 +190,9 @@ def kill_b(site: Site, ids: list[int], **env: str) -> tuple[Scheduler, datetime]
         lambda: all(holder_of(site, sid) == "occ-b" for sid in of_b), 30, "occ-b firing its share"
     )
     killed_at = now(site)
-    b.process.send_signal(signal.SIGKILL)
-    b.wait_exit()
+    b.process.send_signal(sig)
+    if sig == signal.SIGKILL:
+        b.wait_exit()
     return a, killed_at
 
 
@@ -217,7 +226,8 @@ def test_each_occurrence_has_one_row_when_a_node_joins_before_the_dead_one_is_de
     for which ``occ-c`` ranks after ``occ-b`` and before ``occ-a`` (``occ-c`` is their
     new standby) keep one row per occurrence: ``occ-c`` fires them for the dead node.
     A schedule whose run ``occ-b`` was making as it was killed is skipped, saying so,
-    until ``occ-b`` is declared dead (``NODE_TIMEOUT`` is 60 s)."""
+    until ``occ-b`` is declared dead: with heartbeats every 10 s it is late only after
+    the test (two of ``occ-a``'s heartbeats), and ``NODE_TIMEOUT`` is 60 s."""
     ids, c_stands_by = schedules_with(site, 12, 2)
     a, killed_at = kill_b(site, ids, HTASK_CLUSTER_DEFAULTS="1")
     joined = run_c(site, a, 14, HTASK_CLUSTER_DEFAULTS="1")
@@ -240,12 +250,13 @@ def test_each_occurrence_has_one_row_when_a_node_joins_before_the_dead_one_is_de
 def test_a_node_joining_gives_nothing_to_a_late_node_and_nothing_is_folded(
     site: Site,
 ) -> None:
-    """Heartbeats every second: ``occ-b`` is killed, its heartbeat is late two seconds
-    later (``NODE_TIMEOUT`` is 30 s), and ``occ-c`` joins then. No schedule is given
-    back to ``occ-b``: from ``occ-c``'s start on, every occurrence runs at its time."""
+    """Heartbeats every second: ``occ-b`` is paused (SIGSTOP: it keeps its database
+    sessions, so it is late, not gone), its heartbeat is late two seconds later
+    (``NODE_TIMEOUT`` is 30 s), and ``occ-c`` joins then. No schedule is given back to
+    ``occ-b``: from ``occ-c``'s start on, every occurrence runs at its time."""
     ids, _c_stands_by = schedules_with(site, 12, 2)
     env = {"HTASK_CLUSTER_NODE_TIMEOUT": "30"}
-    a, killed_at = kill_b(site, ids, **env)
+    a, killed_at = kill_b(site, ids, signal.SIGSTOP, **env)
     wait_until(lambda: now(site) > killed_at + timedelta(seconds=4), 10, "occ-b late")
     joined = run_c(site, a, 12, **env)
     assert site.one("SELECT stopped_at FROM django_htask_node WHERE id = 'occ-b'") is None
@@ -326,3 +337,67 @@ def one_row_per_occurrence_across_a_restart(site: Site, restart: Callable[[], No
                 if stream is not None:
                     stream.close()
     print(f"{len(ids)} schedules, {folded} occurrences not run, each with its row")
+
+
+#: Where in its second the node firing an ``@every 1s`` schedule of runs of 0.4 s is
+#: killed: as its claim commits, in the middle of its run, as its run ends (its end not
+#: yet written, or just written).
+KILL_POINTS = (0.01, 0.2, 0.42)
+HOLD = "tests.cluster.clusterapp.tasks:hold"
+
+
+def kill_in_cycle(site: Site, sid: int, node: Scheduler, point: float) -> datetime:
+    """Kill ``node`` (SIGKILL) ``point`` seconds after an occurrence of ``sid`` is
+    due; return when (the server's time)."""
+    due: datetime = site.one("SELECT next_run_at FROM django_htask_schedule WHERE id = %s", sid)
+    at = due.timestamp() + point
+    while at < time.time() + 0.3:
+        at += 1.0
+    time.sleep(at - time.time())
+    node.process.send_signal(signal.SIGKILL)
+    killed_at = now(site)
+    node.wait_exit()
+    return killed_at
+
+
+def test_a_node_killed_anywhere_in_its_cycle_leaves_one_row_per_occurrence(
+    site: Site,
+) -> None:
+    """Three nodes fire an ``@every 1s`` schedule of runs of 0.4 s (``overlap="skip"``);
+    the node firing it is killed at a point of its second (:data:`KILL_POINTS`), and a
+    fourth node joins 3 s later; three times. Every occurrence keeps exactly one row,
+    the schedule runs again within 10 s of each kill, and each run a killed node left
+    going is failed as lost, well before ``NODE_TIMEOUT`` (30 s here): a killed node is
+    declared dead once its heartbeat is late and its database session gone, where a
+    run it left would otherwise have the schedule skipped until ``NODE_TIMEOUT``."""
+    env = {"HTASK_CLUSTER_NODE_TIMEOUT": "30"}
+    sid = site.schedule("cycle", "@every 1s", HOLD, 0.4)
+    nodes = {name: site.node("--node-id", name, **env) for name in ("k-a", "k-b", "k-c")}
+    wait_until(lambda: holder_of(site, sid) is not None, 30, "the schedule running")
+    killed: list[str] = []
+    for n, point in enumerate(KILL_POINTS):
+        time.sleep(1.5)  # the members settled: the owner fires it
+        victim = holder_of(site, sid)
+        assert victim is not None and victim not in killed
+        killed_at = kill_in_cycle(site, sid, nodes[victim], point)
+        killed.append(victim)
+        time.sleep(3.0)
+        nodes[f"k-{n}"] = site.spawn("--node-id", f"k-{n}", **env)
+        within = killed_at + timedelta(seconds=10)
+        wait_until(lambda within=within: now(site) > within, 20, "10 s after the kill")
+        ran = site.one(
+            "SELECT MIN(started_at) FROM django_htask_run WHERE schedule_id = %s "
+            f"AND scheduled_for > %s AND status IN {among(list(RAN))}",
+            sid,
+            killed_at,
+            *RAN,
+        )
+        assert ran is not None and ran <= within, (point, site.sql(DIAGNOSIS, sid, killed_at))
+        assert_one_row_per_occurrence(site, sid, None, step=timedelta(seconds=1))
+    left = site.sql(
+        "SELECT node, status, error FROM django_htask_run WHERE schedule_id = %s "
+        f"AND node IN {among(killed)} AND status NOT IN ('succeeded', 'skipped')",
+        sid,
+        *killed,
+    )
+    assert all(s == "failed" and "stopped answering" in e for _n, s, e in left), left

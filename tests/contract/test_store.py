@@ -129,6 +129,16 @@ class Kit:
         for n, node_id in enumerate(node_ids):
             self.store.register_node(node_id, "host", n + 1, "0", at)
 
+    def end_sessions(self, node_id: str) -> None:
+        """The process of ``node_id`` ends (killed): the database ends its sessions (in
+        this test's process, this thread's connection is the one its heartbeats used)."""
+        if self.memory is not None:
+            self.memory.end_sessions(node_id)
+            return
+        from django.db import connection
+
+        connection.close()
+
     @contextmanager
     def outage(self) -> Iterator[type[Exception]]:
         """The database away (every statement refused) for the block; yields the class
@@ -698,6 +708,30 @@ def test_nodes_on_a_host_and_their_queues(kit: Kit) -> None:
         "a": "emails",
         "b": "*",
     }
+
+
+def test_a_node_is_absent_once_no_session_holds_its_presence(kit: Kit) -> None:
+    """Where several nodes share the database, the connection that registers a node,
+    and each of its heartbeats, hold its presence: a node whose connections ended (its
+    process killed), or that never registered, is absent; one whose connection lives
+    on (paused, however late) is not. A database of one host's processes (SQLite)
+    cannot tell: nobody is absent."""
+    import time
+
+    kit.register("presence-kept", "presence-ended")
+    everyone = ["presence-ended", "presence-kept", "presence-unknown"]
+    if not kit.store.supports_several_nodes:
+        assert kit.store.absent(everyone) == []
+        return
+    assert kit.store.absent(everyone) == ["presence-unknown"]
+    assert kit.store.absent([]) == []
+    kit.end_sessions("presence-ended")
+    if kit.memory is None:  # the connection that held both is gone: one beats again
+        kit.store.heartbeat("presence-kept", NOW, LEASE)
+    deadline = time.monotonic() + 5  # the server ends the old session as it closes
+    while kit.store.absent(everyone) != ["presence-ended", "presence-unknown"]:
+        assert time.monotonic() < deadline, kit.store.absent(everyone)
+        time.sleep(0.05)
 
 
 # -- runs, counts, stopping, pruning ---------------------------------------------------------

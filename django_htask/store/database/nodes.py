@@ -35,6 +35,12 @@ class NodeRows(OrmStore):
                 "queues": str(queues),
             },
         )
+        self._hold_presence(node_id)
+
+    def _hold_presence(self, node_id: str) -> None:
+        """Hold the node's presence on this connection, from its registration (the
+        thread that starts a node keeps its connection) and at each heartbeat (see
+        :meth:`absent`): nothing here."""
 
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
         with self._fenced(node_id):
@@ -113,6 +119,11 @@ class NodeRows(OrmStore):
             .filter(hostname=hostname)
             .values_list("id", "pid")
         )
+
+    def absent(self, node_ids: list[str]) -> list[str]:
+        """None: the processes of one host sharing a database file have no session to
+        look at (a node gone there is found by its process id, :meth:`nodes_on_host`)."""
+        return []
 
     def declare_dead(self, node_ids: list[str], now: datetime) -> int:
         if not node_ids:

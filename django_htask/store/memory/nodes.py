@@ -21,11 +21,13 @@ class MemoryNodes(MemoryTables):
         node_id, hostname, pid, version, now, queues = r
         with self._lock:
             self.nodes[node_id] = NodeRecord(node_id, hostname, pid, version, now, now, str(queues))
+            self.sessions.add(node_id)
         self._notify("node")
 
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
         with self._lock:
             self._fence(node_id).last_heartbeat = now
+            self.sessions.add(node_id)
             return self._renew(node_id, lease_until)
 
     def _renew(self, node_id: str, lease_until: datetime) -> int:
@@ -79,6 +81,10 @@ class MemoryNodes(MemoryTables):
                 for n in self.nodes.values()
                 if n.hostname == hostname and n.stopped_at is None
             ]
+
+    def absent(self, node_ids: list[str]) -> list[str]:
+        with self._lock:
+            return sorted(i for i in node_ids if i not in self.sessions)
 
     def declare_dead(self, node_ids: list[str], now: datetime) -> int:
         with self._lock:

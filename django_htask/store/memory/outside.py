@@ -55,6 +55,12 @@ class OutsideWrites(MemoryTables):
         self._notify("schedule")
         return row.id
 
+    def end_sessions(self, node_id: str) -> None:
+        """The node's process has ended (killed, crashed): the database ends its
+        sessions, and with them its presence (:meth:`absent`)."""
+        with self._lock:
+            self.sessions.discard(node_id)
+
     def update_schedule(self, schedule_id: int, **changes: Any) -> None:
         """Change a schedule's fields, as ``QuerySet.update()`` or raw SQL would (its
         version rises)."""

@@ -143,6 +143,9 @@ class MemoryTables:
         self._ids = itertools.count(1)
         self._versions = itertools.count(1)
         self._listeners: set[_Listener] = set()
+        #: The nodes holding a session (their heartbeat's): the presence that
+        #: :meth:`~django_htask.store.Store.absent` reads, until :meth:`end_sessions`.
+        self.sessions: set[str] = set()
         #: Why the database is away, during an
         #: :meth:`~django_htask.store.memory.InMemoryStore.outage` (None otherwise).
         self.away: str | None = None

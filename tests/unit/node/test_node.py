@@ -475,6 +475,57 @@ def test_a_late_node_is_given_nothing_and_its_standby_fires_for_it(
         assert b.node_id not in {r.node for r in after}
 
 
+@pytest.mark.parametrize("process_ended", [True, False])
+def test_a_node_killed_in_a_run_is_declared_dead_once_late_and_gone(
+    make_node: MakeNode,
+    clock: FakeClock,
+    store: InMemoryStore,
+    calls: Any,
+    process_ended: bool,
+) -> None:
+    """The node firing an ``@every 1s`` schedule (``overlap="skip"``) dies before the
+    end of its run is written: the run's row says running. Killed (its process ended:
+    the database ends its sessions), it is declared dead once its heartbeat is late
+    and its presence was gone at two of the survivor's heartbeats, long before
+    ``NODE_TIMEOUT`` (60 s): its run is failed as lost and the schedule runs again.
+    Only paused (its sessions kept), its run may still be going: the schedule is
+    skipped, each occurrence with its row, and the node stays live."""
+    import dataclasses
+
+    from django_htask.conf import get_settings
+    from django_htask.store.rules import RUN_LOST
+
+    sid = store.add_schedule("s", ADD, "@every 1s", args=(1,))
+    settings = dataclasses.replace(get_settings(), heartbeat_interval=1.0)
+    a, b = make_node(settings=settings), make_node(settings=settings)
+    beat = settings.heartbeat_interval
+    clock.advance(3 * beat)
+    victim, survivor = (a, b) if sid in a.owned_schedules() else (b, a)
+
+    def die(outcome: Any) -> None:  # the run ended; its end is never written
+        kill(victim)
+
+    victim.parts.ctx.results.push = die  # type: ignore[method-assign]
+    clock.advance(1)
+    died = clock.now()
+    [left] = [r for r in store.runs_of(schedule_id=sid) if r.status == "running"]
+    if process_ended:
+        store.end_sessions(victim.node_id)
+    for _ in range(10):  # late at two beats, gone for one more, reaped at the next
+        clock.advance(1)
+    one_row_per_occurrence(store, sid)
+    after = [r for r in store.runs_of(schedule_id=sid) if r.scheduled_for > died]  # type: ignore[operator]
+    if not process_ended:
+        assert store.nodes[victim.node_id].stopped_at is None
+        assert {r.status for r in after} == {"skipped"}, after
+        return
+    stopped_at = store.nodes[victim.node_id].stopped_at
+    assert stopped_at is not None and stopped_at - died <= 6 * SECOND, stopped_at - died
+    lost = next(r for r in store.runs_of(schedule_id=sid) if r.run_id == left.run_id)
+    assert (lost.status, lost.error) == ("failed", RUN_LOST)
+    assert after[-1].status == "succeeded" and after[-1].node == survivor.node_id
+
+
 def test_a_node_declared_dead_stops_and_writes_nothing(
     make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
 ) -> None:

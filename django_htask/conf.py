@@ -220,14 +220,19 @@ def get_settings() -> HtaskSettings:
     current = _cached
     if current is None:
         with _lock:
-            current = _cached = load(getattr(settings, "HTASK", None))
+            current = _cached
+            if current is None:
+                current = _cached = load(getattr(settings, "HTASK", None))
     return current
 
 
 def _reset(*, setting: str, **kwargs: object) -> None:
+    # Under the lock: a thread loading the settings read before the change must not
+    # store them after this reset.
     global _cached  # noqa: PLW0603
     if setting == "HTASK":
-        _cached = None
+        with _lock:
+            _cached = None
 
 
 setting_changed.connect(_reset, dispatch_uid="django_htask.conf.reset")

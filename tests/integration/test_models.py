@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -155,6 +157,36 @@ def test_settings_defaults_and_checks() -> None:
 
 def test_settings_follow_override_settings(settings: object) -> None:
     settings.HTASK = {"WORKERS": 13}  # type: ignore[attr-defined]
+    assert get_settings().workers == 13
+
+
+def test_a_change_of_the_settings_while_a_thread_loads_them_is_not_undone(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread that read the settings before they changed (a node's thread asks at
+    each query, through the router) must not cache them after the change's reset."""
+    from django_htask import conf
+
+    loading, release = threading.Event(), threading.Event()
+
+    def slow_load(value: object) -> HtaskSettings:
+        loaded = load(value)  # what the thread read: the settings before the change
+        loading.set()
+        release.wait(5)
+        return loaded
+
+    settings.HTASK = {"WORKERS": 3}
+    monkeypatch.setattr(conf, "load", slow_load)
+    reader = threading.Thread(target=get_settings)
+    reader.start()
+    assert loading.wait(5)
+    changer = threading.Thread(target=setattr, args=(settings, "HTASK", {"WORKERS": 13}))
+    changer.start()
+    changer.join(0.2)  # its reset waits for the load under way
+    release.set()
+    reader.join(5)
+    changer.join(5)
+    monkeypatch.setattr(conf, "load", load)
     assert get_settings().workers == 13
 
 

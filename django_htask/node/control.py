@@ -60,7 +60,7 @@ class DatabaseBackoff:
     fail meanwhile (each schedule due, each claim: hundreds a second) are logged at
     DEBUG, so that an outage reads as a few lines, each with the next delay."""
 
-    __slots__ = ("_close", "_failures", "_monotonic", "_quiet_until")
+    __slots__ = ("_close", "_failures", "_lost_at", "_monotonic", "_quiet_until")
 
     def __init__(
         self,
@@ -74,6 +74,8 @@ class DatabaseBackoff:
         self._monotonic = monotonic
         #: Until when (``monotonic()``) further failures are logged at DEBUG.
         self._quiet_until: float | None = None
+        #: When (``monotonic()``) the database was last found away.
+        self._lost_at: float | None = None
 
     @property
     def delay(self) -> float:
@@ -89,11 +91,15 @@ class DatabaseBackoff:
     def lost(self, exc: StoreUnavailable, retry_in: float) -> None:
         """Say the database is away (a warning, unless one was logged less than its
         delay ago) and drop this thread's connection."""
-        now = self._monotonic()
+        now = self._lost_at = self._monotonic()
         quiet = self._quiet_until is not None and now < self._quiet_until
         if not quiet:
             self._quiet_until = now + retry_in
         database_lost(exc, retry_in, self._close, logging.DEBUG if quiet else logging.WARNING)
+
+    def lost_within(self, seconds: float) -> bool:
+        """Whether the database was found away in the last ``seconds``."""
+        return self._lost_at is not None and self._monotonic() - self._lost_at < seconds
 
     def succeeded(self) -> None:
         self._quiet_until = None

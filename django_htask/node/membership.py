@@ -34,7 +34,10 @@ Gone
     dead at once, without waiting for ``NODE_TIMEOUT``: its last run of a schedule no
     longer counts as going on (``overlap``), and the next reap fails that run as lost
     and hands back its tasks. A node only paused keeps its sessions, and with them its
-    runs, until ``NODE_TIMEOUT``.
+    runs, until ``NODE_TIMEOUT``. Presence is not trusted for
+    :data:`TRUST_AFTER_OUTAGE` heartbeats after this node found the database away: a
+    restart of the database ends every node's sessions, and each takes its presence
+    again only at its next heartbeat that reaches it.
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ Live = dict[str, tuple[datetime, QueueFilter]]
 
 #: A node that has not beaten since this many of the reader's own heartbeats ago is late.
 LATE_BEATS = 2
+#: Heartbeat intervals after this node last found the database away during which no
+#: node counts as gone by its presence (see :meth:`Membership._declare_gone`).
+TRUST_AFTER_OUTAGE = 6
 
 
 def late(live: Live, since: datetime | None, heartbeat_interval: float) -> set[str]:
@@ -281,10 +287,16 @@ class Membership:
         """Declare dead the late nodes whose presence has been gone for a heartbeat
         interval (see the module). Not at the first look: a node whose connection the
         database dropped (a restart) takes its presence again at its next heartbeat."""
-        store = self.ctx.store
+        store, beat = self.ctx.store, self.ctx.settings.heartbeat_interval
+        if self.ctx.control.backoff.lost_within(TRUST_AFTER_OUTAGE * beat):
+            # The database was away (a restart ends every session): each node takes its
+            # presence again at its first heartbeat that reaches it, which may come a
+            # beat or two after this node's.
+            self._absent = {}
+            return
         absent = store.absent(sorted(late)) if late else []
         self._absent = {node: self._absent.get(node, now) for node in absent}
-        interval = timedelta(seconds=self.ctx.settings.heartbeat_interval)
+        interval = timedelta(seconds=beat)
         gone = [node for node, since in self._absent.items() if now - since >= interval]
         if not gone or not store.declare_dead(gone, now):
             return

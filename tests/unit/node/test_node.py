@@ -526,6 +526,40 @@ def test_a_node_killed_in_a_run_is_declared_dead_once_late_and_gone(
     assert after[-1].status == "succeeded" and after[-1].node == survivor.node_id
 
 
+def test_a_restart_of_the_database_declares_no_node_dead(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore
+) -> None:
+    """The database restarts: every session ends, so every node's presence is gone
+    until its next heartbeat reaches the database. A node whose first four heartbeats
+    after the restart fail (its connection was dead, it is slow) is late and absent for
+    a while; the others, which just found the database away, must not take it for
+    killed."""
+    import dataclasses
+
+    from django_htask.conf import get_settings
+
+    settings = dataclasses.replace(get_settings(), heartbeat_interval=1.0)
+    a, b = make_node(settings=settings), make_node(settings=settings)
+    clock.advance(3)
+    with store.outage("the database restarts"):
+        clock.advance(1)
+        clock.advance(1)
+    for node in (a, b):
+        store.end_sessions(node.node_id)
+    renew, fails = a.parts.liveness._renew, iter(range(4))
+
+    def reconnecting(now: datetime, lease_until: datetime) -> None:
+        if next(fails, None) is not None:
+            raise StoreUnavailable("the connection was closed")
+        renew(now, lease_until)
+
+    a.parts.liveness._renew = reconnecting  # type: ignore[method-assign]
+    for _ in range(10):
+        clock.advance(1)
+    assert store.nodes[a.node_id].stopped_at is None
+    assert a.fenced is None and store.absent([a.node_id, b.node_id]) == []
+
+
 def test_a_node_declared_dead_stops_and_writes_nothing(
     make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
 ) -> None:

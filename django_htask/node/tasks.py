@@ -9,7 +9,9 @@ again), so an idle node writes nothing.
 A task with a lock or a limit that cannot start now is not due (``task_outlook``), so a
 node never spins on it. When one ends, the claim that writes its end also looks for
 the tasks it held back, and the other nodes are woken (PostgreSQL; elsewhere they
-poll).
+poll). A task held back by its rate limit waits for time, not for an end: the claim
+and the outlook say when its window has room, and the node sets its wake-up timer
+there as for a task due then.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django_htask.engine import TimerHandle
 from django_htask.enums import RunStatus
 from django_htask.exceptions import StoreUnavailable
-from django_htask.store import RunOutcome, StartedTask
+from django_htask.store import RunOutcome, Started, StartedTask
 
 from .context import NodeContext
 from .execution import Call, retry_delay, snooze_delay
@@ -115,14 +117,20 @@ class TaskDispatch:
         due, first = ctx.store.task_outlook(now, ctx.serving)
         if due:
             self.due = True
-        if first is None or first > now + timedelta(seconds=ctx.settings.lookahead):
+        self._wake_at(first, now)
+
+    def _wake_at(self, first: datetime | None, now: datetime) -> None:
+        """Set the wake-up timer at ``first`` (a task due then, or a rate limit's
+        window with room) when it is within the look-ahead window and before the
+        timer set, if any."""
+        if first is None or first > now + timedelta(seconds=self.ctx.settings.lookahead):
             return
         current = self.next_wake()
         if current is not None and current.when <= first:
             return
         if current is not None:
             current.cancel()
-        self._wake = ctx.control.at(first, self._woken)
+        self._wake = self.ctx.control.at(first, self._woken)
 
     def _woken(self) -> None:
         self.ctx.control.guarded(self.watch, "look for tasks")
@@ -170,6 +178,13 @@ class TaskDispatch:
             self.ctx.control.guarded(self.watch, "look for tasks")
         if free > 0 and len(started) < free:
             self.due = False  # none left: until a poll, a wake-up or a timer
+        if started.wake_at is not None:  # some were held back until then
+            now = self.ctx.clock.now()
+            if started.wake_at <= now:  # taken by a claim made at once: others may go
+                self.due = True
+                self.request.request()
+            else:
+                self._wake_at(started.wake_at, now)
         if not started:
             return
         self.ctx.running.add_tasks(started)
@@ -180,7 +195,7 @@ class TaskDispatch:
             self.ctx.jobs.call_soon(self._job, task)
         self.ask()  # more may have finished meanwhile
 
-    def _start(self, free: int, finished: list[RunOutcome]) -> list[StartedTask]:
+    def _start(self, free: int, finished: list[RunOutcome]) -> Started:
         """Write ``finished`` and claim up to ``free`` due tasks: the tasks started."""
         ctx = self.ctx
         now = ctx.clock.now()

@@ -148,6 +148,7 @@ class Migration(migrations.Migration):
                         help_text="the flow's 64-bit key (its function and per key, hashed)"
                     ),
                 ),
+                ("started_at", models.DateTimeField(help_text="the claim's instant")),
                 ("expires_at", models.DateTimeField(help_text="when the start stops counting")),
             ],
             options={

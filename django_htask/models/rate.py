@@ -15,7 +15,7 @@ class RateSlot(models.Model):
     ``expires_at``: its start plus the limit's period (django_htask/flow.py). Written
     by the claim that starts the task, in its transaction; the claims of the flow then
     count the slots not expired. Kept by the database through restarts and kill -9, and
-    deleted once expired (by the next claim of the flow, or the pruner)."""
+    deleted once expired, by the next claim of the flow."""
 
     objects = SchedulerManager["RateSlot"]()
 
@@ -23,6 +23,7 @@ class RateSlot(models.Model):
     gate = models.BigIntegerField(
         help_text="the flow's 64-bit key (its function and per key, hashed)"
     )
+    started_at = models.DateTimeField(help_text="the claim's instant")
     expires_at = models.DateTimeField(help_text="when the start stops counting")
 
     class Meta:

@@ -40,6 +40,11 @@ logger = logging.getLogger(__name__)
 GATHER = 0.005
 
 
+def _set(handle: TimerHandle) -> bool:
+    """Whether the timer is still to go off."""
+    return handle.state in ("pending", "queued")
+
+
 class TaskDispatch:
     """The one-off tasks of a node (see the module)."""
 
@@ -58,6 +63,7 @@ class TaskDispatch:
         self.finished = 0
         self.due = True  # due tasks may wait in the database
         self._wake: TimerHandle | None = None  # at the next task due
+        self._room: TimerHandle | None = None  # when a rate limit a claim met has room
         #: Asks for :meth:`dispatch` on the control thread (a worker is free, a result
         #: waits to be written).
         self.request = ctx.control.once(self.dispatch)
@@ -106,8 +112,9 @@ class TaskDispatch:
             self.request.request()
 
     def next_wake(self) -> TimerHandle | None:
-        handle = self._wake
-        return handle if handle is not None and handle.state in ("pending", "queued") else None
+        """The earlier of the wake-up timers set, if any."""
+        handles = [h for h in (self._wake, self._room) if h is not None and _set(h)]
+        return min(handles, key=lambda h: h.when, default=None)
 
     def watch(self) -> None:
         """Read whether tasks are due and when the next one is, and set the wake-up timer
@@ -122,18 +129,38 @@ class TaskDispatch:
     def _wake_at(self, first: datetime | None, now: datetime) -> None:
         """Set the wake-up timer at ``first`` (a task due then, or a rate limit's
         window with room) when it is within the look-ahead window and before the
-        timer set, if any."""
+        timer set, if any: then it looks for tasks, and claims."""
+        self._wake = self._timer(self._wake, first, now, self._woken)
+
+    def _room_at(self, when: datetime, now: datetime) -> None:
+        """Set the timer at which a rate limit's window a claim found full has room
+        (:attr:`~django_htask.store.Started.wake_at`): then it claims at once, and that
+        claim says when to come back (no look for tasks first: it is known some wait)."""
+        self._room = self._timer(self._room, when, now, self._roomy)
+
+    def _timer(
+        self,
+        current: TimerHandle | None,
+        first: datetime | None,
+        now: datetime,
+        call: Callable[[], object],
+    ) -> TimerHandle | None:
+        """``current``, or a timer at ``first`` calling ``call`` in its place if it is
+        earlier and within the look-ahead window."""
         if first is None or first > now + timedelta(seconds=self.ctx.settings.lookahead):
-            return
-        current = self.next_wake()
-        if current is not None and current.when <= first:
-            return
-        if current is not None:
+            return current
+        if current is not None and _set(current):
+            if current.when <= first:
+                return current
             current.cancel()
-        self._wake = self.ctx.control.at(first, self._woken)
+        return self.ctx.control.at(first, call)
 
     def _woken(self) -> None:
         self.ctx.control.guarded(self.watch, "look for tasks")
+        self.dispatch()
+
+    def _roomy(self) -> None:
+        self.due = True
         self.dispatch()
 
     def free(self) -> int:
@@ -184,7 +211,7 @@ class TaskDispatch:
                 self.due = True
                 self.request.request()
             else:
-                self._wake_at(started.wake_at, now)
+                self._room_at(started.wake_at, now)
         if not started:
             return
         self.ctx.running.add_tasks(started)

@@ -85,6 +85,7 @@ __all__ = [
     "ThreadConnections",
     "Window",
     "holders",
+    "holds_place",
     "open_queues",
     "pick_gated",
 ]
@@ -139,6 +140,7 @@ class Holding:
     now: datetime | None = None
     starts: Counter[str] = field(default_factory=Counter)
     frees: dict[str, datetime] = field(default_factory=dict)
+    latest: dict[str, datetime] = field(default_factory=dict)
     read: set[str] = field(default_factory=set)
     waiting: set[str] = field(default_factory=set)
     wake_at: datetime | None = None
@@ -155,25 +157,40 @@ class Holding:
         self.read.update(flows)
         for w in windows:
             self.starts[w.flow] += w.starts
-            first = self.frees.get(w.flow)
+            first, last = self.frees.get(w.flow), self.latest.get(w.flow)
             self.frees[w.flow] = w.first_expiry if first is None else min(first, w.first_expiry)
+            self.latest[w.flow] = w.last_start if last is None else max(last, w.last_start)
 
-    def _wake(self, task: Gated, flow: str) -> None:
-        """``task`` waits on its rate limit: it may start when the first start its flow
-        counts expires (a start of this claim's: a period from now)."""
+    def rate_allows(self, task: Gated, flow: str) -> bool:
+        """Whether ``task``'s rate limit lets it start at :attr:`now`: its flow counts
+        fewer starts than its limit, none of them later than now (else ``now`` is
+        behind a claim that committed first, and the window is counted from there:
+        the flow's starts are stamped in the order they are counted, so that a start
+        deleted once expired for a later claim never counted for an earlier one).
+        When it does not, :attr:`wake_at` learns when it may: when the first start
+        counted expires (a start of this claim's: a period from now), or now reaches
+        the latest start."""
         assert self.now is not None
         assert task.rate_period is not None
-        at = self.frees.get(flow, self.now + timedelta(seconds=task.rate_period))
+        latest = self.latest.get(flow)
+        if latest is not None and latest > self.now:
+            at = latest
+        elif self.starts[flow] >= (task.rate_limit or 0):
+            at = self.frees.get(flow, self.now + timedelta(seconds=task.rate_period))
+        else:
+            return True
         self.wake_at = at if self.wake_at is None else min(self.wake_at, at)
+        return False
 
 
 class Window(NamedTuple):
-    """The starts a rate-limited flow counts at an instant (the slots not expired), and
-    when the first of them expires."""
+    """The starts a rate-limited flow counts at an instant (the slots not expired), when
+    the first of them expires, and the latest of them."""
 
     flow: str
     starts: int
     first_expiry: datetime
+    last_start: datetime
 
 
 def holders(
@@ -243,10 +260,15 @@ def _has_room(task: Gated, flow: str | None, held: Holding) -> bool:
         running = held.functions[task.function] if task.per_key is None else held.flows[flow]
         if running >= task.max_running:
             return False
-    if task.rate_limit is not None and held.starts[flow] >= task.rate_limit:
-        held._wake(task, flow)
-        return False
-    return True
+    return task.rate_limit is None or held.rate_allows(task, flow)
+
+
+def holds_place(task: Gated, limits: Mapping[str, int]) -> bool:
+    """Whether ``task``, once started, holds a place until it ends (its lock, its
+    function's or its key's ``max_running``, its limited queue's): its end may let a
+    waiting task start. A rate limit counts starts: a task that has only one holds
+    nothing."""
+    return task.lock is not None or task.max_running is not None or task.queue in limits
 
 
 def open_queues(limits: Mapping[str, int], held: Holding) -> list[tuple[str, int]]:

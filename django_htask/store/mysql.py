@@ -37,7 +37,8 @@ Keys
 Locks and limits
     Row locks of the counter table stand for PostgreSQL's advisory locks: a claim of
     tasks with a lock or a limit locks ``FOR UPDATE`` the rows ``gate:0000`` to
-    ``gate:1023`` that its locks and functions hash to (:data:`GATE_SLOTS`; a
+    ``gate:1023`` that its locks, functions, flows (rate limits and limits per key:
+    django_htask/flow.py) and limited queues hash to (:data:`GATE_SLOTS`; a
     collision only makes two gates wait for each other), in one statement in key
     order, then counts the holders again. InnoDB releases them at commit or rollback,
     as PostgreSQL's transaction-level advisory locks, and detects a deadlock among

@@ -214,7 +214,9 @@ class StartedTask:
     priority: int = 0
     timeout: float | None = None  # seconds a run may take (None: the default)
     retry: RetryColumns = DEFAULT_RETRY
-    #: It has a lock or a limit (its end may let a waiting task start).
+    #: It holds a place while it runs: a lock, or a limit's (its function's, its key's,
+    #: its queue's), so its end may let a waiting task start. (A rate limit counts
+    #: starts: an end frees nothing.)
     gated: bool = False
     #: Times it snoozed, and how many it may (None: the ``MAX_SNOOZES`` setting).
     snoozes: int = 0

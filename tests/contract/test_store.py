@@ -1054,7 +1054,8 @@ def test_max_running_per_key_bounds_each_key_apart_on_all_nodes(kit: Kit) -> Non
     kit.register("n1", "n2")
     a = kit.add_tasks(3, NOW - timedelta(seconds=2), max_running=2, per_key="a")
     b = kit.add_tasks(3, NOW - timedelta(seconds=1), max_running=2, per_key="b")
-    assert started_ids(kit, "n1", 3) == [*a[:2], b[0]]
+    started = kit.store.start_tasks("n1", NOW, 3, LEASE)
+    assert [(t.id, t.gated) for t in started] == [(a[0], True), (a[1], True), (b[0], True)]
     assert started_ids(kit, "n2") == b[1:2]  # two of each key run: the others wait
     assert started_ids(kit, "n1") == []
     assert kit.store.task_outlook(NOW) == (False, None)
@@ -1091,6 +1092,7 @@ def test_a_rate_limit_bounds_the_starts_in_any_window_and_says_when_it_has_room(
     started = kit.store.start_tasks("n1", NOW, 10, LEASE)
     assert sorted(t.id for t in started) == sorted([*ids[:2], *plain])
     assert started.wake_at == NOW + timedelta(seconds=10)  # the window has room then
+    assert not any(t.gated for t in started)  # a start holds no place: its end frees none
     kit.store.record("n1", [outcome({"task_id": i}, gated=True) for i in ids[:2]])
     assert kit.store.task_outlook(NOW) == (False, NOW + timedelta(seconds=10))
     assert started_ids(kit, "n2", at=NOW + timedelta(seconds=9.999)) == []  # ended: still counted
@@ -1108,6 +1110,18 @@ def test_a_rate_limit_s_window_slides(kit: Kit) -> None:
     assert started_ids(kit, "n1", at=NOW + 10 * s) == ids[2:3]  # the start at 0 left it
     assert kit.store.task_outlook(NOW + 11 * s) == (False, NOW + 15 * s)
     assert started_ids(kit, "n1", at=NOW + 15 * s) == ids[3:4]
+
+
+def test_a_claim_behind_a_later_start_of_its_flow_waits_for_its_clock_to_reach_it(
+    kit: Kit,
+) -> None:
+    kit.register("n1", "n2")
+    s = timedelta(seconds=1)
+    ids = rated(kit, 3, NOW - s)
+    assert started_ids(kit, "n1", 1, at=NOW + 5 * s) == ids[:1]
+    behind = kit.store.start_tasks("n2", NOW + 4 * s, 5, LEASE)  # its clock reads earlier
+    assert (list(behind), behind.wake_at) == ([], NOW + 5 * s)
+    assert started_ids(kit, "n2", 1, at=NOW + 5 * s) == ids[1:2]
 
 
 def test_a_rate_limit_per_key_counts_each_key_apart(kit: Kit) -> None:

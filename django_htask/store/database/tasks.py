@@ -40,6 +40,7 @@ from django_htask.store.base import (
     StartedTask,
     Window,
     holders,
+    holds_place,
     open_queues,
     pick_gated,
 )
@@ -216,12 +217,15 @@ class TaskRows(OrmStore):
         adapt = self.connection.ops.adapt_datetimefield_value
         gates = {flow_gate(flow): flow for flow in flows}
         cursor.execute(
-            f"SELECT gate, COUNT(*), MIN(expires_at) FROM {_SLOT} "
+            f"SELECT gate, COUNT(*), MIN(expires_at), MAX(started_at) FROM {_SLOT} "
             f"WHERE gate IN ({', '.join(['%s'] * len(gates))}) AND expires_at > %s "
             "GROUP BY gate",
             [*gates, adapt(held.now)],
         )
-        windows = [Window(gates[g], n, _as_datetime(first)) for g, n, first in cursor.fetchall()]
+        windows = [
+            Window(gates[g], n, _as_datetime(first), _as_datetime(last))
+            for g, n, first, last in cursor.fetchall()
+        ]
         held.read_windows(flows, windows)
 
     def _take_slots(self, cursor: Any, now: datetime, started: list[Gated]) -> None:
@@ -238,13 +242,13 @@ class TaskRows(OrmStore):
             [*gates, adapt(now)],
         )
         slots = [
-            (flow_gate(g.flow), adapt(now + timedelta(seconds=g.rate_period)))
+            (flow_gate(g.flow), adapt(now), adapt(now + timedelta(seconds=g.rate_period)))
             for g in started
             if g.flow is not None and g.rate_period is not None
         ]
         cursor.execute(
-            f"INSERT INTO {_SLOT} (gate, expires_at) VALUES "
-            + ", ".join(["(%s, %s)"] * len(slots)),
+            f"INSERT INTO {_SLOT} (gate, started_at, expires_at) VALUES "
+            + ", ".join(["(%s, %s, %s)"] * len(slots)),
             [v for slot in slots for v in slot],
         )
 
@@ -374,12 +378,10 @@ class TaskRows(OrmStore):
             if not chosen:
                 return values.Started(wake_at=wake_at)
             limits = serving.limits
+            keys = gate_keys(chosen, limits)
+            if self._lock_gates(keys):
+                chosen, wake_at = self._choose_again(cursor, c, chosen, keys)
             wanted = len(chosen)
-            if self._lock_gates(gate_keys(chosen, limits)):
-                held = self._holders(cursor, now)
-                self._read_windows(cursor, held, chosen)
-                chosen = pick_gated(chosen, held, limit, limits)
-                wake_at = values.earliest(wake_at, held.wake_at)
             claimable = Task.objects.using(self.using).claimable(now)
             started = self._mark_started(c, [g.id for g in chosen], claimable)
             if len(started) < wanted:  # a claim at once took them, or their places:
@@ -388,7 +390,31 @@ class TaskRows(OrmStore):
             self._take_slots(
                 cursor, now, [g for g in chosen if g.id in ids and g.rate_limit is not None]
             )
-        return values.Started((dataclasses.replace(t, gated=True) for t in started), wake_at)
+        places = {g.id for g in chosen if holds_place(g, limits)}
+        gated = (dataclasses.replace(t, gated=t.id in places) for t in started)
+        return values.Started(gated, wake_at)
+
+    def _choose_again(
+        self,
+        cursor: Any,
+        c: values.Claim,
+        chosen: list[Gated],
+        keys: list[str],
+    ) -> tuple[list[Gated], datetime | None]:
+        """What a claim holding the gates ``keys`` of its ``chosen`` starts, now that
+        no other claim can start a task of them: chosen again from what the claims
+        before it committed (READ COMMITTED shows it), when every gate of the new
+        choice is among those held (a claim that waited for another took the same
+        first candidates: it takes the next ones rather than none); else ``chosen``
+        weighed again against the holders and windows counted now, and the node is to
+        look again at once for the new choice (``wake_at`` now)."""
+        now, limit, limits = c.now, c.limit, c.serving.limits
+        fresh, fresh_wake = self._choose_gated(cursor, now, c.serving, limit, True)
+        if set(gate_keys(fresh, limits)) <= set(keys):
+            return fresh, fresh_wake
+        held = self._holders(cursor, now)
+        self._read_windows(cursor, held, chosen)
+        return pick_gated(chosen, held, limit, limits), now
 
     def _mark_started(
         self, c: values.Claim, ids: list[int], claimable: QuerySet[Task]

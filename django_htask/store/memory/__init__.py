@@ -44,6 +44,7 @@ from django_htask.store.base import (
     Store,
     Window,
     holders,
+    holds_place,
     open_queues,
     pick_gated,
 )
@@ -285,20 +286,23 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
     def _windows(self, flows: list[str], now: datetime) -> list[Window]:
         """The windows of ``flows`` at ``now``: their slots not expired, with the lock
         held."""
-        found: dict[str, list[datetime]] = {}
+        found: dict[str, list[tuple[datetime, datetime]]] = {}
         wanted = set(flows)
-        for flow, expires_at in self.slots:
+        for flow, started_at, expires_at in self.slots:
             if flow in wanted and expires_at > now:
-                found.setdefault(flow, []).append(expires_at)
-        return [Window(flow, len(times), min(times)) for flow, times in found.items()]
+                found.setdefault(flow, []).append((expires_at, started_at))
+        return [
+            Window(flow, len(s), min(e for e, _s in s), max(st for _e, st in s))
+            for flow, s in found.items()
+        ]
 
     def _take_slots(self, now: datetime, started: list[Gated]) -> None:
         """Count the starts of the rate-limited ``started`` against their flows, and
         let their flows' expired slots go, with the lock held."""
         flows = {g.flow for g in started}
-        self.slots = [(f, at) for f, at in self.slots if f not in flows or at > now]
+        self.slots = [slot for slot in self.slots if slot[0] not in flows or slot[2] > now]
         self.slots += [
-            (g.flow, now + timedelta(seconds=g.rate_period))
+            (g.flow, now, now + timedelta(seconds=g.rate_period))
             for g in started
             if g.flow is not None and g.rate_period is not None
         ]
@@ -312,6 +316,7 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
             chosen, wake_at = self._choose_gated(due, now, limit, serving)
             self._take_slots(now, [g for g in chosen if g.rate_limit is not None])
             picked = {g.id for g in chosen}
+            places = {g.id for g in chosen if holds_place(g, serving.limits)}
             limited = serving.limits
             plain = [t for t in due if not t.gated and t.queue_name not in limited]
             started = values.Started(wake_at=wake_at)
@@ -329,7 +334,7 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                         task.priority,
                         task.timeout,
                         task.retry,
-                        task.id in picked,
+                        task.id in places,
                         task.snoozes,
                         task.max_snoozes,
                     )
@@ -356,7 +361,7 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 task = self.tasks.get(o.task_id)
                 if task is None or task.locked_by != node_id or task.status != TaskStatus.RUNNING:
                     continue  # reaped meanwhile: the survivors' record stands
-                released = released or o.gated or task.gated
+                released = released or o.gated
                 if o.status == RunStatus.SNOOZED:
                     changes = rules.snoozed_task(o.retry_at, task.attempts, task.snoozes)
                 else:

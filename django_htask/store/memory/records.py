@@ -156,8 +156,8 @@ class MemoryTables:
         self.runs: dict[int, RunOutcome] = {}
         self.run_aborts: set[int] = set()  # runs whose abort was asked for
         self.queues: dict[str, QueueRecord] = {}
-        #: The starts rate limits count: (flow, when the start stops counting).
-        self.slots: list[tuple[str, datetime]] = []
+        #: The starts rate limits count: (flow, the start, when it stops counting).
+        self.slots: list[tuple[str, datetime, datetime]] = []
         self._ids = itertools.count(1)
         self._versions = itertools.count(1)
         self._listeners: set[_Listener] = set()

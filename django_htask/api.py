@@ -35,6 +35,7 @@ from django_htask.engine.errors import ArgumentError, FunctionNotRegistered, Pay
 from . import notices
 from .db import scheduler_alias
 from .due import MAX_DELAY, due_time
+from .flow import RateLimit, check_rate_limit, per_key
 from .functions import (
     check_max_running,
     check_policy,
@@ -43,7 +44,9 @@ from .functions import (
     task_lock,
     task_max_running,
     task_max_snoozes,
+    task_per,
     task_policy,
+    task_rate_limit,
     task_retention,
     task_timeout,
 )
@@ -106,6 +109,7 @@ def schedule(
     on_conflict: str = OnConflict.IGNORE,
     lock: str | None = None,
     max_running: int | None = None,
+    rate_limit: str | RateLimit | None = None,
     **kwargs: Any,
 ) -> Task:
     """Run ``fn(*args, **kwargs)`` once, at ``at``, after ``delay`` seconds, or now, on a
@@ -133,16 +137,33 @@ def schedule(
     wait, in due order (docs/howto-exactly-one.md); default: the function's
     ``@task(lock=...)``. ``max_running``: at most this many tasks of the function run
     at once across the nodes, counting this one; default: the function's
-    ``@task(max_running=...)``.
+    ``@task(max_running=...)``. ``rate_limit``: at most that many tasks of the
+    function start in any interval of the period across the nodes (``"100/m"``,
+    ``"20/s"``, ``"1000/h"``; the function's own otherwise); with the function's
+    ``@task(per=...)``, both count the tasks of this call's value of that parameter
+    apart (docs/howto-exactly-one.md). A value of it that cannot be a key raises
+    ValueError naming it.
     """
     name = function_name(fn_or_name)
-    options = _Options.of(at, delay, max_attempts, queue_name, timeout, retry, max_running)
+    options = _Options.of(
+        at, delay, max_attempts, queue_name, timeout, retry, max_running, rate_limit
+    )
     conflict = OnConflict.of(on_conflict)
     keys: list[str | None] | None = None if key is None else [check_key(key)]
     own_lock = None if lock is None else check_lock(lock)
-    call = (name, registry.check_call(name, args, kwargs), own_lock)
-    [task] = _store([call], options, BATCH_SIZE, keys, conflict)
+    payload, per = _checked_call(name, args, kwargs)
+    [task] = _store([(name, payload, own_lock, per)], options, BATCH_SIZE, keys, conflict)
     return task
+
+
+def _checked_call(
+    name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[bytes, str | None]:
+    """The payload of a call of the function ``name`` (checked: ``registry.check_call``)
+    and its per key, if the function has ``@task(per=...)``."""
+    per = task_per(name)
+    payload, value = registry.check_call_argument(name, args, kwargs, per)
+    return payload, None if per is None else per_key(per, value)
 
 
 #: The most rows :func:`schedule_many` inserts in one statement.
@@ -170,13 +191,14 @@ def schedule_many(
     batch_size: int = BATCH_SIZE,
     on_conflict: str = OnConflict.IGNORE,
     max_running: int | None = None,
+    rate_limit: str | RateLimit | None = None,
 ) -> list[Task]:
     """Schedule many calls at once: ``calls`` is an iterable of ``(fn, args, kwargs)``,
     ``(fn, args, kwargs, key)`` or ``(fn, args, kwargs, key, lock)`` (``fn`` a
     registered function or its name, ``key`` a key or None, ``lock`` a lock or None:
     the function's ``@task(lock=...)``), each stored as :func:`schedule` would store
     it, with the same ``at``/``delay``, ``max_attempts``, ``queue_name``, ``timeout``,
-    ``retry``, ``on_conflict`` and ``max_running`` for all. Every call is checked
+    ``retry``, ``on_conflict``, ``max_running`` and ``rate_limit`` for all. Every call is checked
     before anything is stored: a bad one raises its error (``ArgumentError``,
     ``FunctionNotRegistered``, ``PayloadError``) naming its place, ``calls[i]``, and
     nothing is stored. Then the rows are inserted ``batch_size`` per statement, all or
@@ -190,12 +212,14 @@ def schedule_many(
     and nothing is stored."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    options = _Options.of(at, delay, max_attempts, queue_name, timeout, retry, max_running)
+    options = _Options.of(
+        at, delay, max_attempts, queue_name, timeout, retry, max_running, rate_limit
+    )
     conflict = OnConflict.of(on_conflict)
     checked = [_checked(i, call) for i, call in enumerate(calls)]
-    keys = [key for _name, _payload, key, _lock in checked]
+    keys = [key for _name, _payload, key, _lock, _per in checked]
     with_keys = keys if any(key is not None for key in keys) else None
-    stored = [(name, payload, lock) for name, payload, _key, lock in checked]
+    stored = [(name, payload, lock, per) for name, payload, _key, lock, per in checked]
     return _store(stored, options, batch_size, with_keys, conflict)
 
 
@@ -209,6 +233,7 @@ class _Options:
     timeout: float | None  # None: each function's own, else DEFAULT_TIMEOUT
     retry: RetryPolicy | None  # None: each function's own, else none
     max_running: int | None = None  # None: each function's own, else no limit
+    rate_limit: RateLimit | None = None  # None: each function's own, else none
 
     @classmethod
     def of(
@@ -220,6 +245,7 @@ class _Options:
         timeout: float | timedelta | None,
         retry: RetryPolicy | None,
         max_running: int | None = None,
+        rate_limit: str | RateLimit | None = None,
     ) -> _Options:
         if max_attempts is not None:
             if (
@@ -234,7 +260,8 @@ class _Options:
         run_at = due_time(at, delay)
         seconds = check_timeout(timeout) if timeout is not None else None
         limit = None if max_running is None else check_max_running(max_running)
-        return cls(run_at, max_attempts, check_queue(queue_name), seconds, retry, limit)
+        rate = None if rate_limit is None else check_rate_limit(rate_limit)
+        return cls(run_at, max_attempts, check_queue(queue_name), seconds, retry, limit, rate)
 
     def retry_columns(self, name: str) -> tuple[tuple[str, Any], ...]:
         """The ``max_attempts`` and retry columns of a task of the function ``name``:
@@ -246,37 +273,47 @@ class _Options:
         attempts = self.max_attempts or policy.attempts or 1
         return (("max_attempts", attempts), *policy_columns(policy).items())
 
+    def rate_columns(self, name: str) -> tuple[tuple[str, Any], ...]:
+        """The rate limit columns of a task of the function ``name``: the call's rate
+        limit, else the function's, else none."""
+        rate = self.rate_limit or task_rate_limit(name)
+        return () if rate is None else (("rate_limit", rate.count), ("rate_period", rate.period))
+
 
 def _store(
-    calls: list[tuple[str, bytes, str | None]],
+    calls: list[tuple[str, bytes, str | None, str | None]],
     options: _Options,
     batch_size: int,
     keys: list[str | None] | None = None,
     on_conflict: OnConflict = OnConflict.IGNORE,
 ) -> list[Task]:
-    """Insert the checked calls ``(name, payload, lock)`` as tasks, all or none (a call
-    without a lock takes its function's); signal those written (not a pending task
-    returned as it was) once committed."""
+    """Insert the checked calls ``(name, payload, lock, per key)`` as tasks, all or
+    none (a call without a lock takes its function's; a per key is kept only by a task
+    with a limit or a rate limit, which it partitions); signal those written (not a
+    pending task returned as it was) once committed."""
     if not calls:
         return []
     timeouts: dict[str, float | None] = {}
     policies: dict[str, tuple[tuple[str, Any], ...]] = {}
-    gates: dict[str, tuple[str | None, int | None]] = {}
+    gates: dict[str, tuple[str | None, int | None, bool]] = {}
     rows = []
-    for name, payload, lock in calls:
+    for name, payload, lock, per in calls:
         seconds = options.timeout
         if name not in policies:
             retention = task_retention(name)
             own = () if retention is None else (("retention", retention),)
             snoozes = ("max_snoozes", task_max_snoozes(name))
-            policies[name] = (*options.retry_columns(name), snoozes, *own)
-            gates[name] = (task_lock(name), options.max_running or task_max_running(name))
+            rate = options.rate_columns(name)
+            policies[name] = (*options.retry_columns(name), snoozes, *own, *rate)
+            limit = options.max_running or task_max_running(name)
+            gates[name] = (task_lock(name), limit, bool(rate) or limit is not None)
             if seconds is None:
                 timeouts[name] = task_timeout(name)
         if seconds is None:
             seconds = timeouts[name]
-        default_lock, limit = gates[name]
-        rows.append((policies[name], (name, payload, seconds, lock or default_lock, limit)))
+        default_lock, limit, partitioned = gates[name]
+        call = (name, payload, seconds, lock or default_lock, limit, per if partitioned else None)
+        rows.append((policies[name], call))
     common = {"run_at": options.run_at, "queue_name": options.queue_name}
     using = scheduler_alias()
     try:
@@ -314,9 +351,9 @@ def _store(
     return tasks
 
 
-def _checked(i: int, call: object) -> tuple[str, bytes, str | None, str | None]:
-    """The function name, the payload, the key and the lock of ``calls[i]`` (its error
-    names its place)."""
+def _checked(i: int, call: object) -> tuple[str, bytes, str | None, str | None, str | None]:
+    """The function name, the payload, the key, the lock and the per key of
+    ``calls[i]`` (its error names its place)."""
     if not isinstance(call, tuple | list) or len(call) not in (3, 4, 5):
         raise TypeError(
             f"calls[{i}] must be a tuple (fn, args, kwargs), (fn, args, kwargs, key) or "
@@ -333,7 +370,8 @@ def _checked(i: int, call: object) -> tuple[str, bytes, str | None, str | None]:
         if not isinstance(kwargs, Mapping):
             raise TypeError(f"kwargs must be a mapping (a dict), got {kwargs!r}")
         name = function_name(fn)
-        return name, registry.check_call(name, tuple(args), dict(kwargs)), key, lock
+        payload, per = _checked_call(name, tuple(args), dict(kwargs))
+        return name, payload, key, lock, per
     except (FunctionNotRegistered, PayloadError, ArgumentError, TypeError, ValueError) as exc:
         raise type(exc)(f"calls[{i}]: {exc}") from exc
 
@@ -345,7 +383,7 @@ def _checked(i: int, call: object) -> tuple[str, bytes, str | None, str | None]:
 async def aschedule(fn_or_name: Callable[..., Any] | str, /, *args: Any, **options: Any) -> Task:
     """:func:`schedule` for async views: the same arguments (``at``, ``delay``,
     ``max_attempts``, ``queue_name``, ``timeout``, ``key``, ``on_conflict``, ``lock``,
-    ``max_running`` and the function's own)."""
+    ``max_running``, ``rate_limit`` and the function's own)."""
     return await sync_to_async(schedule)(fn_or_name, *args, **options)
 
 

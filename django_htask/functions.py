@@ -1,6 +1,6 @@
 """``@task``: the functions registered, and what each declares for the tasks
-``schedule()`` makes of it (a timeout, a retry policy, a lock, a limit, how often it may
-snooze), with the checks
+``schedule()`` makes of it (a timeout, a retry policy, a lock, a limit, a rate limit,
+the argument they count apart, how often it may snooze), with the checks
 of those options that ``schedule()`` and ``@periodic`` use too.
 
 ::
@@ -17,6 +17,7 @@ unless given (:func:`function_name` finds it again).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import threading
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from django.apps import apps
 from django_htask.engine import FunctionNotRegistered, registry
 from django_htask.engine.registry import default_name
 
+from .flow import RateLimit, check_per, check_rate_limit
 from .keys import check_lock
 from .models import (
     MAX_ATTEMPTS_RANGE,
@@ -52,7 +54,9 @@ __all__ = [
     "task_lock",
     "task_max_running",
     "task_max_snoozes",
+    "task_per",
     "task_policy",
+    "task_rate_limit",
     "task_retention",
     "task_timeout",
 ]
@@ -77,6 +81,11 @@ _limits: dict[str, int] = {}
 _retentions: dict[str, int] = {}
 #: ``@task(max_snoozes=...)``: registered name -> bound, what ``schedule()`` stores.
 _snoozes: dict[str, int] = {}
+#: ``@task(rate_limit=...)``: registered name -> limit, what ``schedule()`` stores.
+_rates: dict[str, RateLimit] = {}
+#: ``@task(per=...)``: registered name -> the parameter whose value ``schedule()``
+#: stores as each task's per key.
+_pers: dict[str, str] = {}
 
 
 def check_timeout(timeout: object) -> float:
@@ -143,6 +152,31 @@ def task_max_snoozes(name: str) -> int | None:
     """How many times ``@task(max_snoozes=...)`` lets a task of the function registered
     as ``name`` snooze, if it says."""
     return _snoozes.get(name)
+
+
+def task_rate_limit(name: str) -> RateLimit | None:
+    """The rate limit ``@task(rate_limit=...)`` declared for the function registered as
+    ``name``, if any."""
+    return _rates.get(name)
+
+
+def task_per(name: str) -> str | None:
+    """The parameter ``@task(per=...)`` declared for the function registered as
+    ``name``, whose value is each task's per key, if any."""
+    return _pers.get(name)
+
+
+def _check_parameter(fn: Callable[..., Any], per: str) -> str:
+    """``per`` if it names a parameter of ``fn`` that takes one value (not ``*args``
+    nor ``**kwargs``); ValueError naming both otherwise."""
+    try:
+        param = inspect.signature(fn).parameters.get(per)
+    except (TypeError, ValueError):  # no signature to read: the call's binding says
+        return per
+    if param is None or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        what = getattr(fn, "__qualname__", repr(fn))
+        raise ValueError(f"per={per!r} names no parameter of {what}()")
+    return per
 
 
 def task_timeout(name: str) -> float | None:
@@ -221,6 +255,8 @@ def task(
     max_running: int | None = None,
     retention: timedelta | float | None = None,
     max_snoozes: int | None = None,
+    rate_limit: str | RateLimit | None = None,
+    per: str | None = None,
 ) -> Callable[[F], F]: ...
 def task(
     fn: F | None = None,
@@ -233,6 +269,8 @@ def task(
     max_running: int | None = None,
     retention: timedelta | float | None = None,
     max_snoozes: int | None = None,
+    rate_limit: str | RateLimit | None = None,
+    per: str | None = None,
 ) -> F | Callable[[F], F]:
     """Register ``fn`` so that :func:`django_htask.schedule` can run it later.
 
@@ -248,6 +286,15 @@ def task(
     ``max_snoozes``: how many times a task of it may snooze (``raise Snooze``) before
     its next snooze fails it, in place of the ``MAX_SNOOZES`` setting; stored on each
     task ``schedule()`` makes (docs/retries.md, "Snooze").
+
+    ``rate_limit``: at most that many of its tasks *start* in any interval of the
+    period, across the nodes: ``"100/m"``, ``"20/s"``, ``"1000/h"``, ``"5000/d"``
+    (:class:`~django_htask.flow.RateLimit`); a task over it waits, its attempt unused,
+    and starts when the window has room. ``per``: the name of a parameter whose value
+    partitions its limits: ``max_running`` and ``rate_limit`` then count the tasks of
+    each value apart (``@task(max_running=3, per="account_id")``: at most 3 running for
+    each account). Both stored on each task ``schedule()`` makes
+    (docs/howto-exactly-one.md, "Limits per key and rate limits").
     """
     seconds = None if timeout is None else check_timeout(timeout)
     policy = None if retry is None else check_policy(retry)
@@ -255,8 +302,12 @@ def task(
     limit = None if max_running is None else check_max_running(max_running)
     kept = None if retention is None else check_retention(retention)
     snoozes = None if max_snoozes is None else check_max_snoozes(max_snoozes)
+    rate = None if rate_limit is None else check_rate_limit(rate_limit)
+    per_name = None if per is None else check_per(per)
 
     def decorate(f: F) -> F:
+        if per_name is not None:
+            _check_parameter(f, per_name)
         registered = register(f, name)
         with _lock:
             _declare_option(_timeouts, registered, seconds)
@@ -265,6 +316,8 @@ def task(
             _declare_option(_limits, registered, limit)
             _declare_option(_retentions, registered, kept)
             _declare_option(_snoozes, registered, snoozes)
+            _declare_option(_rates, registered, rate)
+            _declare_option(_pers, registered, per_name)
         return f
 
     return decorate if fn is None else decorate(fn)

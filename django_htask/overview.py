@@ -1,5 +1,5 @@
 """The import path of the overview's figures that ``htask status`` and the docs use
-(``django_htask.overview.waiting_on_gates``): they are read in
+(``django_htask.overview.waiting_on_gates``, ``why_waiting``): they are read in
 :mod:`django_htask.admin.overview.data` (the upcoming occurrences counted in
 :mod:`~django_htask.admin.overview.timeline`, a schedule's last runs in
 :mod:`django_htask.admin.strip`), and named here too. Nothing imported here registers
@@ -22,6 +22,7 @@ from .admin.overview.data import (
     next_hours,
     read_overview,
     waiting_on_gates,
+    why_waiting,
 )
 from .admin.overview.timeline import OCCURRENCE_BUDGET, Timeline
 from .admin.strip import STRIP, RunMark, recent_runs
@@ -46,4 +47,5 @@ __all__ = [
     "read_overview",
     "recent_runs",
     "waiting_on_gates",
+    "why_waiting",
 ]

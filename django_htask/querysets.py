@@ -55,6 +55,7 @@ __all__ = [
     "task_is_expired",
     "task_is_holding",
     "task_is_lost",
+    "task_is_plain",
     "task_is_served",
 ]
 
@@ -137,7 +138,13 @@ class NodeQuerySet(models.QuerySet[M]):
 CLAIMABLE_SQL = "status = %s AND run_at <= %s AND (locked_by IS NULL OR lease_expires_at < %s)"
 #: A task without a lock or a limit (claimed in one statement; the others go through
 #: :func:`~django_htask.store.base.pick_gated`), as SQL (PostgreSQL, SQLite).
-PLAIN_TASK_SQL = '"lock" IS NULL AND max_running IS NULL'
+PLAIN_TASK_SQL = '"lock" IS NULL AND max_running IS NULL AND rate_limit IS NULL'
+
+
+def task_is_plain(lock: str | None, max_running: int | None, rate_limit: int | None) -> bool:
+    """A task without a lock or a limit (:data:`PLAIN_TASK_SQL`; a pending task is
+    otherwise in the gated tasks' index, ``GATED``)."""
+    return lock is None and max_running is None and rate_limit is None
 
 
 def claimable_params(now: Any) -> list[Any]:
@@ -319,7 +326,7 @@ class TaskQuerySet(models.QuerySet[M]):
 
     def plain(self) -> TaskQuerySet[M]:
         """The tasks without a lock or a limit (:data:`PLAIN_TASK_SQL`)."""
-        return self.filter(lock__isnull=True, max_running__isnull=True)
+        return self.filter(lock__isnull=True, max_running__isnull=True, rate_limit__isnull=True)
 
     def active(self) -> TaskQuerySet[M]:
         """The tasks pending or running (not finished)."""

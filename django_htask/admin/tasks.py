@@ -1,5 +1,6 @@
 """One-off tasks in the admin: status, due time, attempts, snoozes, last error, the call
-and what it returned, a link to its runs; a pending task's time can be changed;
+and what it returned, a link to its runs, what a pending task waits on; a pending
+task's time can be changed;
 actions: cancel, abort, send again (failed ones)."""
 
 from __future__ import annotations
@@ -17,13 +18,16 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from django_htask import clock
 from django_htask.admin_database import SchedulerDatabaseAdmin
+from django_htask.flow import RateLimit
 from django_htask.models import Task, TaskStatus
 from django_htask.operations import send_again
 
 from .common import RETRY_FIELDS, QueueListFilter, Traceback, first_line
 from .display import times
 from .forms import TaskForm
+from .overview.waiting import why_waiting
 from .paging import LargeTablePaginator
 
 __all__ = ["TaskAdmin"]
@@ -62,6 +66,9 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         "key",
         "lock",
         "max_running",
+        "per_key",
+        "rate",
+        "waits_on",
         "attempts",
         "snoozes",
         "max_snoozes",
@@ -96,6 +103,21 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
     def tries(self, obj: Task) -> str:
         """Attempts made, of the most allowed: ``1 of 3``."""
         return f"{obj.attempts} of {obj.max_attempts}"
+
+    @admin.display(description="rate limit")
+    def rate(self, obj: Task) -> str:
+        """Its rate limit as it is written (``20/s``), or ``-``."""
+        if obj.rate_limit is None or obj.rate_period is None:
+            return "-"
+        return str(RateLimit(obj.rate_limit, obj.rate_period))
+
+    @admin.display(description="waits on")
+    def waits_on(self, obj: Task) -> str:
+        """What keeps it from starting, if it is pending and due (its lock held, its
+        function or key at its limit, its rate limit's window full, its queue paused
+        or full): :func:`~django_htask.overview.why_waiting`."""
+        reasons = why_waiting(obj, clock.now(), using=obj._state.db)
+        return "; ".join(reasons) or "-"
 
     @admin.display(description="runs")
     def run_history(self, obj: Task) -> SafeString:

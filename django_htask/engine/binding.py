@@ -642,6 +642,7 @@ class Binder:
 
     __slots__ = (
         "_all_exact",
+        "_defaults",
         "_expects",
         "_fast",
         "_kw",
@@ -673,6 +674,11 @@ class Binder:
         self._expects: dict[str, str] = {}
         self._var_pos: _Spec | None = None
         self._var_kw: _Spec | None = None
+        self._defaults = {
+            p.name: p.default
+            for p in sig.parameters.values()
+            if p.default is not inspect.Parameter.empty
+        }
         for param in sig.parameters.values():
             hint = hints.get(param.name, Any)
             try:
@@ -813,6 +819,21 @@ class Binder:
         if needed is None or (needed and not needed.issubset(out_kw)):
             self._check_missing(count, out_kw)
         return bound, out_kw
+
+    def argument(self, param: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """The value the named parameter ``param`` takes in a call bound by :meth:`bind`
+        (``args``, ``kwargs``: what it returned): given, or its default. LookupError
+        naming it when the function has no such parameter (or it is ``*args`` or
+        ``**kwargs``)."""
+        named = self._pos_names[: self._npos]
+        if param not in self._kw and param not in named:
+            raise LookupError(f"{self.name}() has no parameter {param!r}")
+        if param in self._kw and param in kwargs:
+            return kwargs[param]
+        index = named.index(param) if param in named else len(args)
+        if index < len(args):
+            return args[index]
+        return self._defaults[param]
 
     def _bind_positional(self, args: Sequence[Any], count: int) -> tuple[Any, ...]:
         npos = self._npos

@@ -279,11 +279,25 @@ class Registry:
         function's parameters. Raises ``FunctionNotRegistered``, ``PayloadError`` or
         ``ArgumentError`` in the caller, not later in a worker.
         """
+        return self.check_call_argument(name, args, kwargs)[0]
+
+    def check_call_argument(
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        param: str | None = None,
+    ) -> tuple[bytes, Any]:
+        """:meth:`check_call`, and the value the parameter ``param`` takes in the call
+        as a worker binds it (converted to its type; its default if not given; None
+        without ``param``). LookupError naming ``param`` if the function has no such
+        parameter."""
         binder = self.binder(name)
         data = encode_call(name, args, kwargs, max_size=self.max_payload_size)
         _name, decoded_args, decoded_kwargs = decode_call(data, max_size=self.max_payload_size)
-        binder.bind(decoded_args, decoded_kwargs)
-        return data
+        bound, bound_kwargs = binder.bind(decoded_args, decoded_kwargs)
+        value = None if param is None else binder.argument(param, bound, bound_kwargs)
+        return data, value
 
 
 #: The default registry, the one the Django layer uses.

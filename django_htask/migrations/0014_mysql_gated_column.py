@@ -1,6 +1,11 @@
+import functools
+
 from django.db import migrations
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.state import StateApps
+
+#: The gated tasks of this migration's time (``GATED_PREDICATE`` then).
+GATED = "status = 'pending' AND (lock IS NOT NULL OR max_running IS NOT NULL)"
 
 
 def add_mysql_gated_column(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
@@ -9,7 +14,7 @@ def add_mysql_gated_column(apps: StateApps, schema_editor: BaseDatabaseSchemaEdi
     (django_htask/store/mysql.py, ``GATED_COLUMN``)."""
     from django_htask.store.mysql import add_gated_column, on_mysql  # noqa: PLC0415
 
-    on_mysql(schema_editor, add_gated_column)
+    on_mysql(schema_editor, functools.partial(add_gated_column, predicate=GATED))
 
 
 def drop_mysql_gated_column(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:

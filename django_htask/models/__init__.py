@@ -9,7 +9,8 @@ the last one it saw.
 
 One module per model family: :mod:`~django_htask.models.schedule`,
 :mod:`~django_htask.models.task`, :mod:`~django_htask.models.run`,
-:mod:`~django_htask.models.node` and :mod:`~django_htask.models.queue`; the columns
+:mod:`~django_htask.models.node`, :mod:`~django_htask.models.queue` and
+:mod:`~django_htask.models.rate`; the columns
 they share (ranges, validators, the public token) in :mod:`~django_htask.models.fields`
 and their manager in :mod:`~django_htask.models.managers`. Django finds every model
 here, in the app's ``models`` module, and so do the migrations (``django_htask.models.InRange``...).
@@ -56,6 +57,7 @@ __all__ = [
     "Overlap",
     "Overview",
     "Queue",
+    "RateSlot",
     "RetryJitter",
     "RetryKind",
     "Run",
@@ -100,6 +102,8 @@ from .fields import ExceptionNames as ExceptionNames
 from .managers import SchedulerManager as SchedulerManager
 from .node import Node, Overview
 from .queue import Queue
+from .rate import RATE_SLOT_INDEX as RATE_SLOT_INDEX
+from .rate import RateSlot
 from .run import Run
 from .schedule import Schedule
 from .task import CLAIM_INDEX as CLAIM_INDEX

@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils.deconstruct import deconstructible
 
 from django_htask.enums import RetryJitter, RetryKind
+from django_htask.flow import RATE_COUNT_MAX, RATE_PERIOD_MAX
 from django_htask.queues import DEFAULT_QUEUE
 
 #: The ranges of the numbers a schedule or a task holds. The model fields refuse a value
@@ -79,6 +80,8 @@ PRIORITY_RANGE = InRange("priority", PRIORITY_MIN, PRIORITY_MAX)
 TIMEOUT_RANGE = InRange("timeout", TIMEOUT_MIN, TIMEOUT_MAX, "seconds")
 MAX_RUNNING_RANGE = InRange("max_running", 1, MAX_RUNNING_MAX)
 MAX_SNOOZES_RANGE = InRange("max_snoozes", 0, MAX_SNOOZES_MAX)
+RATE_LIMIT_RANGE = InRange("rate_limit", 1, RATE_COUNT_MAX)
+RATE_PERIOD_RANGE = InRange("rate_period", 1, RATE_PERIOD_MAX, "seconds")
 
 
 def _num(value: float) -> str:

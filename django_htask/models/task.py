@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q
 
 from django_htask.enums import TaskStatus
+from django_htask.flow import PER_KEY_MAX_LENGTH, RATE_COUNT_MAX, RATE_PERIOD_MAX
 from django_htask.keys import KEY_MAX_LENGTH, LOCK_MAX_LENGTH
 
 from .fields import (
@@ -20,6 +21,8 @@ from .fields import (
     PRIORITY_MAX,
     PRIORITY_MIN,
     PRIORITY_RANGE,
+    RATE_LIMIT_RANGE,
+    RATE_PERIOD_RANGE,
     RETRY_BACKOFF_MAX,
     RETRY_BACKOFF_RANGE,
     TIMEOUT_MAX,
@@ -46,12 +49,16 @@ CLAIM_INDEX = "htask_task_claim"
 KEY_INDEX = "htask_task_pending_key"
 KEY_PREDICATE = '"key" IS NOT NULL AND "status" = \'pending\''
 #: The pending tasks with a lock or a limit (docs/howto-exactly-one.md), which a claim
-#: starts only when their lock is free and their function below its limit; the partial
-#: index over them, and its predicate as SQL (a claim's query must imply it word for
-#: word for SQLite to read the index).
-GATED = Q(status="pending") & (Q(lock__isnull=False) | Q(max_running__isnull=False))
+#: starts only when their lock is free, their function (or flow) below its limit and
+#: their rate limit's window not full; the partial index over them, and its predicate
+#: as SQL (a claim's query must imply it word for word for SQLite to read the index).
+GATED = Q(status="pending") & (
+    Q(lock__isnull=False) | Q(max_running__isnull=False) | Q(rate_limit__isnull=False)
+)
 GATED_INDEX = "htask_task_gated"
-GATED_PREDICATE = "status = 'pending' AND (lock IS NOT NULL OR max_running IS NOT NULL)"
+GATED_PREDICATE = (
+    "status = 'pending' AND (lock IS NOT NULL OR max_running IS NOT NULL OR rate_limit IS NOT NULL)"
+)
 #: The tasks a node holds (``locked_by`` set).
 HOLDER_INDEX = "htask_task_holder"
 #: The finished tasks by retention, status and end: the pruner reads the tasks past
@@ -87,6 +94,31 @@ class Task(models.Model):
         validators=[MAX_RUNNING_RANGE],
         help_text="at most this many tasks of its function run at once on all the nodes "
         "(@task(max_running=...) when it was queued); empty: no limit",
+    )
+    per_key = models.CharField(
+        max_length=PER_KEY_MAX_LENGTH,
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="the value of its function's per= argument: its max_running and rate "
+        "limit count the tasks of its function with this value apart (@task(per=...)); "
+        "empty: none",
+    )
+    rate_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        validators=[RATE_LIMIT_RANGE],
+        help_text=f"at most this many tasks of its function (with its per key) start in "
+        f"any rate_period seconds on all the nodes (1 to {RATE_COUNT_MAX}; "
+        "@task(rate_limit=...) when it was queued); empty: no rate limit",
+    )
+    rate_period = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        validators=[RATE_PERIOD_RANGE],
+        help_text=f"the seconds of its rate limit's window (1 to {RATE_PERIOD_MAX})",
     )
     retention = models.PositiveIntegerField(
         null=True,
@@ -202,6 +234,14 @@ class Task(models.Model):
             _constraint("task", "timeout", TIMEOUT_MIN, TIMEOUT_MAX, null=True),
             _constraint("task", "max_running", 1, MAX_RUNNING_MAX, null=True),
             _constraint("task", "max_snoozes", 0, MAX_SNOOZES_MAX, null=True),
+            _constraint("task", "rate_limit", 1, RATE_COUNT_MAX, null=True),
+            _constraint("task", "rate_period", 1, RATE_PERIOD_MAX, null=True),
+            models.CheckConstraint(
+                condition=Q(rate_limit__isnull=True, rate_period__isnull=True)
+                | Q(rate_limit__isnull=False, rate_period__isnull=False),
+                name="htask_task_rate_whole",
+                violation_error_message="rate_limit and rate_period are both set or both empty",
+            ),
             models.UniqueConstraint(
                 fields=("key",),
                 condition=Q(key__isnull=False, status="pending"),

@@ -9,7 +9,9 @@ again), so an idle node writes nothing.
 A task with a lock or a limit that cannot start now is not due (``task_outlook``), so a
 node never spins on it. When one ends, the claim that writes its end also looks for
 the tasks it held back, and the other nodes are woken (PostgreSQL; elsewhere they
-poll).
+poll). A task held back by its rate limit waits for time, not for an end: the claim
+and the outlook say when its window has room, and the node sets its wake-up timer
+there as for a task due then.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django_htask.engine import TimerHandle
 from django_htask.enums import RunStatus
 from django_htask.exceptions import StoreUnavailable
-from django_htask.store import RunOutcome, StartedTask
+from django_htask.store import RunOutcome, Started, StartedTask
 
 from .context import NodeContext
 from .execution import Call, retry_delay, snooze_delay
@@ -36,6 +38,11 @@ logger = logging.getLogger(__name__)
 #: With worker processes, how long a round waits for the task calls just handed out
 #: (see :meth:`TaskDispatch.ask`).
 GATHER = 0.005
+
+
+def _set(handle: TimerHandle) -> bool:
+    """Whether the timer is still to go off."""
+    return handle.state in ("pending", "queued")
 
 
 class TaskDispatch:
@@ -56,6 +63,7 @@ class TaskDispatch:
         self.finished = 0
         self.due = True  # due tasks may wait in the database
         self._wake: TimerHandle | None = None  # at the next task due
+        self._room: TimerHandle | None = None  # when a rate limit a claim met has room
         #: Asks for :meth:`dispatch` on the control thread (a worker is free, a result
         #: waits to be written).
         self.request = ctx.control.once(self.dispatch)
@@ -104,8 +112,9 @@ class TaskDispatch:
             self.request.request()
 
     def next_wake(self) -> TimerHandle | None:
-        handle = self._wake
-        return handle if handle is not None and handle.state in ("pending", "queued") else None
+        """The earlier of the wake-up timers set, if any."""
+        handles = [h for h in (self._wake, self._room) if h is not None and _set(h)]
+        return min(handles, key=lambda h: h.when, default=None)
 
     def watch(self) -> None:
         """Read whether tasks are due and when the next one is, and set the wake-up timer
@@ -115,17 +124,43 @@ class TaskDispatch:
         due, first = ctx.store.task_outlook(now, ctx.serving)
         if due:
             self.due = True
-        if first is None or first > now + timedelta(seconds=ctx.settings.lookahead):
-            return
-        current = self.next_wake()
-        if current is not None and current.when <= first:
-            return
-        if current is not None:
+        self._wake_at(first, now)
+
+    def _wake_at(self, first: datetime | None, now: datetime) -> None:
+        """Set the wake-up timer at ``first`` (a task due then, or a rate limit's
+        window with room) when it is within the look-ahead window and before the
+        timer set, if any: then it looks for tasks, and claims."""
+        self._wake = self._timer(self._wake, first, now, self._woken)
+
+    def _room_at(self, when: datetime, now: datetime) -> None:
+        """Set the timer at which a rate limit's window a claim found full has room
+        (:attr:`~django_htask.store.Started.wake_at`): then it claims at once, and that
+        claim says when to come back (no look for tasks first: it is known some wait)."""
+        self._room = self._timer(self._room, when, now, self._roomy)
+
+    def _timer(
+        self,
+        current: TimerHandle | None,
+        first: datetime | None,
+        now: datetime,
+        call: Callable[[], object],
+    ) -> TimerHandle | None:
+        """``current``, or a timer at ``first`` calling ``call`` in its place if it is
+        earlier and within the look-ahead window."""
+        if first is None or first > now + timedelta(seconds=self.ctx.settings.lookahead):
+            return current
+        if current is not None and _set(current):
+            if current.when <= first:
+                return current
             current.cancel()
-        self._wake = ctx.control.at(first, self._woken)
+        return self.ctx.control.at(first, call)
 
     def _woken(self) -> None:
         self.ctx.control.guarded(self.watch, "look for tasks")
+        self.dispatch()
+
+    def _roomy(self) -> None:
+        self.due = True
         self.dispatch()
 
     def free(self) -> int:
@@ -170,6 +205,13 @@ class TaskDispatch:
             self.ctx.control.guarded(self.watch, "look for tasks")
         if free > 0 and len(started) < free:
             self.due = False  # none left: until a poll, a wake-up or a timer
+        if started.wake_at is not None:  # some were held back until then
+            now = self.ctx.clock.now()
+            if started.wake_at <= now:  # taken by a claim made at once: others may go
+                self.due = True
+                self.request.request()
+            else:
+                self._room_at(started.wake_at, now)
         if not started:
             return
         self.ctx.running.add_tasks(started)
@@ -180,7 +222,7 @@ class TaskDispatch:
             self.ctx.jobs.call_soon(self._job, task)
         self.ask()  # more may have finished meanwhile
 
-    def _start(self, free: int, finished: list[RunOutcome]) -> list[StartedTask]:
+    def _start(self, free: int, finished: list[RunOutcome]) -> Started:
         """Write ``finished`` and claim up to ``free`` due tasks: the tasks started."""
         ctx = self.ctx
         now = ctx.clock.now()

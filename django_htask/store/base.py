@@ -33,9 +33,11 @@ import abc
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+from django_htask.flow import flow_key
 from django_htask.queues import ALL, DEFAULT_QUEUE, QueueFilter, QueueStates
 from django_htask.retention import Cutoffs
 from django_htask.retry import RetryPolicy
@@ -57,6 +59,7 @@ from .values import (
     ScheduleRef,
     ScheduleRow,
     Serving,
+    Started,
     StartedTask,
     ThreadConnections,
     storable,
@@ -76,9 +79,13 @@ __all__ = [
     "ScheduleRef",
     "ScheduleRow",
     "Serving",
+    "Started",
     "StartedTask",
     "Store",
     "ThreadConnections",
+    "Window",
+    "holders",
+    "holds_place",
     "open_queues",
     "pick_gated",
 ]
@@ -103,26 +110,103 @@ class Gated(NamedTuple):
     function: str
     max_running: int | None
     queue: str = DEFAULT_QUEUE
+    per_key: str | None = None
+    rate_limit: int | None = None
+    rate_period: int | None = None
+
+    @property
+    def flow(self) -> str | None:
+        """Its flow (:func:`~django_htask.flow.flow_key`), if it has a per key or a
+        rate limit: its tasks start in due order, and their per-key limit and rate
+        limit count the flow's tasks."""
+        if self.per_key is None and self.rate_limit is None:
+            return None
+        return flow_key(self.function, self.per_key)
 
 
-class Holding(NamedTuple):
+@dataclass
+class Holding:
     """What the tasks running hold, as :func:`pick_gated` weighs it: the locks held,
-    and how many tasks each function and each queue runs."""
+    how many tasks each function, each queue and each flow with a per key runs; and
+    the rate limits' windows read (:meth:`read_windows`), by flow: the starts counted
+    and when the first of them expires. ``now``: the claim's instant. As a pick goes,
+    it also records the flows whose earlier task waits (``waiting``) and the first
+    instant a task held back by a rate limit may start (``wake_at``)."""
 
     locks: set[str]
     functions: Counter[str]
     queues: Counter[str]
+    flows: Counter[str] = field(default_factory=Counter)
+    now: datetime | None = None
+    starts: Counter[str] = field(default_factory=Counter)
+    frees: dict[str, datetime] = field(default_factory=dict)
+    latest: dict[str, datetime] = field(default_factory=dict)
+    read: set[str] = field(default_factory=set)
+    waiting: set[str] = field(default_factory=set)
+    wake_at: datetime | None = None
+
+    def unread(self, candidates: Iterable[Gated]) -> list[str]:
+        """The flows of the rate-limited ``candidates`` whose windows are not read
+        yet, each once, sorted."""
+        flows = {f for g in candidates if g.rate_limit is not None and (f := g.flow)}
+        return sorted(flows - self.read)
+
+    def read_windows(self, flows: Iterable[str], windows: Iterable[Window]) -> None:
+        """Take the windows of ``flows`` as read: ``windows``, the starts each counts
+        at :attr:`now` (a flow absent counts none)."""
+        self.read.update(flows)
+        for w in windows:
+            self.starts[w.flow] += w.starts
+            first, last = self.frees.get(w.flow), self.latest.get(w.flow)
+            self.frees[w.flow] = w.first_expiry if first is None else min(first, w.first_expiry)
+            self.latest[w.flow] = w.last_start if last is None else max(last, w.last_start)
+
+    def rate_allows(self, task: Gated, flow: str) -> bool:
+        """Whether ``task``'s rate limit lets it start at :attr:`now`: its flow counts
+        fewer starts than its limit, none of them later than now (else ``now`` is
+        behind a claim that committed first, and the window is counted from there:
+        the flow's starts are stamped in the order they are counted, so that a start
+        deleted once expired for a later claim never counted for an earlier one).
+        When it does not, :attr:`wake_at` learns when it may: when the first start
+        counted expires (a start of this claim's: a period from now), or now reaches
+        the latest start."""
+        assert self.now is not None
+        assert task.rate_period is not None
+        latest = self.latest.get(flow)
+        if latest is not None and latest > self.now:
+            at = latest
+        elif self.starts[flow] >= (task.rate_limit or 0):
+            at = self.frees.get(flow, self.now + timedelta(seconds=task.rate_period))
+        else:
+            return True
+        self.wake_at = at if self.wake_at is None else min(self.wake_at, at)
+        return False
 
 
-def holders(rows: Iterable[tuple[str | None, str, str]]) -> Holding:
-    """What the tasks holding their places hold, of their ``(lock, function, queue)``
-    (the rule of :func:`~django_htask.querysets.task_is_holding`)."""
-    held = Holding(set(), Counter(), Counter())
-    for lock, function, queue in rows:
+class Window(NamedTuple):
+    """The starts a rate-limited flow counts at an instant (the slots not expired), when
+    the first of them expires, and the latest of them."""
+
+    flow: str
+    starts: int
+    first_expiry: datetime
+    last_start: datetime
+
+
+def holders(
+    rows: Iterable[tuple[str | None, str, str, str | None]], now: datetime | None = None
+) -> Holding:
+    """What the tasks holding their places hold, of their ``(lock, function, queue,
+    per_key)`` (the rule of :func:`~django_htask.querysets.task_is_holding`), at
+    ``now``."""
+    held = Holding(set(), Counter(), Counter(), now=now)
+    for lock, function, queue, per in rows:
         held.functions[function] += 1
         held.queues[queue] += 1
         if lock is not None:
             held.locks.add(lock)
+        if per is not None:
+            held.flows[flow_key(function, per)] += 1
     return held
 
 
@@ -131,13 +215,16 @@ def pick_gated(
 ) -> list[Gated]:
     """The ``candidates`` (in the claim's order) a claim starts, at most ``limit``: a
     task whose queue has fewer than its limit (``limits``, by queue) running, whose lock
-    is not held (by the tasks running with an unexpired lease) and whose function has
-    fewer than its ``max_running`` tasks running. A task of a full queue is passed over
+    is not held (by the tasks running with an unexpired lease), whose function has
+    fewer than its ``max_running`` tasks running (with a per key: its flow), and whose
+    flow's rate limit counts fewer than its limit of starts (the windows of ``held``,
+    :meth:`Holding.read_windows`, read first). A task of a full queue is passed over
     as if it were not there (as a paused queue's); a lock is decided by its first
     candidate otherwise: when that one cannot start (its function is full), no later
-    one of the lock starts before it. ``held`` gets every lock seen and the places of
-    the tasks picked, so a claim reading its candidates page by page calls it again
-    with the same one. The one rule of every store (docs/howto-exactly-one.md)."""
+    one of the lock starts before it; and so is a flow: its tasks start in due order.
+    ``held`` gets every lock and waiting flow seen and the places and starts of the
+    tasks picked, so a claim reading its candidates page by page calls it again with
+    the same one. The one rule of every store (docs/howto-exactly-one.md)."""
     picked: list[Gated] = []
     for task in candidates:
         if len(picked) >= limit:
@@ -145,16 +232,43 @@ def pick_gated(
         cap = limits.get(task.queue) if limits else None
         if cap is not None and held.queues[task.queue] >= cap:
             continue
+        flow = task.flow
+        free = flow is None or flow not in held.waiting
         if task.lock is not None:
-            if task.lock in held.locks:
-                continue
+            free = free and task.lock not in held.locks
             held.locks.add(task.lock)  # taken now, or waiting behind this one
-        if task.max_running is not None and held.functions[task.function] >= task.max_running:
+        if not (free and _has_room(task, flow, held)):
+            if flow is not None:
+                held.waiting.add(flow)
             continue
         picked.append(task)
         held.functions[task.function] += 1
         held.queues[task.queue] += 1
+        if flow is not None:
+            held.flows[flow] += 1
+            if task.rate_limit is not None:
+                held.starts[flow] += 1
     return picked
+
+
+def _has_room(task: Gated, flow: str | None, held: Holding) -> bool:
+    """Whether ``task``'s limits let it start (its lock aside); when its rate limit
+    does not, ``held`` learns when it may."""
+    if flow is None:
+        return task.max_running is None or held.functions[task.function] < task.max_running
+    if task.max_running is not None:
+        running = held.functions[task.function] if task.per_key is None else held.flows[flow]
+        if running >= task.max_running:
+            return False
+    return task.rate_limit is None or held.rate_allows(task, flow)
+
+
+def holds_place(task: Gated, limits: Mapping[str, int]) -> bool:
+    """Whether ``task``, once started, holds a place until it ends (its lock, its
+    function's or its key's ``max_running``, its limited queue's): its end may let a
+    waiting task start. A rate limit counts starts: a task that has only one holds
+    nothing."""
+    return task.lock is not None or task.max_running is not None or task.queue in limits
 
 
 def open_queues(limits: Mapping[str, int], held: Holding) -> list[tuple[str, int]]:
@@ -365,7 +479,8 @@ class Store(abc.ABC):
     ) -> tuple[bool, datetime | None]:
         """Whether a pending task nobody holds could be claimed at ``now`` (one with a
         lock or a limit, or of a limited queue, only if :func:`pick_gated` would start
-        it), and when the first pending task due after ``now`` is, among those
+        it), and when the first pending task due after ``now`` is, or, if earlier, the
+        first instant a task held back by its rate limit may start, among those
         ``serving`` covers (a paused queue's are not: :attr:`Serving.claimed`). Reads
         only: nothing is claimed."""
 
@@ -378,7 +493,7 @@ class Store(abc.ABC):
         *,
         finished: list[RunOutcome] | None = None,
         serving: Serving = SERVE_ALL,
-    ) -> list[StartedTask]:
+    ) -> Started:
         """Claim up to ``limit`` due tasks nobody holds that ``serving`` covers (none
         of a paused queue), highest priority first, then oldest, and mark them running
         (one attempt each) under a lease until ``lease_until``. Tasks with a lock or a
@@ -388,15 +503,18 @@ class Store(abc.ABC):
         ask for what workers take at once: a started task that never finishes has used
         its attempt. ``finished`` runs are written
         first, in the same transaction (what :meth:`record` does). The started tasks
-        come back highest priority first."""
+        come back highest priority first, with when to look again for the tasks it held
+        back (:attr:`Started.wake_at`: a rate limit's window with room, or ``now`` when
+        a claim made at the same time took some it chose)."""
         if limit <= 0 and not finished:
-            return []
+            return Started()
         claim = Claim(node_id, now, max(limit, 0), lease_until, finished or [], serving)
         started = self._start_tasks(claim)
-        return sorted(started, key=lambda t: (-t.priority, t.run_at, t.id))
+        order = sorted(started, key=lambda t: (-t.priority, t.run_at, t.id))
+        return Started(order, started.wake_at)
 
     @abc.abstractmethod
-    def _start_tasks(self, c: Claim) -> list[StartedTask]: ...
+    def _start_tasks(self, c: Claim) -> Started: ...
 
     @abc.abstractmethod
     def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:

@@ -24,7 +24,7 @@ __all__ = ["Inserted", "TaskCall", "insert_tasks"]
 
 #: The fields of a task :func:`insert_tasks` sets row by row, in the order of its rows
 #: (with ``key`` last when any call has one).
-_VARYING = ("token", "function", "payload", "timeout", "lock", "max_running")
+_VARYING = ("token", "function", "payload", "timeout", "lock", "max_running", "per_key")
 _KEYED = (*_VARYING, "key")
 #: Where a keyed row holds its key.
 _KEY_AT = len(_VARYING)
@@ -36,6 +36,7 @@ _ARRAY_TYPES = {
     "timeout": "float8[]",
     "lock": "varchar[]",
     "max_running": "integer[]",
+    "per_key": "varchar[]",
     "key": "varchar[]",
 }
 #: What :func:`_insert_unnest` selects for a column of its arrays, if not the column.
@@ -52,6 +53,9 @@ _REPLACED = (
     "priority",
     "lock",
     "max_running",
+    "per_key",
+    "rate_limit",
+    "rate_period",
     "retention",
     "max_snoozes",
     *RETRY_COLUMNS,
@@ -72,8 +76,8 @@ class Inserted(NamedTuple):
 OnBatch = Callable[[list[tuple[Any, ...]], list[tuple[Any, ...]]], None]
 
 #: A call as :func:`insert_tasks` stores it: ``(function, payload, timeout, lock,
-#: max_running)``.
-TaskCall = tuple[str, bytes, float | None, str | None, int | None]
+#: max_running, per_key)``.
+TaskCall = tuple[str, bytes, float | None, str | None, int | None, str | None]
 
 
 def insert_tasks(
@@ -85,7 +89,7 @@ def insert_tasks(
     on_conflict: OnConflict = OnConflict.IGNORE,
 ) -> Inserted:
     """Insert a new pending task for each ``(function, payload, timeout, lock,
-    max_running)`` of ``calls``,
+    max_running, per_key)`` of ``calls``,
     with the field values of ``common`` (``run_at``, ``max_attempts``, ``queue_name``)
     and every other field's default, ``batch_size`` rows a statement at most (fewer
     where the database takes fewer parameters); return them, saved, in order.

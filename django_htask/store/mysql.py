@@ -37,7 +37,8 @@ Keys
 Locks and limits
     Row locks of the counter table stand for PostgreSQL's advisory locks: a claim of
     tasks with a lock or a limit locks ``FOR UPDATE`` the rows ``gate:0000`` to
-    ``gate:1023`` that its locks and functions hash to (:data:`GATE_SLOTS`; a
+    ``gate:1023`` that its locks, functions, flows (rate limits and limits per key:
+    django_htask/flow.py) and limited queues hash to (:data:`GATE_SLOTS`; a
     collision only makes two gates wait for each other), in one statement in key
     order, then counts the holders again. InnoDB releases them at commit or rollback,
     as PostgreSQL's transaction-level advisory locks, and detects a deadlock among
@@ -211,15 +212,15 @@ def gate_row(key: str) -> str:
 #: (named as it is elsewhere, so a clash reads the same). Not a field of the model:
 #: migration 0009 adds both (:func:`add_pending_key`), and inserts never name the column.
 PENDING_KEY = "htask_pending_key"
-#: Virtual column, 1 for a pending task with a lock or a limit, NULL otherwise, indexed
+#: Virtual column, 1 for a pending task with a lock or a limit (or a rate limit), NULL
+#: otherwise, indexed
 #: in the claim's order: the gated tasks' partial index elsewhere (``GATED_INDEX``,
 #: named so here too). Without it, a claim's question "are gated tasks due?" read every
 #: pending task: with 10,000 plain tasks queued, a second a claim, so long that the
-#: node's own heartbeat waited behind it. Migration 0014 adds it
+#: node's own heartbeat waited behind it. Migration 0014 adds it, 0018 redefines it
 #: (:func:`add_gated_column`); inserts never name it.
 GATED_COLUMN = "htask_gated"
-#: What it says, as MySQL writes it (``lock`` is a reserved word there).
-MYSQL_GATED = GATED_PREDICATE.replace("lock IS", "`lock` IS")
+
 
 #: The hint of a statement that finds tasks by id and checks more of their columns
 #: (``id IN (…) AND status = …``): without it, MariaDB's optimizer weighs every index on
@@ -316,19 +317,22 @@ def drop_pending_key(connection: BaseDatabaseWrapper) -> None:
         cursor.execute(f"ALTER TABLE {TASK} DROP INDEX {KEY_INDEX}, DROP COLUMN {PENDING_KEY}")
 
 
-def add_gated_column(connection: BaseDatabaseWrapper) -> None:
-    """Add :data:`GATED_COLUMN` and its index in place of the one Django made of the
-    partial ``htask_task_gated``, its condition dropped (migration 0014)."""
+def add_gated_column(connection: BaseDatabaseWrapper, predicate: str = GATED_PREDICATE) -> None:
+    """Add :data:`GATED_COLUMN`, 1 where ``predicate`` (SQL over the task table, as
+    :data:`~django_htask.models.GATED_PREDICATE` writes it: each migration passes the
+    one of its time) holds, and its index in place of the one Django made of the
+    partial ``htask_task_gated``, its condition dropped (migrations 0014, 0018)."""
+    mysql_predicate = predicate.replace("lock IS", "`lock` IS")
     with connection.cursor() as cursor:
         cursor.execute(
             f"ALTER TABLE {TASK} DROP INDEX {GATED_INDEX},"
-            f" ADD COLUMN {GATED_COLUMN} tinyint AS (IF({MYSQL_GATED}, 1, NULL)) VIRTUAL,"
+            f" ADD COLUMN {GATED_COLUMN} tinyint AS (IF({mysql_predicate}, 1, NULL)) VIRTUAL,"
             f" ADD INDEX {GATED_INDEX} ({GATED_COLUMN}, priority, run_at, id)"
         )
 
 
 def drop_gated_column(connection: BaseDatabaseWrapper) -> None:
-    """Undo :func:`add_gated_column` (migration 0014 unapplied): Django's index again."""
+    """Undo :func:`add_gated_column`: Django's index again."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"ALTER TABLE {TASK} DROP INDEX {GATED_INDEX}, DROP COLUMN {GATED_COLUMN},"

@@ -29,12 +29,14 @@ Claims
     claimed by the compare-and-set of the generic store.
 Locks and limits
     A claim weighs the due tasks with a lock or a limit first (``store/base.py``'s
-    ``pick_gated``), then takes a transaction-level advisory lock for each lock and
-    function it would start, in one order (so two claims never deadlock), and counts
-    the running holders again: READ COMMITTED shows it what a claim that held one of
-    those advisory locks committed, so two claims never both start a task of one lock
-    nor overfill a function. Writing the end of such a task notifies the others
-    (``task``), its bookkeeping being quiet otherwise.
+    ``pick_gated``), then takes a transaction-level advisory lock for each lock,
+    function, flow (rate limits and limits per key) and limited queue it would start,
+    in one order (so two claims never deadlock), and chooses again: READ COMMITTED
+    shows it what a claim that held one of those advisory locks committed (the
+    running holders, a rate limit's slots), so two claims never both start a task of
+    one lock nor overfill a function, a flow or a window. Writing the end of a task
+    that held a place notifies the others (``task``), its bookkeeping being quiet
+    otherwise.
 Reaping
     Any live node reaps, one at a time (a transaction-level advisory lock): nodes whose
     heartbeat is older than ``NODE_TIMEOUT`` are marked stopped (declared dead), what

@@ -7,7 +7,7 @@ data: nothing here reads a table or a clock."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -33,8 +33,10 @@ __all__ = [
     "ScheduleRef",
     "ScheduleRow",
     "Serving",
+    "Started",
     "StartedTask",
     "ThreadConnections",
+    "earliest",
     "last_statuses",
     "storable",
 ]
@@ -212,11 +214,32 @@ class StartedTask:
     priority: int = 0
     timeout: float | None = None  # seconds a run may take (None: the default)
     retry: RetryColumns = DEFAULT_RETRY
-    #: It has a lock or a limit (its end may let a waiting task start).
+    #: It holds a place while it runs: a lock, or a limit's (its function's, its key's,
+    #: its queue's), so its end may let a waiting task start. (A rate limit counts
+    #: starts: an end frees nothing.)
     gated: bool = False
     #: Times it snoozed, and how many it may (None: the ``MAX_SNOOZES`` setting).
     snoozes: int = 0
     max_snoozes: int | None = None
+
+
+class Started(list[StartedTask]):
+    """What a claim started (:meth:`~django_htask.store.base.Store.start_tasks`): the
+    tasks, and ``wake_at``, when the node is to look again for tasks the claim held
+    back (None: none to look for): the first instant a task held back by its rate limit
+    may start, or the claim's own instant when a claim made at the same time took tasks
+    it chose (others may be startable that it did not look at)."""
+
+    __slots__ = ("wake_at",)
+
+    def __init__(self, tasks: Iterable[StartedTask] = (), wake_at: datetime | None = None):
+        super().__init__(tasks)
+        self.wake_at = wake_at
+
+
+def earliest(*instants: datetime | None) -> datetime | None:
+    """The earliest of ``instants`` that are not None (None: none is)."""
+    return min((at for at in instants if at is not None), default=None)
 
 
 def storable(text: str) -> str:

@@ -20,7 +20,7 @@ from tests.cluster.site import ClusterSite, MariaDBSite
 SETTINGS = "tests.cluster.settings"
 TABLES = (
     "django_htask_run, django_htask_task, django_htask_schedule, django_htask_node, "
-    "django_htask_queue"
+    "django_htask_queue, django_htask_rateslot"
 )
 
 

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 
 from django_htask.engine import encode_call
-from django_htask.models import Node, Run, Task
+from django_htask.models import GATED, GATED_PREDICATE, Node, Run, Task
 from django_htask.querysets import (
     CLAIMABLE_SQL,
     EXPIRED_RUN_SQL,
@@ -21,6 +21,7 @@ from django_htask.querysets import (
     HOLDING_SQL,
     LIVE_NODE_SQL,
     OWN_EXPIRED_TASK_SQL,
+    PLAIN_TASK_SQL,
     SILENT_NODE_SQL,
     claimable_params,
     expired_run,
@@ -36,6 +37,7 @@ from django_htask.querysets import (
     task_is_expired,
     task_is_holding,
     task_is_lost,
+    task_is_plain,
     task_is_served,
 )
 from django_htask.queues import ALL, NONE, QueueFilter
@@ -150,6 +152,35 @@ def test_a_task_holding_its_lock_is_one_rule_in_its_three_forms() -> None:
     assert len(by_values) == 2  # running, its lease expiring at NOW or later
     assert set(Task.objects.holding(NOW).values_list("id", flat=True)) == by_values
     assert _ids(HOLDING_SQL, Task._meta.db_table, holding_params(NOW)) == by_values
+
+
+def test_a_plain_task_is_one_rule_in_its_three_forms_and_the_others_are_gated() -> None:
+    payload = encode_call(ADD, (1,), {})
+    cases = list(itertools.product(("pending", "running"), (None, "l"), (None, 2), (None, 5)))
+    Task.objects.bulk_create(
+        Task(
+            function=ADD,
+            payload=payload,
+            run_at=NOW,
+            status=status,
+            lock=lock,
+            max_running=most,
+            rate_limit=rate,
+            rate_period=None if rate is None else 60,
+        )
+        for status, lock, most, rate in cases
+    )
+    rows = list(Task.objects.values_list("id", "status", "lock", "max_running", "rate_limit"))
+    by_values = {pk for pk, _s, lock, most, rate in rows if task_is_plain(lock, most, rate)}
+    assert len(by_values) == 2  # pending and running, with none of the three
+    assert set(Task.objects.plain().values_list("id", flat=True)) == by_values
+    mysql = connection.vendor == "mysql"
+    plain_sql = PLAIN_TASK_SQL.replace('"lock"', "`lock`") if mysql else PLAIN_TASK_SQL
+    assert _ids(plain_sql, Task._meta.db_table, []) == by_values
+    gated = {pk for pk, status, *_g in rows if status == "pending" and pk not in by_values}
+    assert set(Task.objects.filter(GATED).values_list("id", flat=True)) == gated
+    gated_sql = GATED_PREDICATE.replace("lock IS", "`lock` IS") if mysql else GATED_PREDICATE
+    assert _ids(gated_sql, Task._meta.db_table, []) == gated
 
 
 def test_a_served_task_is_one_rule_in_its_three_forms() -> None:

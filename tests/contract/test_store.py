@@ -1047,3 +1047,110 @@ def test_the_end_of_a_gated_task_is_told_to_the_other_nodes(kit: Kit) -> None:
     assert heard == []
     kit.store.record("n1", [outcome({"task_id": gated[0]}, gated=True)])
     assert heard == ["task"]
+
+
+# -- limits per key, rate limits (flow control) -----------------------------------------
+def test_max_running_per_key_bounds_each_key_apart_on_all_nodes(kit: Kit) -> None:
+    kit.register("n1", "n2")
+    a = kit.add_tasks(3, NOW - timedelta(seconds=2), max_running=2, per_key="a")
+    b = kit.add_tasks(3, NOW - timedelta(seconds=1), max_running=2, per_key="b")
+    started = kit.store.start_tasks("n1", NOW, 3, LEASE)
+    assert [(t.id, t.gated) for t in started] == [(a[0], True), (a[1], True), (b[0], True)]
+    assert started_ids(kit, "n2") == b[1:2]  # two of each key run: the others wait
+    assert started_ids(kit, "n1") == []
+    assert kit.store.task_outlook(NOW) == (False, None)
+    done = [outcome({"task_id": a[0]}, gated=True)]
+    assert started_ids(kit, "n1", finished=done) == a[2:]
+
+
+def test_a_key_s_tasks_start_in_due_order_behind_one_held_by_its_lock(kit: Kit) -> None:
+    kit.register("n1")
+    holder = kit.add_tasks(1, NOW - timedelta(seconds=3), lock="l")
+    assert started_ids(kit, "n1") == holder
+    first = kit.add_tasks(1, NOW - timedelta(seconds=2), lock="l", max_running=5, per_key="a")
+    kit.add_tasks(1, NOW - timedelta(seconds=1), max_running=5, per_key="a")
+    other = kit.add_tasks(1, NOW, max_running=5, per_key="b")
+    assert started_ids(kit, "n1") == other
+    done = [outcome({"task_id": holder[0]}, gated=True)]
+    assert len(started_ids(kit, "n1", finished=done)) == 2
+    assert kit.task(first[0]).status == TaskStatus.RUNNING
+
+
+def rated(
+    kit: Kit, n: int, run_at: datetime = NOW, per: str | None = None, **fields: Any
+) -> list[int]:
+    """``n`` tasks of a flow limited to 2 starts in any 10 seconds."""
+    return kit.add_tasks(n, run_at, rate_limit=2, rate_period=10, per_key=per, **fields)
+
+
+def test_a_rate_limit_bounds_the_starts_in_any_window_and_says_when_it_has_room(
+    kit: Kit,
+) -> None:
+    kit.register("n1", "n2")
+    ids = rated(kit, 6, NOW - timedelta(seconds=1))
+    plain = kit.add_tasks(1)
+    started = kit.store.start_tasks("n1", NOW, 10, LEASE)
+    assert sorted(t.id for t in started) == sorted([*ids[:2], *plain])
+    assert started.wake_at == NOW + timedelta(seconds=10)  # the window has room then
+    assert not any(t.gated for t in started)  # a start holds no place: its end frees none
+    kit.store.record("n1", [outcome({"task_id": i}, gated=True) for i in ids[:2]])
+    assert kit.store.task_outlook(NOW) == (False, NOW + timedelta(seconds=10))
+    assert started_ids(kit, "n2", at=NOW + timedelta(seconds=9.999)) == []  # ended: still counted
+    assert started_ids(kit, "n2", at=NOW + timedelta(seconds=10)) == ids[2:4]
+
+
+def test_a_rate_limit_s_window_slides(kit: Kit) -> None:
+    kit.register("n1")
+    s = timedelta(seconds=1)
+    ids = rated(kit, 6, NOW - s)
+    assert started_ids(kit, "n1", 1) == ids[:1]  # at 0
+    assert started_ids(kit, "n1", 1, at=NOW + 5 * s) == ids[1:2]  # at 5: two in the window
+    later = kit.store.start_tasks("n1", NOW + 6 * s, 5, LEASE)
+    assert (list(later), later.wake_at) == ([], NOW + 10 * s)
+    assert started_ids(kit, "n1", at=NOW + 10 * s) == ids[2:3]  # the start at 0 left it
+    assert kit.store.task_outlook(NOW + 11 * s) == (False, NOW + 15 * s)
+    assert started_ids(kit, "n1", at=NOW + 15 * s) == ids[3:4]
+
+
+def test_a_claim_behind_a_later_start_of_its_flow_waits_for_its_clock_to_reach_it(
+    kit: Kit,
+) -> None:
+    kit.register("n1", "n2")
+    s = timedelta(seconds=1)
+    ids = rated(kit, 3, NOW - s)
+    assert started_ids(kit, "n1", 1, at=NOW + 5 * s) == ids[:1]
+    behind = kit.store.start_tasks("n2", NOW + 4 * s, 5, LEASE)  # its clock reads earlier
+    assert (list(behind), behind.wake_at) == ([], NOW + 5 * s)
+    assert started_ids(kit, "n2", 1, at=NOW + 5 * s) == ids[1:2]
+
+
+def test_a_rate_limit_per_key_counts_each_key_apart(kit: Kit) -> None:
+    kit.register("n1")
+    a = rated(kit, 3, NOW - timedelta(seconds=2), per="a")
+    b = rated(kit, 3, NOW - timedelta(seconds=1), per="b")
+    function_wide = rated(kit, 3)
+    assert sorted(started_ids(kit, "n1")) == sorted([*a[:2], *b[:2], *function_wide[:2]])
+    assert started_ids(kit, "n1") == []
+
+
+def test_a_start_counts_against_its_rate_limit_when_its_node_died(kit: Kit) -> None:
+    later = NOW + timedelta(seconds=5)
+    kit.register("dead")
+    kit.register("alive", at=later)
+    ids = rated(kit, 3, NOW - timedelta(seconds=1), max_attempts=2)
+    assert len(started_ids(kit, "dead", at=NOW)) == 2
+    kit.store.heartbeat("alive", later, later + timedelta(seconds=30))
+    kit.store.reap("alive", later, later - timedelta(seconds=1), RetryPolicy(0, 0))
+    assert kit.task(ids[0]).status == TaskStatus.PENDING  # handed back, to be retried
+    assert started_ids(kit, "alive", at=later) == []
+    assert started_ids(kit, "alive", at=NOW + timedelta(seconds=10)) == [ids[2], ids[0]]
+
+
+def test_a_claim_finds_the_tasks_behind_a_long_line_waiting_on_a_rate_limit(kit: Kit) -> None:
+    kit.register("n1")
+    waiting = rated(kit, 150, NOW - timedelta(seconds=2), per="busy")
+    later = kit.add_tasks(2, NOW - timedelta(seconds=1), max_running=1, per_key="quiet")
+    started = kit.store.start_tasks("n1", NOW, 10, LEASE)
+    assert [t.id for t in started] == [*waiting[:2], later[0]]
+    assert started.wake_at == NOW + timedelta(seconds=10)
+    assert started_ids(kit, "n1") == []

@@ -14,7 +14,7 @@ import pytest
 from django.db import DatabaseError, connection
 
 from django_htask.exceptions import NodeFenced
-from django_htask.models import Node, Run, RunStatus, Schedule, Task
+from django_htask.models import Node, RateSlot, Run, RunStatus, Schedule, Task
 from django_htask.queues import QueueStates
 from django_htask.retry import RetryPolicy
 from django_htask.store import RunOutcome, Serving, Store, get_store
@@ -186,16 +186,21 @@ def concurrent_claims_respect_locks_and_limits(
     """Four nodes claim at the same instant (a barrier), each on a store connection of
     its own, ``rounds`` times over: one task of the lock starts, two of the limited
     function (another function: a limit counts every running task of its function),
-    and two of the queue limited to two."""
+    two of the queue limited to two, two of each key limited to two, and three of the
+    flow limited to three starts a minute."""
     nodes = [f"n{i}" for i in range(4)]
     for n, node_id in enumerate(nodes):
         store.register_node(node_id, "host", n + 1, "0", NOW)
     serving = Serving(states=QueueStates(limits=(("q", 2),)))
     for _round in range(rounds):
         Task.objects.all().delete()
+        RateSlot.objects.all().delete()
         locked = set(make_tasks(4, lock="account:7"))
         limited = set(make_tasks(6, function=f"{ADD}_limited", max_running=2))
         queued = set(make_tasks(6, queue_name="q"))
+        keyed = [set(make_tasks(3, function=f"{ADD}_keyed", max_running=2, per_key=k))
+                 for k in ("k1", "k2")]  # fmt: skip
+        rated = set(make_tasks(5, function=f"{ADD}_rated", rate_limit=3, rate_period=60))
         barrier = threading.Barrier(len(nodes))
         results: dict[str, list[int]] = {}
 
@@ -204,8 +209,14 @@ def concurrent_claims_respect_locks_and_limits(
             try:
                 mine.task_outlook(NOW)  # connected before the barrier
                 barrier.wait(10)
-                started = mine.start_tasks(node_id, NOW, 5, LEASE, serving=serving)
-                into[node_id] = [t.id for t in started]
+                into[node_id] = []
+                while len(into[node_id]) < 5:  # again while another claim took its choice
+                    got = mine.start_tasks(
+                        node_id, NOW, 5 - len(into[node_id]), LEASE, serving=serving
+                    )
+                    into[node_id] += [t.id for t in got]
+                    if got.wake_at != NOW:
+                        break
             finally:
                 mine.close()
 
@@ -220,6 +231,8 @@ def concurrent_claims_respect_locks_and_limits(
         assert len(locked & set(started)) == 1, results
         assert len(limited & set(started)) == 2, results
         assert len(queued & set(started)) == 2, results
+        assert [len(k & set(started)) for k in keyed] == [2, 2], results
+        assert len(rated & set(started)) == 3, results
 
 
 def a_node_is_declared_dead_only_after_its_write_in_flight_commits(

@@ -225,7 +225,7 @@ def test_install_makes_the_rows_the_reaper_and_the_gates_lock_once(store: MySQLS
     with connection.cursor() as cursor:
         cursor.execute("SELECT name FROM django_htask_counter WHERE name <> 'schedule'")
         names = sorted(r[0] for r in cursor.fetchall())
-    assert names == sorted(["reaper", *(f"gate:{i:04d}" for i in range(GATE_SLOTS))])
+    assert names == sorted(["reaper", "pruner", *(f"gate:{i:04d}" for i in range(GATE_SLOTS))])
     assert gate_row("lock:account:7") in names
     assert gate_row("lock:account:7") != gate_row("lock:account:8")
 

@@ -2,11 +2,11 @@
 level or inside functions (``TYPE_CHECKING`` blocks included), and the layers hold.
 
 Layers, bottom up: the engine; leaf modules (the version, settings, signals, clock,
-change notices, errors, enums, keys, queues, partition, retry, due times); models; the
-store; the node; and on top what users call and the surface (api, scheduled,
-decorators, functions, code_schedules, admin, commands, backends, checks, operations),
-the package root among them (it re-exports what users call). A module only imports
-downward.
+change notices, errors, enums, keys, flow, queues, partition, retry, due times);
+models; the store; the node; and on top what users call and the surface (api,
+scheduled, decorators, functions, code_schedules, admin, commands, backends, checks,
+operations), the package root among them (it re-exports what users call). A module
+only imports downward.
 
 The node imports no Django at all: it talks to the database through its store only
 (which turns the database's errors into ``StoreUnavailable``), so the in-memory store
@@ -131,6 +131,7 @@ LAYERS = [
         "exceptions",
         "enums",
         "keys",
+        "flow",
         "queues",
         "partition",
         "retry",

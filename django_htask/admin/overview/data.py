@@ -37,11 +37,12 @@ from django_htask import clock
 from django_htask.conf import get_settings
 from django_htask.db import scheduler_alias
 from django_htask.enums import CALLED
-from django_htask.models import GATED, Node, Queue, Run, RunStatus, Schedule, Task, TaskStatus
+from django_htask.models import Node, Queue, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.operations import node_state
 from django_htask.queues import NO_STATES, QueueStates
 
 from .timeline import OCCURRENCE_BUDGET, Timeline, count_occurrences, timeline_start
+from .waiting import WAITING_SHOWN, Waiting, waiting_on_gates, why_waiting
 
 __all__ = [
     "FAILING_SHOWN",
@@ -59,6 +60,7 @@ __all__ = [
     "next_hours",
     "read_overview",
     "waiting_on_gates",
+    "why_waiting",
 ]
 
 logger = logging.getLogger(__name__)
@@ -71,8 +73,6 @@ FAILING_SHOWN = 10
 NODES_SHOWN = 50
 #: Runs read, at most, for the lateness percentiles of the last 24 h.
 LATENESS_SAMPLE = 10_000
-#: The busiest locks and limited functions shown with tasks waiting on them, at most.
-WAITING_SHOWN = 5
 #: The outcomes of runs, in the order the charts stack them.
 OUTCOMES = (
     RunStatus.SUCCEEDED,
@@ -134,16 +134,6 @@ class Failing:
     name: str
     failed: int
     runs: int  # all its runs in the window
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """Due tasks waiting on a lock (``kind`` ``"lock"``) or on a function's
-    ``max_running`` (``"limit"``): ``name`` is the lock or the function."""
-
-    kind: str
-    name: str
-    count: int
 
 
 @dataclass(frozen=True)
@@ -256,35 +246,6 @@ def task_counts(*, using: str | None = None) -> dict[str, int]:
     counts = {TaskStatus.PENDING.value: 0, TaskStatus.RUNNING.value: 0}
     counts.update(Task.objects.using(using or scheduler_alias()).by_status())
     return counts
-
-
-def waiting_on_gates(
-    now: datetime, *, using: str | None = None, shown: int = WAITING_SHOWN
-) -> list[Waiting]:
-    """The locks and the limited functions with the most due tasks waiting on them
-    (pending and due at ``now``: a task whose lock is free starts at the next claim),
-    ``shown`` of each kind at most, busiest first. One query, through the partial index
-    of the pending tasks with a lock or a limit; ``htask status`` shows the same."""
-    rows = (
-        Task.objects.using(using or scheduler_alias())
-        .due(now)
-        .filter(GATED)
-        .order_by()
-        .values_list("lock", "function", "max_running")
-        .annotate(n=Count("id"))
-    )
-    locks: Counter[str] = Counter()
-    limits: Counter[str] = Counter()
-    for lock, function, max_running, n in rows:
-        if lock is not None:
-            locks[lock] += n
-        if max_running is not None:
-            limits[function] += n
-    return [
-        Waiting(kind, name, n)
-        for kind, counts in (("lock", locks), ("limit", limits))
-        for name, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:shown]
-    ]
 
 
 # -- the last 24 hours -------------------------------------------------------------------

@@ -273,7 +273,12 @@ class Command(BaseCommand):
             .values_list("queue_name", "n")
         )
         waiting = waiting_on_gates(now, using=self.using)
-        for kind, label in (("lock", "waiting on locks"), ("limit", "waiting on max_running")):
+        for kind, label in (
+            ("lock", "waiting on locks"),
+            ("limit", "waiting on max_running"),
+            ("key", "waiting on max_running per key"),
+            ("rate", "waiting on rate limits"),
+        ):
             names = [f"{w.name} {w.count}" for w in waiting if w.kind == kind]
             if names:
                 self.stdout.write(f"  {label}: {', '.join(names)}")

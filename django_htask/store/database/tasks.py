@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import F, Min, QuerySet
@@ -16,6 +15,7 @@ from django.db.models import F, Min, QuerySet
 from django_htask.models import (
     GATED_PREDICATE,
     Queue,
+    RateSlot,
     Run,
     RunStatus,
     Schedule,
@@ -38,7 +38,9 @@ from django_htask.store.base import (
     Holding,
     RunOutcome,
     StartedTask,
+    Window,
     holders,
+    holds_place,
     open_queues,
     pick_gated,
 )
@@ -62,6 +64,9 @@ STARTED_FIELDS = (
 )
 #: Candidates with a lock or a limit a claim reads per statement.
 _GATED_PAGE = 100
+#: What a claim reads of each (:class:`~django_htask.store.base.Gated`).
+_GATED_COLUMNS = "id, {lock}, function, max_running, queue_name, per_key, rate_limit, rate_period"
+_SLOT = RateSlot._meta.db_table
 #: Snoozed tasks one statement writes at most (a ``CASE`` is searched in order).
 _SNOOZES_ROWS = 100
 
@@ -80,6 +85,12 @@ def gate_key(key: str) -> int:
     collision only makes two gates wait for each other."""
     digest = hashlib.blake2b(key.encode(), digest_size=8, person=b"htask-gate").digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def flow_gate(flow: str) -> int:
+    """The 64-bit key of a flow (:func:`~django_htask.flow.flow_key`): its rate slots'
+    ``gate``, and what claims of it lock (:func:`gate_key` of ``flow:…``)."""
+    return gate_key(f"flow:{flow}")
 
 
 class Column(str):
@@ -132,15 +143,17 @@ class TaskRows(OrmStore):
         if serving.states.limits:
             plain = rows.filter(served_task(serving.plain, serving.backend))
         due = plain.claimable(now).plain().exists()
+        wake_at = None
         if not due:
             with self.connection.cursor() as cursor:
-                due = bool(self._choose_gated(cursor, now, serving, 1))
+                picked, wake_at = self._choose_gated(cursor, now, serving, 1)
+            due = bool(picked)
         first: datetime | None = tasks.filter(status=TaskStatus.PENDING, run_at__gt=now).aggregate(
             m=Min("run_at")
         )["m"]
-        return due, first
+        return due, values.earliest(first, wake_at)
 
-    def _start_tasks(self, c: values.Claim) -> list[StartedTask]:
+    def _start_tasks(self, c: values.Claim) -> values.Started:
         probe = self._gated_probe(c.now, c.serving) if c.limit > 0 else None
         held = [o.task_id for o in c.finished if o.task_id is not None]
         fenced = self._fenced(c.node_id, claim=True, probe=probe, held=held)
@@ -151,7 +164,7 @@ class TaskRows(OrmStore):
                 self._gate_released()
             # Whether gated tasks are due, if the fence's statement said (PostgreSQL).
             gated_due: bool | None = getattr(fenced, "gated_due", None)
-            started = self._start_gated(c, gated_due) if c.limit > 0 else []
+            started = self._start_gated(c, gated_due) if c.limit > 0 else values.Started()
             if c.limit > len(started):
                 started += self._start_in(c._replace(limit=c.limit - len(started)))
         self._record_late(late)
@@ -183,15 +196,61 @@ class TaskRows(OrmStore):
 
     def _holders(self, cursor: Any, now: datetime) -> Holding:
         """The locks of the tasks running with an unexpired lease, and how many such
-        tasks each function and queue has (a few rows: the tasks running on every
-        node)."""
+        tasks each function, queue and flow with a per key has (a few rows: the tasks
+        running on every node)."""
         adapt = self.connection.ops.adapt_datetimefield_value
         lock = self.connection.ops.quote_name("lock")
         cursor.execute(
-            f"SELECT {lock}, function, queue_name FROM {_TASK} WHERE {HOLDING_SQL}",
+            f"SELECT {lock}, function, queue_name, per_key FROM {_TASK} WHERE {HOLDING_SQL}",
             holding_params(adapt(now)),
         )
-        return holders(cursor.fetchall())
+        return holders(cursor.fetchall(), now)
+
+    def _read_windows(self, cursor: Any, held: Holding, candidates: list[Gated]) -> None:
+        """Read into ``held`` the windows of the rate-limited flows of ``candidates``
+        not read yet: the slots of each not expired at ``held.now`` (one short read
+        of the slots' index, grouped)."""
+        flows = held.unread(candidates)
+        if not flows:
+            return
+        assert held.now is not None
+        adapt = self.connection.ops.adapt_datetimefield_value
+        gates = {flow_gate(flow): flow for flow in flows}
+        cursor.execute(
+            f"SELECT gate, COUNT(*), MIN(expires_at), MAX(started_at) FROM {_SLOT} "
+            f"WHERE gate IN ({', '.join(['%s'] * len(gates))}) AND expires_at > %s "
+            "GROUP BY gate",
+            [*gates, adapt(held.now)],
+        )
+        windows = [
+            Window(gates[g], n, _as_datetime(first), _as_datetime(last))
+            for g, n, first, last in cursor.fetchall()
+        ]
+        held.read_windows(flows, windows)
+
+    def _take_slots(self, cursor: Any, now: datetime, started: list[Gated]) -> None:
+        """Count the starts of the rate-limited tasks of ``started`` against their
+        flows, a slot each until a period from ``now``, and delete their flows'
+        expired slots (in the claim's transaction)."""
+        if not started:
+            return
+        adapt = self.connection.ops.adapt_datetimefield_value
+        gates = sorted({flow_gate(g.flow) for g in started if g.flow is not None})
+        cursor.execute(
+            f"DELETE FROM {_SLOT} WHERE gate IN ({', '.join(['%s'] * len(gates))}) "
+            "AND expires_at <= %s",
+            [*gates, adapt(now)],
+        )
+        slots = [
+            (flow_gate(g.flow), adapt(now), adapt(now + timedelta(seconds=g.rate_period)))
+            for g in started
+            if g.flow is not None and g.rate_period is not None
+        ]
+        cursor.execute(
+            f"INSERT INTO {_SLOT} (gate, started_at, expires_at) VALUES "
+            + ", ".join(["(%s, %s, %s)"] * len(slots)),
+            [v for slot in slots for v in slot],
+        )
 
     def _gated_probe(self, now: datetime, serving: base.Serving) -> Probe:
         """The due tasks with a lock or a limit that ``serving`` covers, as a query of
@@ -203,7 +262,7 @@ class TaskRows(OrmStore):
         served, served_params = served_sql(serving)
         lock = self.connection.ops.quote_name("lock")
         sql = (
-            f"SELECT id, {lock}, function, max_running, queue_name"
+            f"SELECT {_GATED_COLUMNS.format(lock=lock)}"
             f" FROM {_TASK}{self._gated_indexed_by}"
             f" WHERE {self._gated_predicate} AND {CLAIMABLE_SQL}{served}"
         )
@@ -216,19 +275,20 @@ class TaskRows(OrmStore):
         serving: base.Serving,
         limit: int,
         gated_due: bool | None = None,
-    ) -> list[Gated]:
+    ) -> tuple[list[Gated], datetime | None]:
         """The due tasks with a lock or a limit a claim of ``limit`` would start now
         (:func:`~django_htask.store.base.pick_gated`), read through their partial index
         page by page, then the other tasks of the limited queues with room; one short
         read when there are none (none when ``gated_due`` already says and no queue is
-        limited)."""
+        limited). With them, the first instant a task held back by its rate limit may
+        start (None: none seen)."""
         due, params = self._gated_probe(now, serving)
         if gated_due is None:
             cursor.execute(f"{due} LIMIT 1", params)
             gated_due = cursor.fetchone() is not None
         limits = serving.limits if serving.states.limits else {}
         if not gated_due and not limits:
-            return []
+            return [], None
         held = self._holders(cursor, now)
         picked = self._walk_gated(cursor, due, params, held, limit, limits) if gated_due else []
         for queue, room in open_queues(limits, held):
@@ -236,7 +296,7 @@ class TaskRows(OrmStore):
                 break
             want = min(room, limit - len(picked))
             picked += pick_gated(self._queue_tasks(cursor, now, serving, queue, want), held, want)
-        return picked
+        return picked, held.wake_at
 
     def _walk_gated(
         self,
@@ -249,27 +309,42 @@ class TaskRows(OrmStore):
     ) -> list[Gated]:
         """The tasks with a lock or a limit of ``due`` (the probe's query) that
         :func:`~django_htask.store.base.pick_gated` starts, read page by page; the
-        locks held and the full queues are left out by the query."""
+        locks held and the full queues are left out by the query, and so are, once a
+        page shows them, the flows whose tasks wait (the walk then reads again from
+        the first, without them and the tasks picked)."""
         skip, extra = "", []
         if 0 < len(held.locks) <= _CHUNK:  # else the walk below skips them
+            # Not a flow's: its flow waits behind it, which the walk must see.
             lock = self.connection.ops.quote_name("lock")
-            skip = f" AND {lock} NOT IN ({', '.join(['%s'] * len(held.locks))})"
+            skip = (
+                f" AND ({lock} IS NULL OR {lock} NOT IN ({', '.join(['%s'] * len(held.locks))})"
+                " OR per_key IS NOT NULL OR rate_limit IS NOT NULL)"
+            )
             extra = sorted(held.locks)
         full = sorted(q for q, n in limits.items() if held.queues[q] >= n)
         if full:
             skip += f" AND queue_name NOT IN ({', '.join(['%s'] * len(full))})"
             extra += full
         picked: list[Gated] = []
-        for offset in itertools.count(0, _GATED_PAGE):
+        waiting: dict[str, tuple[str, str | None]] = {}  # flow -> its function and per key
+        offset, left, left_params = 0, "", list[Any]()
+        while True:
             cursor.execute(
-                f"{due}{skip} ORDER BY priority DESC, run_at, id LIMIT %s OFFSET %s",
-                [*params, *extra, _GATED_PAGE, offset],
+                f"{due}{skip}{left} ORDER BY priority DESC, run_at, id LIMIT %s OFFSET %s",
+                [*params, *extra, *left_params, _GATED_PAGE, offset],
             )
             page = [Gated(*row) for row in cursor.fetchall()]
+            self._read_windows(cursor, held, page)
             picked += pick_gated(page, held, limit - len(picked), limits)
             if len(picked) >= limit or len(page) < _GATED_PAGE:
-                break
-        return picked
+                return picked
+            seen = len(waiting)
+            for g in page:
+                if (flow := g.flow) in held.waiting and flow and len(waiting) < _CHUNK:
+                    waiting.setdefault(flow, (g.function, g.per_key))
+            offset += _GATED_PAGE
+            if len(waiting) > seen:  # read again from the first, the same way to the end
+                offset, (left, left_params) = 0, _leave_out(waiting, picked)
 
     def _queue_tasks(
         self, cursor: Any, now: datetime, serving: base.Serving, queue: str, limit: int
@@ -286,29 +361,60 @@ class TaskRows(OrmStore):
         )
         return [Gated(*row) for row in cursor.fetchall()]
 
-    def _start_gated(self, c: values.Claim, gated_due: bool | None) -> list[StartedTask]:
+    def _start_gated(self, c: values.Claim, gated_due: bool | None) -> values.Started:
         """Claim and start the due tasks with a lock or a limit (their own, or their
         queue's) that may start now, in the caller's transaction: chosen, then (where
-        several nodes claim at once) their locks, functions and limited queues locked
-        in one order and the holders counted again, so that two claims never both start
-        a task of one lock nor overfill a function or a queue. ``gated_due``: whether
-        any with a lock or a limit of their own are due, if known already."""
+        several nodes claim at once) their locks, functions, flows and limited queues
+        locked in one order and the holders and windows counted again, so that two
+        claims never both start a task of one lock nor overfill a function, a flow or
+        a queue, nor a rate limit's window; the starts of the rate-limited ones are
+        counted (:meth:`_take_slots`). ``gated_due``: whether any with a lock or a limit
+        of their own are due, if known already."""
         now, limit, serving = c.now, c.limit, c.serving
         if gated_due is False and not serving.states.limits:
-            return []
+            return values.Started()
         with self.connection.cursor() as cursor:
-            chosen = self._choose_gated(cursor, now, serving, limit, gated_due)
+            chosen, wake_at = self._choose_gated(cursor, now, serving, limit, gated_due)
             if not chosen:
-                return []
+                return values.Started(wake_at=wake_at)
             limits = serving.limits
-            keys = {f"lock:{g.lock}" for g in chosen if g.lock is not None}
-            keys |= {f"function:{g.function}" for g in chosen if g.max_running is not None}
-            keys |= {f"queue:{g.queue}" for g in chosen if g.queue in limits}
-            if self._lock_gates(sorted(keys)):
-                chosen = pick_gated(chosen, self._holders(cursor, now), limit, limits)
-        claimable = Task.objects.using(self.using).claimable(now)
-        started = self._mark_started(c, [g.id for g in chosen], claimable)
-        return [dataclasses.replace(task, gated=True) for task in started]
+            keys = gate_keys(chosen, limits)
+            if self._lock_gates(keys):
+                chosen, wake_at = self._choose_again(cursor, c, chosen, keys)
+            wanted = len(chosen)
+            claimable = Task.objects.using(self.using).claimable(now)
+            started = self._mark_started(c, [g.id for g in chosen], claimable)
+            if len(started) < wanted:  # a claim at once took them, or their places:
+                wake_at = now  # others may start, which this one did not look at
+            ids = {task.id for task in started}
+            self._take_slots(
+                cursor, now, [g for g in chosen if g.id in ids and g.rate_limit is not None]
+            )
+        places = {g.id for g in chosen if holds_place(g, limits)}
+        gated = (dataclasses.replace(t, gated=t.id in places) for t in started)
+        return values.Started(gated, wake_at)
+
+    def _choose_again(
+        self,
+        cursor: Any,
+        c: values.Claim,
+        chosen: list[Gated],
+        keys: list[str],
+    ) -> tuple[list[Gated], datetime | None]:
+        """What a claim holding the gates ``keys`` of its ``chosen`` starts, now that
+        no other claim can start a task of them: chosen again from what the claims
+        before it committed (READ COMMITTED shows it), when every gate of the new
+        choice is among those held (a claim that waited for another took the same
+        first candidates: it takes the next ones rather than none); else ``chosen``
+        weighed again against the holders and windows counted now, and the node is to
+        look again at once for the new choice (``wake_at`` now)."""
+        now, limit, limits = c.now, c.limit, c.serving.limits
+        fresh, fresh_wake = self._choose_gated(cursor, now, c.serving, limit, True)
+        if set(gate_keys(fresh, limits)) <= set(keys):
+            return fresh, fresh_wake
+        held = self._holders(cursor, now)
+        self._read_windows(cursor, held, chosen)
+        return pick_gated(chosen, held, limit, limits), now
 
     def _mark_started(
         self, c: values.Claim, ids: list[int], claimable: QuerySet[Task]
@@ -539,6 +645,39 @@ class TaskRows(OrmStore):
 
     def count_pending_tasks(self) -> int:
         return Task.objects.using(self.using).filter(status=TaskStatus.PENDING).count()
+
+
+def gate_keys(chosen: list[Gated], limits: dict[str, int]) -> list[str]:
+    """What a claim of ``chosen`` locks (sorted): their locks, their functions with a
+    limit, their flows with a per-key limit or a rate limit, their limited queues."""
+    keys = {f"lock:{g.lock}" for g in chosen if g.lock is not None}
+    keys |= {f"function:{g.function}" for g in chosen if g.max_running is not None}
+    keys |= {
+        f"flow:{g.flow}"
+        for g in chosen
+        if g.flow is not None and (g.rate_limit is not None or g.max_running is not None)
+    }
+    keys |= {f"queue:{g.queue}" for g in chosen if g.queue in limits}
+    return sorted(keys)
+
+
+def _leave_out(
+    flows: dict[str, tuple[str, str | None]], picked: list[Gated]
+) -> tuple[str, list[Any]]:
+    """A gated walk's condition that leaves out the tasks of ``flows`` (each its
+    function and per key) and those ``picked``, and its parameters."""
+    sql, params = "", list[Any]()
+    for function, per in flows.values():
+        if per is None:  # a rate limit of the whole function
+            sql += " AND (function <> %s OR per_key IS NOT NULL OR rate_limit IS NULL)"
+            params.append(function)
+        else:
+            sql += " AND (function <> %s OR per_key IS NULL OR per_key <> %s)"
+            params += [function, per]
+    if picked and flows:
+        sql += f" AND id NOT IN ({', '.join(['%s'] * len(picked))})"
+        params += [g.id for g in picked]
+    return sql, params
 
 
 def started_task(

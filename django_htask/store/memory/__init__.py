@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django_htask.enums import RunStatus, TaskStatus
@@ -42,7 +42,9 @@ from django_htask.store.base import (
     ScheduleRow,
     StartedTask,
     Store,
+    Window,
     holders,
+    holds_place,
     open_queues,
     pick_gated,
 )
@@ -233,10 +235,12 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 self._claimable(t, now) and not t.gated and self._served(t, serving, plain)
                 for t in served
             )
+            wake_at = None
             if not due:
-                due = bool(self._choose_gated(self._due(now, serving), now, 1, serving))
+                picked, wake_at = self._choose_gated(self._due(now, serving), now, 1, serving)
+                due = bool(picked)
             later = [t.run_at for t in served if t.status == TaskStatus.PENDING and t.run_at > now]
-            return due, min(later, default=None)
+            return due, values.earliest(min(later, default=None), wake_at)
 
     def _due(self, now: datetime, serving: base.Serving) -> list[TaskRecord]:
         """The tasks a claim may take, in its order, with the lock held."""
@@ -252,20 +256,22 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
 
     def _choose_gated(
         self, due: list[TaskRecord], now: datetime, limit: int, serving: base.Serving
-    ) -> list[int]:
-        """The ids of the tasks among ``due`` with a lock or a limit (their own, or
-        their queue's) a claim of ``limit`` starts (as the database stores pick them:
+    ) -> tuple[list[Gated], datetime | None]:
+        """The tasks among ``due`` with a lock or a limit (their own, or their queue's)
+        a claim of ``limit`` starts (as the database stores pick them:
         :func:`~django_htask.store.base.pick_gated`, then
-        :func:`~django_htask.store.base.open_queues`), with the lock held."""
+        :func:`~django_htask.store.base.open_queues`), and the first instant a task
+        held back by its rate limit may start, with the lock held."""
         limits = serving.limits
-        held = holders(
-            (t.lock, t.function, t.queue_name)
+        running = [
+            (t.lock, t.function, t.queue_name, t.per_key)
             for t in self.tasks.values()
             if task_is_holding(t.status, t.lease_expires_at, now)
-        )
-        gated = [
-            Gated(t.id, t.lock, t.function, t.max_running, t.queue_name) for t in due if t.gated
         ]
+        held = holders(running, now)
+        gated = [t.as_gated() for t in due if t.gated]
+        flows = held.unread(gated)
+        held.read_windows(flows, self._windows(flows, now))
         picked = pick_gated(gated, held, limit, limits)
         for queue, room in open_queues(limits, held):
             want = min(room, limit - len(picked))
@@ -275,18 +281,45 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 if t.queue_name == queue and not t.gated
             ]
             picked += pick_gated(others, held, want)
-        return [g.id for g in picked]
+        return picked, held.wake_at
 
-    def _start_tasks(self, c: values.Claim) -> list[StartedTask]:
+    def _windows(self, flows: list[str], now: datetime) -> list[Window]:
+        """The windows of ``flows`` at ``now``: their slots not expired, with the lock
+        held."""
+        found: dict[str, list[tuple[datetime, datetime]]] = {}
+        wanted = set(flows)
+        for flow, started_at, expires_at in self.slots:
+            if flow in wanted and expires_at > now:
+                found.setdefault(flow, []).append((expires_at, started_at))
+        return [
+            Window(flow, len(s), min(e for e, _s in s), max(st for _e, st in s))
+            for flow, s in found.items()
+        ]
+
+    def _take_slots(self, now: datetime, started: list[Gated]) -> None:
+        """Count the starts of the rate-limited ``started`` against their flows, and
+        let their flows' expired slots go, with the lock held."""
+        flows = {g.flow for g in started}
+        self.slots = [slot for slot in self.slots if slot[0] not in flows or slot[2] > now]
+        self.slots += [
+            (g.flow, now, now + timedelta(seconds=g.rate_period))
+            for g in started
+            if g.flow is not None and g.rate_period is not None
+        ]
+
+    def _start_tasks(self, c: values.Claim) -> values.Started:
         node_id, now, limit, lease_until, finished, serving = c
         with self._lock:
             self._fence(node_id)
             released = self._record(node_id, finished)
             due = self._due(now, serving)
-            picked = set(self._choose_gated(due, now, limit, serving))
+            chosen, wake_at = self._choose_gated(due, now, limit, serving)
+            self._take_slots(now, [g for g in chosen if g.rate_limit is not None])
+            picked = {g.id for g in chosen}
+            places = {g.id for g in chosen if holds_place(g, serving.limits)}
             limited = serving.limits
             plain = [t for t in due if not t.gated and t.queue_name not in limited]
-            started = []
+            started = values.Started(wake_at=wake_at)
             for task in [t for t in due if t.id in picked] + plain[: limit - len(picked)]:
                 _set(task, rules.claimed_task(task.attempts, node_id, now, lease_until))
                 started.append(
@@ -301,7 +334,7 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                         task.priority,
                         task.timeout,
                         task.retry,
-                        task.id in picked,
+                        task.id in places,
                         task.snoozes,
                         task.max_snoozes,
                     )
@@ -328,7 +361,7 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 task = self.tasks.get(o.task_id)
                 if task is None or task.locked_by != node_id or task.status != TaskStatus.RUNNING:
                     continue  # reaped meanwhile: the survivors' record stands
-                released = released or o.gated or task.gated
+                released = released or o.gated
                 if o.status == RunStatus.SNOOZED:
                     changes = rules.snoozed_task(o.retry_at, task.attempts, task.snoozes)
                 else:

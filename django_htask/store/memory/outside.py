@@ -87,6 +87,9 @@ class OutsideWrites(MemoryTables):
         max_running: int | None = None,
         retention: int | None = None,
         max_snoozes: int | None = None,
+        per_key: str | None = None,
+        rate_limit: int | None = None,
+        rate_period: int | None = None,
         **kwargs: Any,
     ) -> int:
         """A pending one-off task ``function(*args, **kwargs)``, as ``schedule()`` makes
@@ -110,6 +113,9 @@ class OutsideWrites(MemoryTables):
                 max_running=max_running,
                 retention=retention,
                 max_snoozes=max_snoozes,
+                per_key=per_key,
+                rate_limit=rate_limit,
+                rate_period=rate_period,
             )
             held = self._pending_with(task.key)
             if held is None:
@@ -129,6 +135,9 @@ class OutsideWrites(MemoryTables):
                     "lock",
                     "max_running",
                     "max_snoozes",
+                    "per_key",
+                    "rate_limit",
+                    "rate_period",
                 ):
                     setattr(held, name, getattr(task, name))
                 held.queue_name, held.priority, held.attempts = queue_name, priority, 0

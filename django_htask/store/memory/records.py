@@ -17,10 +17,10 @@ from django_htask.engine import Clock, SystemClock
 from django_htask.enums import TaskStatus
 from django_htask.exceptions import NodeFenced
 from django_htask.keys import superseded_reason
-from django_htask.querysets import node_is_live
+from django_htask.querysets import node_is_live, task_is_plain
 from django_htask.queues import DEFAULT_QUEUE
 from django_htask.store import rules
-from django_htask.store.base import DEFAULT_RETRY, RetryColumns, RunOutcome
+from django_htask.store.base import DEFAULT_RETRY, Gated, RetryColumns, RunOutcome
 
 
 def _set(row: Any, changes: dict[str, Any]) -> None:
@@ -97,11 +97,27 @@ class TaskRecord:
     lock: str | None = None
     max_running: int | None = None
     retention: int | None = None  # seconds kept once finished (None: the settings')
+    per_key: str | None = None
+    rate_limit: int | None = None
+    rate_period: int | None = None
 
     @property
     def gated(self) -> bool:
         """It has a lock or a limit."""
-        return self.lock is not None or self.max_running is not None
+        return not task_is_plain(self.lock, self.max_running, self.rate_limit)
+
+    def as_gated(self) -> Gated:
+        """As a claim weighs it (:func:`~django_htask.store.base.pick_gated`)."""
+        return Gated(
+            self.id,
+            self.lock,
+            self.function,
+            self.max_running,
+            self.queue_name,
+            self.per_key,
+            self.rate_limit,
+            self.rate_period,
+        )
 
 
 @dataclass
@@ -140,6 +156,8 @@ class MemoryTables:
         self.runs: dict[int, RunOutcome] = {}
         self.run_aborts: set[int] = set()  # runs whose abort was asked for
         self.queues: dict[str, QueueRecord] = {}
+        #: The starts rate limits count: (flow, the start, when it stops counting).
+        self.slots: list[tuple[str, datetime, datetime]] = []
         self._ids = itertools.count(1)
         self._versions = itertools.count(1)
         self._listeners: set[_Listener] = set()

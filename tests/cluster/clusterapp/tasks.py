@@ -111,3 +111,20 @@ def limited(n: int, seconds: float) -> None:
     _log(f"mstart {n} {os.getpid()} {time.time():.6f}\n")
     time.sleep(seconds)
     _log(f"mend {n} {os.getpid()} {time.time():.6f}\n")
+
+
+@task(rate_limit="20/s", per="account")
+def metered(n: int, account: int, seconds: float = 0.0) -> None:
+    """A one-off job at most 20 of which start in any second per account, on all the
+    nodes, that takes ``seconds`` (tests/cluster/test_flow.py: its rows' start times
+    are the record)."""
+    time.sleep(seconds)
+
+
+@task(max_running=3, per="key")
+def keyed(n: int, key: int, seconds: float) -> None:
+    """A one-off job at most three of which run at once per key on all the nodes: logs
+    ``kstart n`` and ``kend n`` with its process and the time."""
+    _log(f"kstart {n} {os.getpid()} {time.time():.6f}\n")
+    time.sleep(seconds)
+    _log(f"kend {n} {os.getpid()} {time.time():.6f}\n")

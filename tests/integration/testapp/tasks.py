@@ -202,3 +202,16 @@ def snoozing(label: str, times: int, seconds: float = 30.0) -> int:
 def restless(label: str) -> int:
     """Snoozes at every call; ``@task`` lets its tasks snooze once."""
     return snoozing(label, 1_000_000)
+
+
+@task(max_running=2, per="account_id")
+def per_account(account_id: int, label: str = "") -> None:
+    """At most two tasks per account run at once (docs/howto-exactly-one.md)."""
+    record("per_account", (account_id, label))
+
+
+@task(rate_limit="2/10s", per="account")
+def rated(n: int, *, account: Any = "a") -> None:
+    """At most two tasks per account start in any 10 seconds; ``account`` may be any
+    value, to test which can be a key."""
+    record("rated", (account, n))

@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 
 from django_htask.admin_database import SchedulerDatabaseAdmin
 from django_htask.models import Task, TaskStatus
-from django_htask.operations import send_again
+from django_htask.operations import FOLLOWED_NOT_SENT, send_again
 
 from .common import RETRY_FIELDS, QueueListFilter, Traceback, first_line
 from .display import times
@@ -207,6 +207,10 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
                 f"{len(result.superseded)} {refused}: a newer pending task has their key "
                 "(they are cancelled, superseded by it)",
                 messages.WARNING,
+            )
+        if result.followed:
+            self.message_user(
+                request, f"{len(result.followed)} {refused}: {FOLLOWED_NOT_SENT}", messages.WARNING
             )
         if result.sent:
             logger.info(

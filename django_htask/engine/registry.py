@@ -24,7 +24,7 @@ import inspect
 import logging
 import threading
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from .binding import Binder
@@ -270,19 +270,27 @@ class Registry:
         return binder.result(value)
 
     def check_call(
-        self, name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        later: Collection[str] = (),
     ) -> bytes:
         """Validate a call without running it; return its payload (the encoded call).
 
         Checks that ``name`` is registered, that the values can travel (encodes them, at
         most ``max_payload_size`` bytes) and that what a worker will decode binds to the
-        function's parameters. Raises ``FunctionNotRegistered``, ``PayloadError`` or
-        ``ArgumentError`` in the caller, not later in a worker.
+        function's parameters (those named in ``later`` get their values afterwards:
+        see :meth:`Binder.check_later`). Raises ``FunctionNotRegistered``,
+        ``PayloadError`` or ``ArgumentError`` in the caller, not later in a worker.
         """
         binder = self.binder(name)
         data = encode_call(name, args, kwargs, max_size=self.max_payload_size)
         _name, decoded_args, decoded_kwargs = decode_call(data, max_size=self.max_payload_size)
-        binder.bind(decoded_args, decoded_kwargs)
+        if later:
+            binder.check_later(decoded_args, decoded_kwargs, later)
+        else:
+            binder.bind(decoded_args, decoded_kwargs)
         return data
 
 

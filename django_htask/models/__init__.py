@@ -9,7 +9,8 @@ the last one it saw.
 
 One module per model family: :mod:`~django_htask.models.schedule`,
 :mod:`~django_htask.models.task`, :mod:`~django_htask.models.run`,
-:mod:`~django_htask.models.node` and :mod:`~django_htask.models.queue`; the columns
+:mod:`~django_htask.models.node`, :mod:`~django_htask.models.queue` and
+:mod:`~django_htask.models.compose` (batches and dependencies); the columns
 they share (ranges, validators, the public token) in :mod:`~django_htask.models.fields`
 and their manager in :mod:`~django_htask.models.managers`. Django finds every model
 here, in the app's ``models`` module, and so do the migrations (``django_htask.models.InRange``...).
@@ -49,7 +50,9 @@ __all__ = [
     "TIMEOUT_MAX",
     "TIMEOUT_MIN",
     "TIMEOUT_RANGE",
+    "Batch",
     "CatchUp",
+    "Dependency",
     "InRange",
     "Node",
     "Origin",
@@ -74,6 +77,7 @@ if apps.apps_ready and not apps.is_installed("django_htask"):
         "INSTALLED_APPS (then run `manage.py migrate`)"
     )
 
+from .compose import Batch, Dependency
 from .fields import (
     GRACE_MAX,
     GRACE_RANGE,
@@ -102,6 +106,7 @@ from .node import Node, Overview
 from .queue import Queue
 from .run import Run
 from .schedule import Schedule
+from .task import BATCH_INDEX as BATCH_INDEX
 from .task import CLAIM_INDEX as CLAIM_INDEX
 from .task import GATED as GATED
 from .task import GATED_INDEX as GATED_INDEX

@@ -49,6 +49,7 @@ from django_htask.health import DEFAULT_MAX_LATE, check_health, parse_max_late, 
 from django_htask.management.database import add_database_option, database_of
 from django_htask.models import Node, Queue, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.operations import (
+    FOLLOWED_NOT_SENT,
     describe_schedule,
     node_state,
     prune_now,
@@ -398,6 +399,8 @@ class Command(BaseCommand):
             self.stderr.write(
                 f"task {pk}: a newer pending task has its key: cancelled, superseded by it"
             )
+        for pk in result.followed:
+            self.stderr.write(f"task {pk}: {FOLLOWED_NOT_SENT}: left alone")
         sent = ", ".join(map(str, result.sent)) or "none"
         self.stdout.write(f"sent again: {len(result.sent)} task(s) ({sent})")
 

@@ -304,6 +304,7 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                         task.id in picked,
                         task.snoozes,
                         task.max_snoozes,
+                        task.followed,
                     )
                 )
         if released:
@@ -321,7 +322,8 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
 
     def _record(self, node_id: str, outcomes: list[RunOutcome]) -> bool:
         """Write ``outcomes``, with the lock held; return whether a task with a lock or
-        a limit ended (the others are told, as PostgreSQL's store does)."""
+        a limit ended, or a waiting task was released (the others are told, as
+        PostgreSQL's store does)."""
         released = False
         for o in outcomes:
             if o.task_id is not None:
@@ -340,6 +342,8 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 if run is not None and run.status == RunStatus.RUNNING:
                     run.status, run.finished_at, run.duration = o.status, o.finished_at, o.duration
                     run.error, run.traceback = o.error, o.traceback
+        if self._ended:  # what follows the ends, in the same step
+            released = self._follow_ended(max(o.finished_at for o in outcomes)) or released
         for schedule_id, (status, when) in values.last_statuses(outcomes).items():
             s = self.schedules.get(schedule_id)
             if s is not None and (s.last_run_at is None or s.last_run_at <= when):

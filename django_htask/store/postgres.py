@@ -72,8 +72,8 @@ from django.db.models import QuerySet
 
 from django_htask.conf import get_settings
 from django_htask.engine.clock import from_us
-from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
-from django_htask.querysets import LIVE_NODE_SQL
+from django_htask.models import Batch, Dependency, Node, Run, RunStatus, Schedule, Task, TaskStatus
+from django_htask.querysets import LIVE_NODE_SQL, SPENT_BATCH_SQL
 
 from . import values
 from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask
@@ -114,6 +114,8 @@ SCHEDULE = Schedule._meta.db_table
 TASK = Task._meta.db_table
 NODE = Node._meta.db_table
 RUN = Run._meta.db_table
+EDGE = Dependency._meta.db_table
+BATCH = Batch._meta.db_table
 
 #: The type of each column of a run row (``RunOutcome.columns()``).
 _RUN_TYPES = {
@@ -457,18 +459,27 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         self, cursor: Any, condition: str, params: list[Any], limit: int
     ) -> tuple[int, int]:
         """As the generic one, in one statement: the tasks deleted return their ids and
-        their runs are deleted by them (the ids as one array: read by the index on
-        ``task_id``, whatever the planner guesses of their number)."""
+        their runs and edges are deleted by them (the ids as one array: read by the
+        index on ``task_id``, whatever the planner guesses of their number); then
+        their batches, if spent, in a statement of their own (there are batches)."""
+        doomed_ids = "ARRAY(SELECT id FROM doomed)"
         cursor.execute(
             f"WITH doomed AS (DELETE FROM {TASK} WHERE id IN "
             f"({expired_ids(condition)} FOR UPDATE SKIP LOCKED) "
-            "AND finished_at IS NOT NULL RETURNING id), "
-            f"runs AS (DELETE FROM {RUN} WHERE task_id = ANY(ARRAY(SELECT id FROM doomed)) "
-            "RETURNING 1) SELECT (SELECT count(*) FROM doomed), (SELECT count(*) FROM runs)",
+            "AND finished_at IS NOT NULL RETURNING id, batch_id), "
+            f"runs AS (DELETE FROM {RUN} WHERE task_id = ANY({doomed_ids}) RETURNING 1), "
+            f"edges AS (DELETE FROM {EDGE} WHERE task_id = ANY({doomed_ids})) "
+            "SELECT (SELECT count(*) FROM doomed), (SELECT count(*) FROM runs), "
+            "ARRAY(SELECT DISTINCT batch_id FROM doomed WHERE batch_id IS NOT NULL)",
             [*params, limit],
         )
         row = cursor.fetchone()
         assert row is not None
+        if row[2]:
+            cursor.execute(
+                f"DELETE FROM {BATCH} WHERE {SPENT_BATCH_SQL} AND id = ANY(%s::bigint[])",
+                [list(row[2])],
+            )
         return int(row[0]), int(row[1])
 
     def _try_lock(self, key: int) -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import StoreUnavailable
 from django_htask.querysets import (
+    batch_is_spent,
     run_is_expired,
     task_is_claimable,
     task_is_expired,
@@ -378,8 +379,12 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                     for n in self.nodes.values()
                     if n.stopped_at is not None and n.stopped_at < cutoff
                 ]
+            batches = {self.tasks[i].batch_id for i in tasks} - {None}
+            self.edges = [e for e in self.edges if e.task_id not in doomed]
             for task_id in tasks:
                 del self.tasks[task_id]
+            for batch_id in batches:
+                self._drop_if_spent(batch_id)
             for run_id in runs:
                 del self.runs[run_id]
                 self.run_aborts.discard(run_id)
@@ -392,6 +397,14 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 me.pruned_runs += pruned.runs
                 me.pruned_at = cutoffs.now
             return pruned
+
+    def _drop_if_spent(self, batch_id: int | None) -> None:
+        """Delete batch ``batch_id``'s row if it is spent (:func:`batch_is_spent`)."""
+        batch = self.batches.get(batch_id or 0)
+        if batch is not None:
+            left = sum(1 for t in self.tasks.values() if t.batch_id == batch.id)
+            if batch_is_spent(batch.finished_at, left):
+                del self.batches[batch.id]
 
     def expired(self, cutoffs: Cutoffs) -> Pruned:
         with self._lock:

@@ -1,6 +1,7 @@
 """One-off tasks in the admin: status, due time, attempts, snoozes, last error, the call
-and what it returned, a link to its runs; a pending task's time can be changed;
-actions: cancel, abort, send again (failed ones)."""
+and what it returned, a link to its runs, its batch and graph, and why a waiting task
+waits (:mod:`.compose`); a pending task's time can be changed; actions: cancel, abort,
+send again (failed ones)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from django_htask.models import Task, TaskStatus
 from django_htask.operations import FOLLOWED_NOT_SENT, send_again
 
 from .common import RETRY_FIELDS, QueueListFilter, Traceback, first_line
+from .compose import batch_link, graph_of, why_waiting
 from .display import times
 from .forms import TaskForm
 from .paging import LargeTablePaginator
@@ -57,6 +59,7 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
     _info = (
         "function",
         "status",
+        "waits",
         "call",
         "token",
         "key",
@@ -80,6 +83,8 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         "returned",
         "created_at",
         "finished_at",
+        "batch_page",
+        "graph",
     )
 
     class Media:
@@ -96,6 +101,21 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
     def tries(self, obj: Task) -> str:
         """Attempts made, of the most allowed: ``1 of 3``."""
         return f"{obj.attempts} of {obj.max_attempts}"
+
+    @admin.display(description="waits")
+    def waits(self, obj: Task) -> SafeString | str:
+        """Why a waiting task waits (:func:`~django_htask.admin.compose.why_waiting`)."""
+        return why_waiting(self.admin_site.name, obj)
+
+    @admin.display(description="batch")
+    def batch_page(self, obj: Task) -> SafeString | str:
+        return batch_link(self.admin_site.name, obj.batch_id)
+
+    @admin.display(description="graph")
+    def graph(self, obj: Task) -> SafeString | str:
+        """What it runs after and what runs after it
+        (:func:`~django_htask.admin.compose.graph_of`)."""
+        return graph_of(self.admin_site.name, obj)
 
     @admin.display(description="runs")
     def run_history(self, obj: Task) -> SafeString:

@@ -16,6 +16,9 @@ from ._version import __version__ as __version__
 
 __all__ = [
     "AbortResult",
+    "Batch",
+    "BatchState",
+    "Graph",
     "QueueInfo",
     "Result",
     "RetryPolicy",
@@ -29,10 +32,16 @@ __all__ = [
     "areschedule",
     "aschedule",
     "aschedule_many",
+    "batch",
+    "call",
     "cancel",
+    "chain",
+    "current_batch",
     "current_token",
+    "get_batch",
     "get_result",
     "get_task",
+    "group",
     "limit_queue",
     "list_queues",
     "pause_queue",
@@ -46,6 +55,15 @@ __all__ = [
 
 _LAZY = {
     "AbortResult": "django_htask.scheduled",
+    "Batch": "django_htask.compose",
+    "BatchState": "django_htask.compose",
+    "batch": "django_htask.compose",
+    "Graph": "django_htask.compose",
+    "call": "django_htask.compose",
+    "chain": "django_htask.compose",
+    "group": "django_htask.compose",
+    "current_batch": "django_htask.compose",
+    "get_batch": "django_htask.compose",
     "RetryPolicy": "django_htask.engine.backoff",
     "TaskNotFound": "django_htask.exceptions",
     "Snooze": "django_htask.exceptions",
@@ -77,6 +95,17 @@ _LAZY = {
 if TYPE_CHECKING:
     from .api import aschedule, aschedule_many, schedule, schedule_many
     from .code_schedules import periodic
+    from .compose import (
+        Batch,
+        BatchState,
+        Graph,
+        batch,
+        call,
+        chain,
+        current_batch,
+        get_batch,
+        group,
+    )
     from .engine import current_token
     from .engine.backoff import RetryPolicy
     from .exceptions import Snooze, TaskNotFound

@@ -21,7 +21,7 @@ transaction commits. A transaction on another alias does not cover it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,7 +32,8 @@ from django.db import DatabaseError, transaction
 from django_htask.engine import registry
 from django_htask.engine.errors import ArgumentError, FunctionNotRegistered, PayloadError
 
-from . import notices
+from . import clock, notices
+from .conf import get_settings
 from .db import scheduler_alias
 from .due import MAX_DELAY, due_time
 from .flow import RateLimit, check_rate_limit, per_key
@@ -50,10 +51,12 @@ from .functions import (
     task_retention,
     task_timeout,
 )
+from .graph import AfterFailure, AfterRef, batch_id_of, building, parse_after
 from .keys import OnConflict, check_key, check_lock
-from .models import MAX_ATTEMPTS_RANGE, Task
+from .models import MAX_ATTEMPTS_RANGE, Task, TaskStatus
 from .queues import DEFAULT_QUEUE
 from .queues import check_name as check_queue
+from .retention import gone_reason
 from .retry import RetryPolicy, attempts_of, policy_columns
 from .scheduled import (
     AbortResult,
@@ -70,8 +73,9 @@ from .scheduled import (
     reschedule,
 )
 from .signals import task_scheduled
+from .store.composed import After, NewEdge, attach, join_batch, lock_after
 from .store.database import not_migrated
-from .store.inserts import insert_tasks
+from .store.inserts import TaskCall, insert_tasks
 
 __all__ = [
     "MAX_DELAY",
@@ -110,6 +114,8 @@ def schedule(
     lock: str | None = None,
     max_running: int | None = None,
     rate_limit: str | RateLimit | None = None,
+    after: Any = None,
+    after_failure: str = AfterFailure.CANCEL,
     **kwargs: Any,
 ) -> Task:
     """Run ``fn(*args, **kwargs)`` once, at ``at``, after ``delay`` seconds, or now, on a
@@ -143,6 +149,21 @@ def schedule(
     ``@task(per=...)``, both count the tasks of this call's value of that parameter
     apart (docs/howto-exactly-one.md). A value of it that cannot be a key raises
     ValueError naming it.
+
+    ``after``: the task waits (``waiting``, not claimed) until the tasks it names
+    succeeded, then runs (no sooner than its ``at``/``delay``): a list of tasks or
+    their tokens, or a mapping ``{"param": task}`` that passes that task's result to
+    the parameter ``param`` (converted to its annotation as any argument is; a list of
+    tasks passes their results as a list). When one of them fails for good or is
+    cancelled, this one is cancelled with that reason, unless
+    ``after_failure="run"`` (it then runs once they all ended; a result it was to
+    receive from a task that did not succeed is None). A token no task has raises
+    :class:`~django_htask.exceptions.TaskNotFound`, and nothing is stored; see
+    docs/howto-chains.md. A task that waits cannot have a ``key``, and its ``per``
+    parameter cannot receive a result.
+
+    Inside a ``with batch(...)`` block (:func:`django_htask.batch`), the task joins
+    that batch.
     """
     name = function_name(fn_or_name)
     options = _Options.of(
@@ -151,19 +172,28 @@ def schedule(
     conflict = OnConflict.of(on_conflict)
     keys: list[str | None] | None = None if key is None else [check_key(key)]
     own_lock = None if lock is None else check_lock(lock)
-    payload, per = _checked_call(name, args, kwargs)
-    [task] = _store([(name, payload, own_lock, per)], options, BATCH_SIZE, keys, conflict)
+    refs = [] if after is None else parse_after(after)
+    payload, per = _checked_call(name, args, kwargs, _later(refs))
+    composition = _Composition.of(1, refs, after_failure, building(), keys)
+    call = (name, payload, own_lock, per)
+    [task] = _store([call], options, BATCH_SIZE, keys, conflict, composition)
     return task
 
 
 def _checked_call(
-    name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+    name: str, args: Sequence[Any], kwargs: Mapping[str, Any], later: Collection[str] = ()
 ) -> tuple[bytes, str | None]:
-    """The payload of a call of the function ``name`` (checked: ``registry.check_call``)
-    and its per key, if the function has ``@task(per=...)``."""
+    """The payload of a call of the function ``name`` (checked: ``registry.check_call``;
+    ``later``: the parameters that receive results) and its per key, if the function
+    has ``@task(per=...)``."""
     per = task_per(name)
-    payload, value = registry.check_call_argument(name, args, kwargs, per)
+    payload, value = registry.check_call_argument(name, args, kwargs, per, later)
     return payload, None if per is None else per_key(per, value)
+
+
+def _later(refs: list[AfterRef]) -> list[str]:
+    """The parameters that receive results (given their values once released)."""
+    return sorted({ref.param for ref in refs if ref.param is not None})
 
 
 #: The most rows :func:`schedule_many` inserts in one statement.
@@ -192,6 +222,9 @@ def schedule_many(
     on_conflict: str = OnConflict.IGNORE,
     max_running: int | None = None,
     rate_limit: str | RateLimit | None = None,
+    after: Any = None,
+    after_failure: str = AfterFailure.CANCEL,
+    batch: Any = None,
 ) -> list[Task]:
     """Schedule many calls at once: ``calls`` is an iterable of ``(fn, args, kwargs)``,
     ``(fn, args, kwargs, key)`` or ``(fn, args, kwargs, key, lock)`` (``fn`` a
@@ -209,18 +242,75 @@ def schedule_many(
     another: with ``"ignore"`` the first stands and the later ones return its task,
     with ``"replace"`` the last one's values are stored and every one returns that task,
     with ``"raise"`` :class:`~django_htask.exceptions.DuplicateKey` names both places
-    and nothing is stored."""
+    and nothing is stored.
+
+    ``after`` and ``after_failure``: every task waits for the tasks named, as with
+    :func:`schedule` (a graph of new tasks waiting for each other: :func:`~django_htask.graph`).
+    ``batch``: the tasks join that batch (a :class:`~django_htask.Batch` or its id;
+    default: the one a ``with batch(...)`` block around the call is making);
+    :class:`~django_htask.exceptions.BatchFinished` if its members had all ended."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     options = _Options.of(
         at, delay, max_attempts, queue_name, timeout, retry, max_running, rate_limit
     )
     conflict = OnConflict.of(on_conflict)
-    checked = [_checked(i, call) for i, call in enumerate(calls)]
+    refs = [] if after is None else parse_after(after)
+    later = _later(refs)
+    checked = [_checked(i, call, later) for i, call in enumerate(calls)]
     keys = [key for _name, _payload, key, _lock, _per in checked]
     with_keys = keys if any(key is not None for key in keys) else None
     stored = [(name, payload, lock, per) for name, payload, _key, lock, per in checked]
-    return _store(stored, options, batch_size, with_keys, conflict)
+    joined = building() if batch is None else batch_id_of(batch)
+    composition = _Composition.of(len(stored), refs, after_failure, joined, with_keys)
+    return _store(stored, options, batch_size, with_keys, conflict, composition)
+
+
+@dataclass(frozen=True)
+class _Composition:
+    """What :func:`_store` stores beside the tasks of a call that composes them: the
+    edges of the graph (its new tasks by their place), and the batch they join."""
+
+    edges: tuple[NewEdge, ...] = ()
+    batch: int | None = None
+    #: The tasks wait for their batch (a batch's callbacks, released by it).
+    held: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        calls: int,
+        refs: list[AfterRef],
+        after_failure: str,
+        batch: int | None,
+        keys: list[str | None] | None,
+    ) -> _Composition | None:
+        """Each of ``calls`` new tasks after every task of ``refs`` (tasks queued
+        before, or their tokens), joining ``batch``; None when nothing is composed."""
+        run = AfterFailure.of(after_failure) is AfterFailure.RUN
+        if not refs and batch is None:
+            return None
+        if keys is not None:
+            raise ValueError("a task with a key cannot wait for others nor join a batch")
+        tokens = [_token_of(ref.ref) for ref in refs]
+        edges = tuple(
+            NewEdge(i, token, ref.param, ref.position, run)
+            for i in range(calls)
+            for token, ref in zip(tokens, refs, strict=True)
+        )
+        return cls(edges, batch)
+
+    def waiting(self, calls: int) -> set[int]:
+        """The places of the tasks that wait, among ``calls``."""
+        return set(range(calls)) if self.held else {edge.task for edge in self.edges}
+
+
+def _token_of(ref: object) -> str:
+    """The token of a task a new one runs after (a task, or its token)."""
+    token = getattr(ref, "token", ref)
+    if not isinstance(token, str) or not token:
+        raise TypeError(f"after must name tasks or their tokens, got {ref!r}")
+    return token
 
 
 @dataclass(frozen=True)
@@ -280,23 +370,73 @@ class _Options:
         return () if rate is None else (("rate_limit", rate.count), ("rate_period", rate.period))
 
 
+#: Calls as :func:`_store` inserts them: each with the columns of its function and
+#: options (consecutive calls with the same in one insert).
+_Rows = list[tuple[tuple[tuple[str, Any], ...], TaskCall]]
+
+#: A checked call as :func:`_store` takes it: ``(name, payload, lock, per key)``.
+_Call = tuple[str, bytes, str | None, str | None]
+
+
 def _store(
-    calls: list[tuple[str, bytes, str | None, str | None]],
+    calls: list[_Call],
     options: _Options,
     batch_size: int,
     keys: list[str | None] | None = None,
     on_conflict: OnConflict = OnConflict.IGNORE,
+    composition: _Composition | None = None,
 ) -> list[Task]:
     """Insert the checked calls ``(name, payload, lock, per key)`` as tasks, all or
     none (a call without a lock takes its function's; a per key is kept only by a task
-    with a limit or a rate limit, which it partitions); signal those written (not a
-    pending task returned as it was) once committed."""
-    if not calls:
+    with a limit or a rate limit, which it partitions), composed as ``composition``
+    says; signal those written (not a pending task returned as it was) once
+    committed."""
+    return _store_parts([(calls, options)], batch_size, keys, on_conflict, composition)
+
+
+def _store_parts(
+    parts: list[tuple[list[_Call], _Options]],
+    batch_size: int,
+    keys: list[str | None] | None = None,
+    on_conflict: OnConflict = OnConflict.IGNORE,
+    composition: _Composition | None = None,
+) -> list[Task]:
+    """:func:`_store` of calls in ``parts``, each part's with its options, in one
+    transaction (a graph's tasks: ``composition`` places them in the order of the
+    parts' calls)."""
+    count = sum(len(calls) for calls, _options in parts)
+    if not count:
         return []
+    prepared: list[tuple[_Rows, dict[str, Any]]] = []
+    for calls, options in parts:
+        rows = _rows(calls, options)
+        common: dict[str, Any] = {"run_at": options.run_at, "queue_name": options.queue_name}
+        if composition is not None:
+            offset = sum(len(done) for done, _common in prepared)
+            rows = _composed_rows(rows, composition, common, offset)
+        prepared.append((rows, common))
+    using = scheduler_alias()
+    try:
+        with transaction.atomic(using=using):
+            outside = _join(using, composition, count)
+            tasks, kept = _insert(using, prepared, batch_size, keys, on_conflict)
+            if composition is not None:
+                _attach(using, tasks, composition, outside)
+    except DatabaseError as exc:
+        missing = not_migrated(exc, using)
+        if missing is None:
+            raise
+        raise missing from exc
+    _signal(using, [task for task in tasks if task.pk not in kept])
+    return tasks
+
+
+def _rows(calls: list[_Call], options: _Options) -> _Rows:
+    """Each call with the columns its function and ``options`` give it."""
     timeouts: dict[str, float | None] = {}
     policies: dict[str, tuple[tuple[str, Any], ...]] = {}
     gates: dict[str, tuple[str | None, int | None, bool]] = {}
-    rows = []
+    rows: _Rows = []
     for name, payload, lock, per in calls:
         seconds = options.timeout
         if name not in policies:
@@ -314,33 +454,43 @@ def _store(
         default_lock, limit, partitioned = gates[name]
         call = (name, payload, seconds, lock or default_lock, limit, per if partitioned else None)
         rows.append((policies[name], call))
-    common = {"run_at": options.run_at, "queue_name": options.queue_name}
-    using = scheduler_alias()
-    try:
-        with transaction.atomic(using=using):
-            # Consecutive calls with the same columns of their function (its retry
-            # policy, its max_snoozes, its retention) in one insert: all of them unless
-            # the functions' @task options differ; the order stays the calls'.
-            tasks: list[Task] = []
-            kept: set[int] = set()
-            done = 0
-            for columns, group in itertools.groupby(rows, key=lambda row: row[0]):
-                values = [call for _columns, call in group]
-                part = None if keys is None else keys[done : done + len(values)]
-                done += len(values)
-                fields = {**common, **dict(columns)}
-                inserted = insert_tasks(using, values, fields, batch_size, part, on_conflict)
-                tasks += inserted.tasks
-                kept |= inserted.kept
-    except DatabaseError as exc:
-        missing = not_migrated(exc, using)
-        if missing is None:
-            raise
-        raise missing from exc
+    return rows
 
-    written = list({id(task): task for task in tasks if task.pk not in kept}.values())
+
+def _insert(
+    using: str,
+    prepared: list[tuple[_Rows, dict[str, Any]]],
+    batch_size: int,
+    keys: list[str | None] | None,
+    on_conflict: OnConflict,
+) -> tuple[list[Task], set[int]]:
+    """Insert the rows of ``prepared`` (each part with its common fields), in the
+    caller's transaction: the tasks, and the ids of the pending ones returned as they
+    were (a key held)."""
+    tasks: list[Task] = []
+    kept: set[int] = set()
+    done = 0
+    for rows, common in prepared:
+        # Consecutive calls with the same columns of their function (its retry
+        # policy, its max_snoozes, its retention) in one insert: all of them unless
+        # the functions' @task options differ; the order stays the calls'.
+        for columns, group in itertools.groupby(rows, key=lambda row: row[0]):
+            values = [call for _columns, call in group]
+            part = None if keys is None else keys[done : done + len(values)]
+            done += len(values)
+            fields = {**common, **dict(columns)}
+            inserted = insert_tasks(using, values, fields, batch_size, part, on_conflict)
+            tasks += inserted.tasks
+            kept |= inserted.kept
+    return tasks, kept
+
+
+def _signal(using: str, tasks: list[Task]) -> None:
+    """Once the caller's transaction commits, signal the tasks written (each once) and
+    wake a node in this process."""
+    written = list({id(task): task for task in tasks}.values())
     if not written:
-        return tasks
+        return
 
     def committed() -> None:
         for task in written:
@@ -348,12 +498,61 @@ def _store(
         notices.notify_local_change()
 
     transaction.on_commit(committed, using=using, robust=True)
-    return tasks
 
 
-def _checked(i: int, call: object) -> tuple[str, bytes, str | None, str | None, str | None]:
+def _composed_rows(
+    rows: _Rows, composition: _Composition, common: dict[str, Any], offset: int = 0
+) -> _Rows:
+    """``rows`` (the first at place ``offset`` of the composition) with the fields of
+    their composition: those that wait ``waiting`` (inserted apart from the others),
+    the batch's members marked; ``common`` gets the batch."""
+    if composition.batch is not None:
+        common.update(batch_id=composition.batch, followed=True)
+    if composition.held:
+        common["waiting_on"] = 1
+    waiting = composition.waiting(offset + len(rows))
+    status = (("status", TaskStatus.WAITING),)
+    return [
+        ((*columns, *status) if offset + i in waiting else columns, call)
+        for i, (columns, call) in enumerate(rows)
+    ]
+
+
+def _join(using: str, composition: _Composition | None, members: int) -> dict[str, After]:
+    """Before the tasks of ``composition`` are inserted: the tasks they run after
+    locked (:func:`~django_htask.store.composed.lock_after`), then their batch's row
+    (in this order, as a node recording ends takes them)."""
+    if composition is None:
+        return {}
+    tokens = sorted({e.after for e in composition.edges if isinstance(e.after, str)})
+    missing = gone_reason("{token}", get_settings().task_retention_days)
+    outside = lock_after(using, tokens, missing) if tokens else {}
+    if composition.batch is not None:
+        join_batch(using, composition.batch, members)
+    return outside
+
+
+def _attach(
+    using: str, tasks: list[Task], composition: _Composition, outside: dict[str, After]
+) -> None:
+    """After the tasks of ``composition`` are inserted: their edges, and what follows at
+    once (:func:`~django_htask.store.composed.attach`); the tasks as stored then."""
+    if composition.edges:
+        attach(using, tasks, list(composition.edges), outside, clock.now())
+    fields = ("status", "waiting_on", "followed", "finished_at", "last_error", "payload")
+    rows = Task.objects.using(using).in_bulk([task.pk for task in tasks])
+    for task in tasks:
+        row = rows[task.pk]
+        for name in fields:
+            setattr(task, name, getattr(row, name))
+
+
+def _checked(
+    i: int, call: object, later: list[str] | None = None
+) -> tuple[str, bytes, str | None, str | None, str | None]:
     """The function name, the payload, the key, the lock and the per key of
-    ``calls[i]`` (its error names its place)."""
+    ``calls[i]`` (its error names its place); ``later``: the parameters that receive
+    results."""
     if not isinstance(call, tuple | list) or len(call) not in (3, 4, 5):
         raise TypeError(
             f"calls[{i}] must be a tuple (fn, args, kwargs), (fn, args, kwargs, key) or "
@@ -370,7 +569,7 @@ def _checked(i: int, call: object) -> tuple[str, bytes, str | None, str | None, 
         if not isinstance(kwargs, Mapping):
             raise TypeError(f"kwargs must be a mapping (a dict), got {kwargs!r}")
         name = function_name(fn)
-        payload, per = _checked_call(name, tuple(args), dict(kwargs))
+        payload, per = _checked_call(name, tuple(args), dict(kwargs), later or ())
         return name, payload, key, lock, per
     except (FunctionNotRegistered, PayloadError, ArgumentError, TypeError, ValueError) as exc:
         raise type(exc)(f"calls[{i}]: {exc}") from exc

@@ -22,7 +22,8 @@ that Django task: a stored path alone never makes a node import any other code.
 ``django_htask``'s app imports this module at start in every process whose ``TASKS``
 uses the backend, so the runner is registered in ``runscheduler`` too.
 
-The result's id is the task's unguessable token. Statuses map ``pending`` → READY,
+The result's id is the task's unguessable token. Statuses map ``pending`` (and
+``waiting``) → READY,
 ``running`` → RUNNING, ``succeeded`` → SUCCESSFUL, ``failed`` and ``cancelled`` →
 FAILED. The signals ``task_enqueued`` (when the transaction commits),
 ``task_started`` and ``task_finished`` (on the worker) are sent.
@@ -85,6 +86,7 @@ _known: dict[str, Callable[..., Any]] = {}
 
 _STATUS = {
     TaskStatus.PENDING: TaskResultStatus.READY,
+    TaskStatus.WAITING: TaskResultStatus.READY,
     TaskStatus.RUNNING: TaskResultStatus.RUNNING,
     TaskStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
     TaskStatus.FAILED: TaskResultStatus.FAILED,

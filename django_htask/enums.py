@@ -67,6 +67,10 @@ CALLED = (RunStatus.RUNNING, RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.SN
 
 class TaskStatus(models.TextChoices):
     PENDING = "pending", "pending"
+    #: Waiting for other tasks: its dependencies (``schedule(after=...)``), or, for a
+    #: batch's callback, its batch. Never claimed; made pending (or cancelled) by the
+    #: transaction that records the end it waits for.
+    WAITING = "waiting", "waiting"
     RUNNING = "running", "running"
     SUCCEEDED = "succeeded", "succeeded"
     FAILED = "failed", "failed"

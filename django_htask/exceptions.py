@@ -57,6 +57,9 @@ from django_htask.engine.wrappers import JobSkipped
 
 __all__ = [  # noqa: PLE0604
     *engine_errors.__all__,
+    "BatchFinished",
+    "BatchNotFound",
+    "DependencyCycle",
     "DuplicateKey",
     "JobSkipped",
     "NodeFenced",
@@ -165,6 +168,36 @@ class TaskNotFound(HtaskError, LookupError):
     def __init__(self, token: str, message: str) -> None:
         self.token = token
         super().__init__(message)
+
+
+class DependencyCycle(HtaskError, ValueError):
+    """A graph of tasks where a task would wait, through others, for itself: nothing
+    was stored. :attr:`cycle` names the tasks along it, the first one repeated last."""
+
+    def __init__(self, cycle: list[str]) -> None:
+        self.cycle = cycle
+        super().__init__(f"the tasks wait for each other in a cycle: {' waits for '.join(cycle)}")
+
+
+class BatchFinished(HtaskError, ValueError):
+    """A task was added to a batch whose members had all ended (its ``on_finish`` was
+    called): nothing was stored."""
+
+    def __init__(self, batch_id: int) -> None:
+        self.batch_id = batch_id
+        super().__init__(f"batch {batch_id} has finished: it takes no more tasks")
+
+
+class BatchNotFound(HtaskError, LookupError):
+    """No batch has the id :attr:`batch_id`: it was never made in this database, or it
+    finished and was deleted with the last of its members (their retention passed)."""
+
+    def __init__(self, batch_id: int) -> None:
+        self.batch_id = batch_id
+        super().__init__(
+            f"no batch has the id {batch_id}: it was never made here, or it finished and "
+            "was deleted with the last of its members, once their retention passed"
+        )
 
 
 class TaskCancelled(HtaskError, RuntimeError):

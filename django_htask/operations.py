@@ -46,6 +46,7 @@ from .store import Pruned, get_store, notify_nodes
 from .store.database import put_back
 
 __all__ = [
+    "FOLLOWED_NOT_SENT",
     "SentAgain",
     "Upcoming",
     "abort_runs",
@@ -265,15 +266,23 @@ class SentAgain:
     """What :func:`send_again` did: the tasks ``sent`` (ids), the ones left alone
     because they had not failed (id: status), the ids that name no task, and the
     failed tasks ``superseded`` instead (a newer pending task holds their key: they are
-    cancelled, see :mod:`django_htask.keys`)."""
+    cancelled, see :mod:`django_htask.keys`), and the failed ones left alone because
+    their end was ``followed`` up (docs/howto-chains.md)."""
 
     sent: tuple[int, ...]
     not_failed: dict[int, str]
     unknown: tuple[int, ...]
     superseded: tuple[int, ...] = ()
+    #: Failed tasks left alone because their end was followed up: tasks waiting on
+    #: them were cancelled (or ran anyway), or their batch counted them.
+    followed: tuple[int, ...] = ()
 
 
 _CHUNK = 500  # ids in one ``IN (…)``, well under SQLite's limit of bound variables
+#: Why a failed task whose end was followed up is not sent again.
+FOLLOWED_NOT_SENT = (
+    "others waited on it or its batch counted it, so its end was followed up already"
+)
 
 
 def send_again(
@@ -289,23 +298,31 @@ def send_again(
     result follow it). Its error, traceback and finish time are cleared; its run
     history is kept: the ``Run`` rows of the earlier attempts stay linked to the task,
     and the new attempts add theirs (numbered from 1 again). Tasks that are not
-    ``failed`` (pending, running, succeeded, cancelled) are left alone. A failed task
-    whose key a newer pending task holds is not sent: it is cancelled, superseded by
-    that one. One transaction; a node in this process is told after the commit
-    (another one sees the task at its next poll, or through PostgreSQL's ``NOTIFY``)."""
+    ``failed`` (pending, running, succeeded, cancelled) are left alone, and so are the
+    failed ones whose end was followed up (tasks waiting on them were cancelled, or
+    their batch counted them). A failed task whose key a newer pending task holds is
+    not sent: it is cancelled, superseded by that one. One transaction; a node in this
+    process is told after the commit (another one sees the task at its next poll, or
+    through PostgreSQL's ``NOTIFY``)."""
     ids = sorted({int(pk) for pk in task_ids})
     now = now or clock.now()
     using = using or scheduler_alias()
     sent: list[int] = []
     superseded: list[int] = []
+    followed: list[int] = []
     statuses: dict[int, str] = {}
     tasks = Task.objects.using(using)
     with transaction.atomic(using=using):
         for i in range(0, len(ids), _CHUNK):
             chunk = ids[i : i + _CHUNK]
-            rows = tasks.filter(pk__in=chunk).values_list("pk", "status")
-            statuses.update((pk, str(status)) for pk, status in rows)
-            failed = [pk for pk in chunk if statuses.get(pk) == TaskStatus.FAILED]
+            rows = tasks.filter(pk__in=chunk).values_list("pk", "status", "followed")
+            for pk, status, is_followed in rows:
+                statuses[pk] = str(status)
+                if is_followed and status == TaskStatus.FAILED:
+                    followed.append(pk)
+            failed = [
+                pk for pk in chunk if statuses.get(pk) == TaskStatus.FAILED and pk not in followed
+            ]
             if not failed:
                 continue
             again = tasks.filter(pk__in=failed, status=TaskStatus.FAILED)
@@ -327,12 +344,13 @@ def send_again(
             superseded.extend(pk for pk in failed if pk in gone)
         if sent:
             transaction.on_commit(notices.notify_local_change, using=using)
-    handled = set(sent) | set(superseded)
+    handled = set(sent) | set(superseded) | set(followed)
     result = SentAgain(
         sent=tuple(sent),
         not_failed={pk: status for pk, status in statuses.items() if pk not in handled},
         unknown=tuple(pk for pk in ids if pk not in statuses),
         superseded=tuple(superseded),
+        followed=tuple(followed),
     )
     if sent:
         logger.info(

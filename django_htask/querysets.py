@@ -35,10 +35,12 @@ __all__ = [
     "OWN_EXPIRED_TASK_SQL",
     "PLAIN_TASK_SQL",
     "SILENT_NODE_SQL",
+    "SPENT_BATCH_SQL",
     "NodeQuerySet",
     "QueueQuerySet",
     "RunQuerySet",
     "TaskQuerySet",
+    "batch_is_spent",
     "claimable_params",
     "due_task",
     "expired_run",
@@ -50,6 +52,7 @@ __all__ = [
     "run_is_expired",
     "served_task",
     "served_task_sql",
+    "spent_batch",
     "task_is_claimable",
     "task_is_due",
     "task_is_expired",
@@ -255,6 +258,23 @@ EXPIRED_TASK_SQL = "retention IS NULL AND status = %s AND finished_at < %s"
 OWN_EXPIRED_TASK_SQL = "retention = %s AND status = %s AND finished_at < %s"
 #: A run started before ``%s`` that is not running (status ``%s``, ``running``).
 EXPIRED_RUN_SQL = "started_at < %s AND status <> %s"
+#: A spent batch, as SQL over the batch table: finished (every member ended, its
+#: callbacks called) and none of its members left (each deleted past its retention).
+SPENT_BATCH_SQL = (
+    "finished_at IS NOT NULL AND NOT EXISTS "
+    "(SELECT 1 FROM django_htask_task t WHERE t.batch_id = django_htask_batch.id)"
+)
+
+
+def batch_is_spent(finished_at: datetime | None, members_left: int) -> bool:
+    """A spent batch (:data:`SPENT_BATCH_SQL`): finished, and none of its members left;
+    the pruner deletes its row with its last member."""
+    return finished_at is not None and members_left == 0
+
+
+def spent_batch() -> Q:
+    """The spent batches (:func:`batch_is_spent`), as a filter of batches."""
+    return Q(finished_at__isnull=False, members__isnull=True)
 
 
 def task_is_expired(

@@ -26,6 +26,7 @@ from .due import due_time
 from .exceptions import TaskNotFound
 from .models import Task, TaskStatus
 from .retention import gone_reason
+from .store.composed import cancelled
 
 __all__ = [
     "AbortResult",
@@ -81,29 +82,36 @@ _abort = abort  # cancel(abort=True) reaches it under its parameter's name
 
 
 def cancel(token: str, *, abort: bool = False) -> bool:
-    """Cancel a pending task. False if the token is unknown, or the task is running or
-    finished. With ``abort=True`` a running task is stopped too (see :func:`abort`,
-    which also says which of the two happened)."""
+    """Cancel a pending or waiting task, and the tasks waiting on it (each cancelled
+    with the reason, unless it runs anyway: docs/howto-chains.md); its batch counts
+    it. False if the token is unknown, or the task is running or finished. With
+    ``abort=True`` a running task is stopped too (see :func:`abort`, which also says
+    which of the two happened)."""
     if abort:
         return bool(_abort(token))
     using = scheduler_alias()
-    count = (
-        Task.objects.using(using)
-        .filter(token=token, status=TaskStatus.PENDING)
-        .update(
-            status=TaskStatus.CANCELLED,
-            finished_at=clock.now(),
-            locked_by=None,
-            lease_expires_at=None,
+    now = clock.now()
+    tasks = Task.objects.using(using)
+    with transaction.atomic(using=using):
+        count = tasks.filter(token=token, status__in=_NOT_STARTED).update(
+            status=TaskStatus.CANCELLED, finished_at=now, locked_by=None, lease_expires_at=None
         )
-    )
+        if count:
+            followed = tasks.filter(token=token, followed=True).values_list("id", flat=True)
+            for task_id in followed:  # the tasks waiting on it, its batch
+                cancelled(using, task_id, now)
     return count == 1
+
+
+#: A task not started yet: pending, or waiting for others.
+_NOT_STARTED = (TaskStatus.PENDING, TaskStatus.WAITING)
 
 
 def reschedule(
     token: str, at: datetime | None = None, delay: float | timedelta | None = None
 ) -> bool:
-    """Move a pending task to ``at`` (or ``delay`` seconds from now, or now).
+    """Move a pending task to ``at`` (or ``delay`` seconds from now, or now); a task
+    waiting for others runs no sooner than that once they succeeded.
 
     False if the token is unknown, or the task is running or finished.
     """
@@ -111,7 +119,7 @@ def reschedule(
     using = scheduler_alias()
     count = (
         Task.objects.using(using)
-        .filter(token=token, status=TaskStatus.PENDING)
+        .filter(token=token, status__in=_NOT_STARTED)
         .update(run_at=run_at, locked_by=None, lease_expires_at=None)
     )
     if count:
@@ -133,7 +141,8 @@ class Result:
     (:func:`get_result`)."""
 
     token: str
-    #: ``pending``, ``running``, ``succeeded``, ``failed`` or ``cancelled``.
+    #: ``pending``, ``waiting`` (for the tasks it runs after), ``running``,
+    #: ``succeeded``, ``failed`` or ``cancelled``.
     status: TaskStatus
     #: What the function returned, decoded to its return annotation; None until it
     #: succeeded, or when it returned None.

@@ -16,7 +16,11 @@ Runs (:mod:`.runs`)
     its page).
 Tasks (:mod:`.tasks`)
     status, due time, attempts, last error; a pending task's time can be changed;
-    actions: cancel, send again (failed ones).
+    its batch, what it runs after and what runs after it, and why a waiting task
+    waits (:mod:`.compose`); actions: cancel, send again (failed ones).
+Batches (:mod:`.compose`)
+    read-only: the counts of members by how they ended, the members left by status
+    (links to the task list of the batch), the callbacks and their tasks.
 Nodes (:mod:`.nodes`)
     live or dead from the heartbeat, with the work each holds.
 Queues (:mod:`.queues`)
@@ -46,6 +50,7 @@ from .forms import ScheduleForm, TaskForm
 from .overview.layout import can_view_overview
 
 if apps.is_installed("django.contrib.admin"):
+    from .compose import BatchAdmin
     from .nodes import NodeAdmin
     from .overview.views import OverviewAdmin
     from .queues import QueueAdmin
@@ -54,6 +59,7 @@ if apps.is_installed("django.contrib.admin"):
     from .tasks import TaskAdmin
 
 __all__ = [
+    "BatchAdmin",
     "NodeAdmin",
     "OverviewAdmin",
     "QueueAdmin",

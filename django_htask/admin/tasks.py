@@ -1,6 +1,7 @@
 """One-off tasks in the admin: status, due time, attempts, snoozes, last error, the call
-and what it returned, a link to its runs, what a pending task waits on; a pending
-task's time can be changed;
+and what it returned, a link to its runs, its batch and graph (:mod:`.compose`), why it
+waits (a waiting task for its dependencies or batch, a pending due one for its gates:
+:func:`~django_htask.overview.why_waiting`); a pending task's time can be changed;
 actions: cancel, abort, send again (failed ones)."""
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from django_htask import clock
 from django_htask.admin_database import SchedulerDatabaseAdmin
 from django_htask.flow import RateLimit
 from django_htask.models import Task, TaskStatus
-from django_htask.operations import send_again
+from django_htask.operations import FOLLOWED_NOT_SENT, send_again
 
 from .common import RETRY_FIELDS, QueueListFilter, Traceback, first_line
+from .compose import batch_of, graph_of
 from .display import times
 from .forms import TaskForm
 from .overview.waiting import why_waiting
@@ -61,6 +63,7 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
     _info = (
         "function",
         "status",
+        "waits_on",
         "call",
         "token",
         "key",
@@ -68,7 +71,6 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         "max_running",
         "per_key",
         "rate",
-        "waits_on",
         "attempts",
         "snoozes",
         "max_snoozes",
@@ -87,6 +89,8 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         "returned",
         "created_at",
         "finished_at",
+        "batch_page",
+        "graph",
     )
 
     class Media:
@@ -113,11 +117,23 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
 
     @admin.display(description="waits on")
     def waits_on(self, obj: Task) -> str:
-        """What keeps it from starting, if it is pending and due (its lock held, its
-        function or key at its limit, its rate limit's window full, its queue paused
-        or full): :func:`~django_htask.overview.why_waiting`."""
+        """Why it does not start: waiting, for the tasks it runs after or its batch;
+        pending and due, what the claim weighs (its lock held, its function or key at
+        its limit, its rate limit's window full, its queue paused or full):
+        :func:`~django_htask.overview.why_waiting`."""
         reasons = why_waiting(obj, clock.now(), using=obj._state.db)
         return "; ".join(reasons) or "-"
+
+    @admin.display(description="batch")
+    def batch_page(self, obj: Task) -> SafeString | str:
+        """Its batch, or the one it is a callback of (:func:`.compose.batch_of`)."""
+        return batch_of(self.admin_site.name, obj)
+
+    @admin.display(description="graph")
+    def graph(self, obj: Task) -> SafeString | str:
+        """What it runs after and what runs after it
+        (:func:`~django_htask.admin.compose.graph_of`)."""
+        return graph_of(self.admin_site.name, obj)
 
     @admin.display(description="runs")
     def run_history(self, obj: Task) -> SafeString:
@@ -229,6 +245,10 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
                 f"{len(result.superseded)} {refused}: a newer pending task has their key "
                 "(they are cancelled, superseded by it)",
                 messages.WARNING,
+            )
+        if result.followed:
+            self.message_user(
+                request, f"{len(result.followed)} {refused}: {FOLLOWED_NOT_SENT}", messages.WARNING
             )
         if result.sent:
             logger.info(

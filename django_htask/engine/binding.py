@@ -39,7 +39,7 @@ import types
 import typing
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from enum import Enum
@@ -834,6 +834,32 @@ class Binder:
         if index < len(args):
             return args[index]
         return self._defaults[param]
+
+    def check_later(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any] | None, later: Iterable[str]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Check a call whose parameters ``later`` get their values afterwards (the
+        results of the tasks it runs after): each must be a parameter that takes a
+        keyword and that the call does not give; the call's own values must bind, as
+        :meth:`bind` does; ArgumentError naming what does not. Returns them bound
+        (``later`` left out)."""
+        count = len(args)
+        for name in later:
+            spec = self._kw.get(name)
+            if spec is None:
+                raise ArgumentError(
+                    f"{self.name}() has no parameter {short_repr(name)} that can receive a "
+                    "result by name"
+                )
+            if 0 <= spec[2] < count or (kwargs and name in kwargs):
+                raise ArgumentError(
+                    f"{self.name}() parameter {name!r} is given a value and would receive "
+                    "a result too"
+                )
+        bound = self._bind_positional(args, count) if count else ()
+        out_kw = self._bind_keywords(kwargs, count) if kwargs else {}
+        self._check_missing(count, {**out_kw, **dict.fromkeys(later)})
+        return bound, out_kw
 
     def _bind_positional(self, args: Sequence[Any], count: int) -> tuple[Any, ...]:
         npos = self._npos

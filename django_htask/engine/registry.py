@@ -24,12 +24,12 @@ import inspect
 import logging
 import threading
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from .binding import Binder
 from .codec import DEFAULT_MAX_SIZE, decode_call, decode_result, encode_call
-from .errors import FunctionNotRegistered, short_repr
+from .errors import ArgumentError, FunctionNotRegistered, short_repr
 
 __all__ = ["Registry", "registry"]
 
@@ -270,16 +270,21 @@ class Registry:
         return binder.result(value)
 
     def check_call(
-        self, name: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+        self,
+        name: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        later: Collection[str] = (),
     ) -> bytes:
         """Validate a call without running it; return its payload (the encoded call).
 
         Checks that ``name`` is registered, that the values can travel (encodes them, at
         most ``max_payload_size`` bytes) and that what a worker will decode binds to the
-        function's parameters. Raises ``FunctionNotRegistered``, ``PayloadError`` or
-        ``ArgumentError`` in the caller, not later in a worker.
+        function's parameters (those named in ``later`` get their values afterwards:
+        see :meth:`Binder.check_later`). Raises ``FunctionNotRegistered``,
+        ``PayloadError`` or ``ArgumentError`` in the caller, not later in a worker.
         """
-        return self.check_call_argument(name, args, kwargs)[0]
+        return self.check_call_argument(name, args, kwargs, later=later)[0]
 
     def check_call_argument(
         self,
@@ -287,15 +292,25 @@ class Registry:
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         param: str | None = None,
+        later: Collection[str] = (),
     ) -> tuple[bytes, Any]:
         """:meth:`check_call`, and the value the parameter ``param`` takes in the call
         as a worker binds it (converted to its type; its default if not given; None
         without ``param``). LookupError naming ``param`` if the function has no such
-        parameter."""
+        parameter; ArgumentError naming it if it is one of ``later`` (its value is not
+        known yet)."""
+        if param is not None and param in later:
+            raise ArgumentError(
+                f"{name}() parameter {param!r} cannot receive a result: its value is "
+                "needed when the task is stored"
+            )
         binder = self.binder(name)
         data = encode_call(name, args, kwargs, max_size=self.max_payload_size)
         _name, decoded_args, decoded_kwargs = decode_call(data, max_size=self.max_payload_size)
-        bound, bound_kwargs = binder.bind(decoded_args, decoded_kwargs)
+        if later:
+            bound, bound_kwargs = binder.check_later(decoded_args, decoded_kwargs, later)
+        else:
+            bound, bound_kwargs = binder.bind(decoded_args, decoded_kwargs)
         value = None if param is None else binder.argument(param, bound, bound_kwargs)
         return data, value
 

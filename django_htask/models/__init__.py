@@ -9,8 +9,9 @@ the last one it saw.
 
 One module per model family: :mod:`~django_htask.models.schedule`,
 :mod:`~django_htask.models.task`, :mod:`~django_htask.models.run`,
-:mod:`~django_htask.models.node`, :mod:`~django_htask.models.queue` and
-:mod:`~django_htask.models.rate`; the columns
+:mod:`~django_htask.models.node`, :mod:`~django_htask.models.queue`,
+:mod:`~django_htask.models.rate` and :mod:`~django_htask.models.compose` (batches and
+dependencies); the columns
 they share (ranges, validators, the public token) in :mod:`~django_htask.models.fields`
 and their manager in :mod:`~django_htask.models.managers`. Django finds every model
 here, in the app's ``models`` module, and so do the migrations (``django_htask.models.InRange``...).
@@ -50,7 +51,9 @@ __all__ = [
     "TIMEOUT_MAX",
     "TIMEOUT_MIN",
     "TIMEOUT_RANGE",
+    "Batch",
     "CatchUp",
+    "Dependency",
     "InRange",
     "Node",
     "Origin",
@@ -76,6 +79,7 @@ if apps.apps_ready and not apps.is_installed("django_htask"):
         "INSTALLED_APPS (then run `manage.py migrate`)"
     )
 
+from .compose import Batch, Dependency
 from .fields import (
     GRACE_MAX,
     GRACE_RANGE,
@@ -106,6 +110,7 @@ from .rate import RATE_SLOT_INDEX as RATE_SLOT_INDEX
 from .rate import RateSlot
 from .run import Run
 from .schedule import Schedule
+from .task import BATCH_INDEX as BATCH_INDEX
 from .task import CLAIM_INDEX as CLAIM_INDEX
 from .task import GATED as GATED
 from .task import GATED_INDEX as GATED_INDEX

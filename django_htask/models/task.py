@@ -64,6 +64,8 @@ HOLDER_INDEX = "htask_task_holder"
 #: The finished tasks by retention, status and end: the pruner reads the tasks past
 #: their retention as a range of it (django_htask.retention).
 PRUNE_INDEX = "htask_task_prune"
+#: The members of each batch (partial: a task of no batch writes no entry).
+BATCH_INDEX = "htask_task_batch"
 
 
 class Task(models.Model):
@@ -194,6 +196,31 @@ class Task(models.Model):
         editable=False,
         help_text="what the function returned (msgpack), once it succeeded; empty if None",
     )
+    # No constraint in the database, as for a run's task: the pruner deletes a batch's
+    # row once its members are gone (django_htask.store.compose).
+    batch = models.ForeignKey(
+        "Batch",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="members",
+        db_constraint=False,
+        db_index=False,  # the partial index below
+        editable=False,
+        help_text="the batch it belongs to (django_htask.batch()); empty: none",
+    )
+    waiting_on = models.PositiveIntegerField(
+        default=0,
+        db_default=0,  # rows inserted by raw SQL or another language's producer
+        editable=False,
+        help_text="while waiting: how many of the tasks it runs after have not ended yet",
+    )
+    followed = models.BooleanField(
+        default=False,
+        db_default=False,
+        editable=False,
+        help_text="its end is followed up: it belongs to a batch, or tasks wait on it",
+    )
 
     class Meta:
         ordering = ("run_at", "id")
@@ -225,6 +252,9 @@ class Task(models.Model):
                 condition=Q(finished_at__isnull=False),
                 name=PRUNE_INDEX,
             ),
+            # A batch's members (its page in the admin, the pruner's check that none is
+            # left): partial, so a task of no batch writes no entry.
+            models.Index(fields=("batch",), condition=Q(batch__isnull=False), name=BATCH_INDEX),
         )
         constraints = (
             _constraint("task", "max_attempts", 1, MAX_ATTEMPTS_MAX),

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django_htask.current import running_task
 from django_htask.engine import (
     CALL_ERRORS,
     CancelToken,
@@ -198,10 +199,11 @@ def execute(
             error = f"{type(exc).__name__}: {exc}"
             logger.error("%s cannot run: %s", name, error, extra={"action": "run_unrunnable"})
         else:
-            if guard is None:
-                value = _call(fn, bound_args, bound_kwargs, None)
-            else:
-                value, entered = _guarded(fn, bound_args, bound_kwargs, guard)
+            with running_task(call.task_id):
+                if guard is None:
+                    value = _call(fn, bound_args, bound_kwargs, None)
+                else:
+                    value, entered = _guarded(fn, bound_args, bound_kwargs, guard)
     except Snooze as exc:  # not a failure: it runs again later (snooze_delay decides)
         status, snooze = RunStatus.SNOOZED, exc.seconds
         error = snoozed_for(snooze)

@@ -192,7 +192,7 @@ class TaskDispatch:
         never ended, and the heartbeat thread, seeing the control thread in one call
         past NODE_TIMEOUT, stopped renewing the leases."""
         outcomes = self.ctx.results.take()
-        if any(o.gated for o in outcomes):
+        if any(o.gated or o.follow for o in outcomes):
             self.due = True  # its end, written first, may let a waiting task start
         free = self.free() if self.due else 0
         if free <= 0 and not outcomes:
@@ -271,6 +271,7 @@ class TaskDispatch:
         if delay is not None:
             result.retry_at = result.finished_at + timedelta(seconds=delay)
         result.gated = task.gated
+        result.follow = task.follow
         ctx.running.task_done(task.id)
         self._calls.pop(task.id, None)
         self.finished += 1

@@ -90,8 +90,9 @@ def insert_tasks(
 ) -> Inserted:
     """Insert a new pending task for each ``(function, payload, timeout, lock,
     max_running, per_key)`` of ``calls``,
-    with the field values of ``common`` (``run_at``, ``max_attempts``, ``queue_name``)
-    and every other field's default, ``batch_size`` rows a statement at most (fewer
+    with the field values of ``common`` (``run_at``, ``max_attempts``, ``queue_name``;
+    ``status``: ``waiting`` for tasks that wait for others) and every other field's
+    default, ``batch_size`` rows a statement at most (fewer
     where the database takes fewer parameters); return them, saved, in order.
 
     ``keys``: a key or None for each call. A call whose key a pending task holds does
@@ -111,7 +112,7 @@ def insert_tasks(
     values: dict[str, Any] = {
         f.attname: f.get_default() if f.has_default() else None for f in fields
     }
-    values.update(common, created_at=now, status=TaskStatus.PENDING)
+    values.update({"status": TaskStatus.PENDING, **common}, created_at=now)
     if keys is not None and any(key is not None for key in keys):
         return _insert_keyed(connection, fields, values, calls, keys, on_conflict, batch_size)
     tasks: list[Task] = []

@@ -109,6 +109,7 @@ from django_htask.querysets import (
 from . import rules, values
 from .base import RunOutcome, StartedTask
 from .database import (
+    _GUARD,
     STARTED_FIELDS,
     Column,
     DatabaseStore,
@@ -607,7 +608,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         self._heartbeat_after(now - (last if last.tzinfo else last.replace(tzinfo=UTC)))
         return renewed
 
-    def _write_ends(self, ends: list[tuple[Any, ...]]) -> None:
+    def _write_ends(self, ends: list[tuple[Any, ...]], *, guard: bool = False) -> int:
         """As the generic one, in one statement: a field the ends share is one
         parameter, a field they differ in a ``CASE`` on the id (their finish times). MySQL's
         driver sends an ``executemany`` of an ``UPDATE`` as one statement per row, and a
@@ -618,6 +619,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         large results in one statement would pass ``max_allowed_packet``, and a
         ``CASE`` is searched in order."""
         # rules.ended_task's fields, as SQL of their own (one statement, as above).
+        written = 0
         for chunk in _batches(ends):
             ids = [end[-1] for end in chunk]
             sets: list[str] = []
@@ -639,9 +641,11 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
                 cursor.execute(
                     f"UPDATE {TASK}{BY_ID} SET {', '.join(sets)}, locked_by = NULL, "
                     f"lease_expires_at = NULL WHERE id IN ({', '.join(['%s'] * len(ids))}) "
-                    "AND status = %s",
+                    f"AND status = %s{_GUARD if guard else ''}",
                     [*params, *ids, TaskStatus.RUNNING],
                 )
+                written += max(int(cursor.rowcount), 0)
+        return written
 
     def _record_in(
         self, node_id: str, outcomes: list[RunOutcome], held: set[int] | None = None

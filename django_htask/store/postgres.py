@@ -74,8 +74,8 @@ from django.db.models import QuerySet
 
 from django_htask.conf import get_settings
 from django_htask.engine.clock import from_us
-from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
-from django_htask.querysets import LIVE_NODE_SQL
+from django_htask.models import Batch, Dependency, Node, Run, RunStatus, Schedule, Task, TaskStatus
+from django_htask.querysets import LIVE_NODE_SQL, SPENT_BATCH_SQL
 
 from . import values
 from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask
@@ -116,6 +116,8 @@ SCHEDULE = Schedule._meta.db_table
 TASK = Task._meta.db_table
 NODE = Node._meta.db_table
 RUN = Run._meta.db_table
+EDGE = Dependency._meta.db_table
+BATCH = Batch._meta.db_table
 
 #: The type of each column of a run row (``RunOutcome.columns()``).
 _RUN_TYPES = {
@@ -338,6 +340,10 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         (the claim's transaction is quiet), at commit."""
         self.notify("task")
 
+    def _released(self) -> None:
+        """Tasks waiting were made pending: wake the other nodes, at commit."""
+        self.notify("task")
+
     def _lock_gates(self, keys: list[str]) -> bool:
         """Take a transaction-level advisory lock for each of ``keys``, in the order of
         their 64-bit hashes (every claim takes them in that order: no deadlock)."""
@@ -455,18 +461,27 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         self, cursor: Any, condition: str, params: list[Any], limit: int
     ) -> tuple[int, int]:
         """As the generic one, in one statement: the tasks deleted return their ids and
-        their runs are deleted by them (the ids as one array: read by the index on
-        ``task_id``, whatever the planner guesses of their number)."""
+        their runs and edges are deleted by them (the ids as one array: read by the
+        index on ``task_id``, whatever the planner guesses of their number); then
+        their batches, if spent, in a statement of their own (there are batches)."""
+        doomed_ids = "ARRAY(SELECT id FROM doomed)"
         cursor.execute(
             f"WITH doomed AS (DELETE FROM {TASK} WHERE id IN "
             f"({expired_ids(condition)} FOR UPDATE SKIP LOCKED) "
-            "AND finished_at IS NOT NULL RETURNING id), "
-            f"runs AS (DELETE FROM {RUN} WHERE task_id = ANY(ARRAY(SELECT id FROM doomed)) "
-            "RETURNING 1) SELECT (SELECT count(*) FROM doomed), (SELECT count(*) FROM runs)",
+            "AND finished_at IS NOT NULL RETURNING id, batch_id), "
+            f"runs AS (DELETE FROM {RUN} WHERE task_id = ANY({doomed_ids}) RETURNING 1), "
+            f"edges AS (DELETE FROM {EDGE} WHERE task_id = ANY({doomed_ids})) "
+            "SELECT (SELECT count(*) FROM doomed), (SELECT count(*) FROM runs), "
+            "ARRAY(SELECT DISTINCT batch_id FROM doomed WHERE batch_id IS NOT NULL)",
             [*params, limit],
         )
         row = cursor.fetchone()
         assert row is not None
+        if row[2]:
+            cursor.execute(
+                f"DELETE FROM {BATCH} WHERE {SPENT_BATCH_SQL} AND id = ANY(%s::bigint[])",
+                [list(row[2])],
+            )
         return int(row[0]), int(row[1])
 
     def _try_lock(self, key: int) -> bool:
@@ -545,9 +560,19 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         (the others are returned, for :meth:`_record_late`)."""
         finished = [o for o in outcomes if o.task_id is not None and o.retry_at is None]
         others = [o for o in outcomes if o.task_id is None or o.retry_at is not None]
-        for i in range(0, len(finished), _FINISH_CHUNK):
-            self._finish_tasks(node_id, finished[i : i + _FINISH_CHUNK])
+        plain = [o for o in finished if not o.follow]
+        followed = [o for o in finished if o.follow]
+        for i in range(0, len(plain), _FINISH_CHUNK):
+            chunk = plain[i : i + _FINISH_CHUNK]
+            if self._finish_tasks(node_id, chunk, guard=True) < len(chunk):
+                refused = self._refused(node_id, [o.task_id for o in chunk if o.task_id])
+                followed += [o for o in chunk if o.task_id in refused]
+        for i in range(0, len(followed), _FINISH_CHUNK):
+            self._finish_tasks(node_id, followed[i : i + _FINISH_CHUNK])
         self._record_runs(node_id, others, held)
+        if followed:
+            ids = [o.task_id for o in followed if o.task_id is not None]
+            self._follow_ends(ids, max(o.finished_at for o in followed))
         statuses = values.last_statuses(outcomes)
         busy = self._set_statuses(statuses, wait=False)
         return {schedule_id: statuses[schedule_id] for schedule_id in busy}
@@ -583,11 +608,14 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
             done = {row[0] for row in cursor.fetchall()}
         return [] if wait else [i for i in ids if i not in done]
 
-    def _finish_tasks(self, node_id: str, outcomes: list[RunOutcome]) -> None:
-        """Write the finished tasks this node still runs, and a run row for each, in one
-        statement: the outcomes are the rows of ``v`` (one JSON parameter), the task
-        update returns the ids it wrote, and the run rows are inserted for those ids
-        only. (The ORM's
+    def _finish_tasks(
+        self, node_id: str, outcomes: list[RunOutcome], *, guard: bool = False
+    ) -> int:
+        """Write the finished tasks this node still runs (and, with ``guard``, whose end
+        nothing follows: ``followed`` false, see :meth:`_write_plain_ends`), and a run
+        row for each, in one statement; return how many. The outcomes are the rows of
+        ``v`` (one JSON parameter), the task update returns the ids it wrote, and the
+        run rows are inserted for those ids only. (The ORM's
         ``bulk_create`` of the run rows cost more CPU than the trivial jobs they
         record, on the control thread every claim waits for.)
 
@@ -604,7 +632,11 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
                 "locked_by = NULL, lease_expires_at = NULL, last_error = v.error, "
                 "traceback = v.traceback, result = decode(v.result, 'base64') FROM v "
                 "WHERE t.id = v.task_id "
-                "AND (t.status, t.locked_by) IS NOT DISTINCT FROM (%s, %s) RETURNING t.id"
-                f") {_RUN_INSERT} JOIN done ON done.id = v.task_id",
+                "AND (t.status, t.locked_by) IS NOT DISTINCT FROM (%s, %s)"
+                f"{' AND NOT t.followed' if guard else ''} RETURNING t.id"
+                f"), runs AS ({_RUN_INSERT} JOIN done ON done.id = v.task_id RETURNING 1) "
+                "SELECT count(*) FROM done",
                 [*_run_rows(outcomes, results=True), TaskStatus.RUNNING, node_id],
             )
+            row = cursor.fetchone()
+        return int(row[0]) if row else 0

@@ -25,6 +25,12 @@ record. Time is a parameter; nothing here reads a clock or a table.
   again later, its attempt not counted, one snooze more.
 - :func:`superseded_task`: a task about to be put back to pending whose key a pending
   task holds is cancelled instead (:mod:`django_htask.keys`).
+- Tasks composed (:mod:`~django_htask.store.follow` applies them): what the end of a
+  task means for one that runs after it (:func:`edge_met`), a dependent cancelled with
+  :func:`after_ended_reason` (:func:`cancelled_task`), released
+  (:func:`released_task`) with the results it receives (:func:`bound_payload`), a
+  batch moved by the ends of its members (:func:`batch_moved`) and its callbacks'
+  payloads (:func:`callback_payload`).
 
 The counters of what a reaper did come from the ``rows_reaped`` signal and from
 :func:`reaped_runs` (the runs these texts mark), never from a log record.
@@ -32,13 +38,18 @@ The counters of what a reaper did come from the ``rows_reaped`` signal and from
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from string import Formatter
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from django.db.models import Q
 
+from django_htask.engine.codec import decode_call, decode_result, encode_call
+from django_htask.engine.errors import PayloadError
 from django_htask.enums import RunStatus, TaskStatus
+from django_htask.graph import BatchState
 from django_htask.retry import RetryPolicy
 
 from .values import Abandoned, RetryColumns, RunOutcome
@@ -48,16 +59,27 @@ __all__ = [
     "LOST_TASK",
     "RUN_LOST",
     "UNLOCKED",
+    "BatchFacts",
+    "BatchMove",
+    "Binding",
     "abandoned_run",
     "abandoned_task",
+    "after_ended_reason",
+    "batch_moved",
+    "bound_payload",
     "broken_reason",
+    "callback_payload",
+    "cancelled_task",
     "claimed_task",
+    "closed_task",
     "crashed_run",
+    "edge_met",
     "ended_task",
     "lost_run_error",
     "lost_task_error",
     "reaped_runs",
     "reaped_task",
+    "released_task",
     "snoozed_task",
     "superseded_task",
 ]
@@ -225,13 +247,173 @@ def superseded_task(now: datetime, error: Any) -> dict[str, Any]:
     ``now``, superseded by that task, no node holding it; ``error`` its last error, the
     :func:`~django_htask.keys.superseded_reason` of the holder's token (the database
     stores pass it as an SQL expression that reads the token)."""
-    return {
-        **UNLOCKED,
-        "status": TaskStatus.CANCELLED,
-        "finished_at": now,
-        "traceback": "",
-        "last_error": error,
-    }
+    return cancelled_task(now, error)
+
+
+def cancelled_task(now: datetime, reason: Any) -> dict[str, Any]:
+    """The fields of a task cancelled at ``now`` with ``reason`` as its last error, no
+    node holding it."""
+    return closed_task(TaskStatus.CANCELLED, now, reason)
+
+
+def closed_task(status: str, now: datetime, reason: Any) -> dict[str, Any]:
+    """The fields of a task that ends in ``status`` at ``now`` without running (again),
+    ``reason`` its last error, no node holding it."""
+    return {**UNLOCKED, "status": status, "finished_at": now, "traceback": "", "last_error": reason}
+
+
+# -- tasks composed ----------------------------------------------------------------------
+#: Why a task waiting for another was cancelled (``str.format`` fields: ``token``, the
+#: one it waited for, and ``how`` it ended).
+AFTER_ENDED = "cancelled: it was to run after task {token}, which {how}"
+#: Why a batch's callback was not called (fields: ``role``, ``why``).
+CALLBACK_NOT_CALLED = "cancelled: the batch's {role} callback is not called: {why}"
+#: The most of a failed task's error the reason of a task cancelled after it repeats.
+_ERROR_SHOWN = 500
+#: The statuses a batch counts its members' ends by.
+_COUNTED = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED)
+
+
+def edge_met(after_status: str, run_anyway: bool) -> bool:
+    """Whether the end of a task in ``after_status`` (succeeded, failed or cancelled)
+    lets one that runs after it go on (else that one is cancelled): it succeeded, or
+    the edge says to run anyway (``after_failure="run"``)."""
+    return after_status == TaskStatus.SUCCEEDED or run_anyway
+
+
+def after_ended_reason(token: str, status: str, error: str) -> str:
+    """Why a task that was to run after task ``token`` is cancelled: that one ended in
+    ``status`` (failed, with ``error``, or cancelled)."""
+    if status == TaskStatus.CANCELLED:  # its own reason may be such a text: not nested
+        return AFTER_ENDED.format(token=token, how="was cancelled")
+    how = f"failed: {error[:_ERROR_SHOWN]}" if error else "failed"
+    return AFTER_ENDED.format(token=token, how=how)
+
+
+def released_task(payload: bytes | None = None) -> dict[str, Any]:
+    """The fields of a waiting task whose wait is over: pending (due at its ``run_at``),
+    with ``payload`` if its arguments changed (results passed to it)."""
+    changes: dict[str, Any] = {"status": TaskStatus.PENDING}
+    if payload is not None:
+        changes["payload"] = payload
+    return changes
+
+
+class Binding(NamedTuple):
+    """A result a task receives: under ``param`` (at ``position`` in a list, or alone
+    when None), from a task that ended in ``status`` with ``result`` (its encoded
+    return value; None: it returned None, did not succeed, or is gone)."""
+
+    param: str
+    position: int | None
+    status: str
+    result: bytes | None
+
+
+def bound_payload(payload: bytes, bindings: Sequence[Binding]) -> tuple[bytes | None, str]:
+    """``payload`` (an encoded call) with the results of ``bindings`` added to its
+    keyword arguments (a result that did not succeed, or none, as None; the results at
+    positions as a list in their order); or None and why it cannot be (the payload or a
+    result cannot be read, or the call grows past the payload limit)."""
+    try:
+        name, args, kwargs = decode_call(payload)
+        lists: dict[str, list[tuple[int, Any]]] = {}
+        for b in bindings:
+            ok = b.status == TaskStatus.SUCCEEDED and b.result is not None
+            value = decode_result(b.result) if ok and b.result is not None else None
+            if b.position is None:
+                kwargs[b.param] = value
+            else:
+                lists.setdefault(b.param, []).append((b.position, value))
+        for param, values in lists.items():
+            kwargs[param] = [value for _position, value in sorted(values, key=lambda v: v[0])]
+        return encode_call(name, args, kwargs), ""
+    except PayloadError as exc:
+        return None, f"the results it was to receive cannot be passed to it: {exc}"
+
+
+def callback_payload(payload: bytes, state: BatchState) -> tuple[bytes | None, str]:
+    """A batch's callback's ``payload`` (its call, the batch's place a first argument
+    left empty) with ``state`` in that place; or None and why it cannot be."""
+    try:
+        name, args, kwargs = decode_call(payload)
+        return encode_call(name, [state.as_map(), *args[1:]], kwargs), ""
+    except PayloadError as exc:
+        return None, f"the batch's state cannot be passed to it: {exc}"
+
+
+class BatchFacts(Protocol):
+    """What :func:`batch_moved` reads of a batch's row."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def total(self) -> int: ...
+    @property
+    def succeeded(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+    @property
+    def cancelled(self) -> int: ...
+    @property
+    def finished_at(self) -> datetime | None: ...
+    @property
+    def failed_at(self) -> datetime | None: ...
+    @property
+    def on_success_id(self) -> int | None: ...
+    @property
+    def on_failure_id(self) -> int | None: ...
+    @property
+    def on_finish_id(self) -> int | None: ...
+
+
+@dataclass
+class BatchMove:
+    """What :func:`batch_moved` decided: the batch's fields to write, its state after,
+    the callbacks released (their task ids) and those cancelled (id -> reason)."""
+
+    changes: dict[str, Any]
+    state: BatchState
+    release: list[int] = field(default_factory=list)
+    cancel: dict[int, str] = field(default_factory=dict)
+
+
+def batch_moved(batch: BatchFacts, ended: Mapping[str, int], now: datetime) -> BatchMove:
+    """A batch whose members just ended (``ended``: how many in each final status; none
+    when it is only looked at, as at its creation): its counters moved; ``on_failure``
+    released at its first member failed for good; once every member ended,
+    ``on_finish`` released, ``on_success`` released if every one succeeded (else
+    cancelled), and an ``on_failure`` never released cancelled. Each at most once:
+    the caller holds the batch's row (its ``failed_at`` and ``finished_at`` say what
+    was released already)."""
+    counts = {s: getattr(batch, str(s)) + ended.get(s, 0) for s in _COUNTED}
+    changes: dict[str, Any] = {str(s): n for s, n in counts.items() if ended.get(s)}
+    succeeded, failed, cancelled = (counts[s] for s in _COUNTED)
+    release: list[int] = []
+    cancel: dict[int, str] = {}
+    failed_at = batch.failed_at
+    if failed and failed_at is None:
+        failed_at = changes["failed_at"] = now
+        release += [i for i in (batch.on_failure_id,) if i is not None]
+    finished_at = batch.finished_at
+    if finished_at is None and succeeded + failed + cancelled >= batch.total:
+        finished_at = changes["finished_at"] = now
+        release += [i for i in (batch.on_finish_id,) if i is not None]
+        if batch.on_success_id is not None:
+            if failed or cancelled:
+                why = f"{failed} of its {batch.total} members failed, {cancelled} cancelled"
+                cancel[batch.on_success_id] = CALLBACK_NOT_CALLED.format(role="on_success", why=why)
+            else:
+                release.append(batch.on_success_id)
+        if batch.on_failure_id is not None and failed_at is None:
+            why = "no member failed"
+            cancel[batch.on_failure_id] = CALLBACK_NOT_CALLED.format(role="on_failure", why=why)
+    state = BatchState(
+        batch.id, batch.name, batch.total, succeeded, failed, cancelled, finished_at, failed_at
+    )
+    return BatchMove(changes, state, release, cancel)
 
 
 def _ends(template: str) -> tuple[str, str]:

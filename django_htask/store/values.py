@@ -221,6 +221,9 @@ class StartedTask:
     #: Times it snoozed, and how many it may (None: the ``MAX_SNOOZES`` setting).
     snoozes: int = 0
     max_snoozes: int | None = None
+    #: Its end is followed up (it belongs to a batch, or tasks wait on it), as the
+    #: claim read it (:mod:`~django_htask.store.follow`).
+    follow: bool = False
 
 
 class Started(list[StartedTask]):
@@ -286,6 +289,9 @@ class RunOutcome:
     #: A task with a lock or a limit: writing its end may let a waiting task start,
     #: so the other nodes are told.
     gated: bool = False
+    #: A task whose end, as its claim read it, is followed up (a batch's member, or
+    #: tasks wait on it): written with what follows, which may release tasks.
+    follow: bool = False
 
     def __post_init__(self) -> None:
         if self.error:
@@ -305,7 +311,7 @@ class RunOutcome:
 _RUN_COLUMNS = tuple(
     f.name
     for f in fields(RunOutcome)
-    if f.name not in ("run_id", "retry_at", "extra", "result", "gated")
+    if f.name not in ("run_id", "retry_at", "extra", "result", "gated", "follow")
 )
 
 

@@ -166,3 +166,44 @@ def test_cutoffs_follow_the_policy() -> None:
     assert cutoffs.own(60) == NOW - timedelta(seconds=60)
     at: datetime = Cutoffs.at(NOW, TaskRetention(), 30).runs or NOW
     assert at == NOW - 30 * DAY
+
+
+def test_a_batch_goes_with_its_last_member_and_edges_with_their_task(kit: Kit) -> None:
+    from .test_compose import after, batch_row, make_batch
+
+    kit.register("n1")
+    batch_id, members = make_batch(kit, 2)
+    [first] = kit.add_tasks(1)
+    second = after(kit, [first])
+    at = NOW - 10 * DAY
+    for task in kit.store.start_tasks("n1", NOW, 4, LEASE):
+        ran = outcome({"task_id": task.id, "follow": task.follow}, started_at=at, finished_at=at)
+        kit.store.record("n1", [ran])
+    assert batch_row(kit, batch_id).finished_at == at
+    assert kit.task(second).status == TaskStatus.PENDING
+    _write(kit, members[0], finished_at=NOW - DAY)  # the other member is kept a while
+    kit.store.prune("n1", CUTOFFS, 100)
+    assert tasks_left(kit, members) == {members[0]}
+    assert batch_row(kit, batch_id) is not None  # a member is left
+    assert edges_left(kit) == 1  # second's, pending: kept
+    _write(kit, members[0], finished_at=NOW - 10 * DAY)
+    _write(kit, second, status=TaskStatus.SUCCEEDED, finished_at=NOW - 10 * DAY)
+    kit.store.prune("n1", CUTOFFS, 100)
+    assert tasks_left(kit, [*members, first, second]) == set()
+    assert batch_gone(kit, batch_id) and edges_left(kit) == 0
+
+
+def edges_left(kit: Kit) -> int:
+    if kit.memory is not None:
+        return len(kit.memory.edges)
+    from django_htask.models import Dependency
+
+    return Dependency.objects.count()
+
+
+def batch_gone(kit: Kit, batch_id: int) -> bool:
+    if kit.memory is not None:
+        return batch_id not in kit.memory.batches
+    from django_htask.models import Batch
+
+    return not Batch.objects.filter(pk=batch_id).exists()

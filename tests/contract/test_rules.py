@@ -260,3 +260,23 @@ def test_a_run_past_its_retention_is_one_rule_in_its_three_forms() -> None:
     assert set(Run.objects.filter(expired_run(cutoff)).values_list("pk", flat=True)) == by_values
     assert _ids(EXPIRED_RUN_SQL, Run._meta.db_table, [cutoff, "running"]) == by_values
     assert not Run.objects.filter(expired_run(None)).exists()
+
+
+def test_a_spent_batch_is_one_rule_in_its_three_forms() -> None:
+    from django_htask.models import Batch
+    from django_htask.querysets import SPENT_BATCH_SQL, batch_is_spent, spent_batch
+
+    payload = encode_call(ADD, (1,), {})
+    cases = [(None, 0), (None, 1), (NOW, 0), (NOW, 1), (NOW, 2)]
+    rows = [Batch.objects.create(finished_at=finished) for finished, _members in cases]
+    for row, (_finished, members) in zip(rows, cases, strict=True):
+        for _ in range(members):
+            Task.objects.create(function=ADD, payload=payload, run_at=NOW, batch=row)
+    expected = {
+        row.pk
+        for row, (finished, members) in zip(rows, cases, strict=True)
+        if batch_is_spent(finished, members)
+    }
+    assert expected == {rows[2].pk}
+    assert set(Batch.objects.filter(spent_batch()).values_list("pk", flat=True)) == expected
+    assert _ids(SPENT_BATCH_SQL, Batch._meta.db_table, []) == expected

@@ -96,6 +96,14 @@ class Kit:
 
         return list(Run.objects.filter(**where).order_by("id"))
 
+    def cancel(self, task_id: int) -> bool:
+        """Cancel a task not started, as ``cancel(token)`` does."""
+        if self.memory is not None:
+            return self.memory.cancel_task(task_id)
+        from django_htask.api import cancel
+
+        return cancel(self.task(task_id).token)
+
     def request_abort(self, *, task_id: int | None = None, run_id: int | None = None) -> bool:
         """Ask for an abort as ``abort(token)`` and the admin's *Abort* do."""
         if self.memory is not None:

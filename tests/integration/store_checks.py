@@ -252,3 +252,56 @@ def a_node_is_declared_dead_only_after_its_write_in_flight_commits(
         store.start_tasks("n1", NOW, 1, LEASE)
     with pytest.raises(NodeFenced):
         store.heartbeat("n1", NOW, LEASE)
+
+
+def concurrent_ends_follow_once(store: Store, rounds: int) -> None:
+    """Two nodes write, at the same instant (a barrier), the ends of the two members of
+    a batch that a third task also runs after, ``rounds`` times over: whichever
+    commits second sees the first's, so the task is released and each callback
+    released once, the batch's counts exact."""
+    from django_htask.api import schedule
+    from django_htask.compose import batch
+    from django_htask.models import Batch
+
+    callback = "tests.integration.testapp.tasks:batch_done"
+    for n, node_id in enumerate(("n1", "n2")):
+        store.register_node(node_id, "host", n + 1, "0", NOW)
+    for _round in range(rounds):
+        with batch(on_success=callback, on_finish=callback) as b:
+            tasks = [schedule(ADD, 1), schedule(ADD, 2)]
+        after = schedule(ADD, 0, after=tasks).pk
+        members = [task.pk for task in tasks]
+        for node_id in ("n1", "n2"):
+            [started] = store.start_tasks(node_id, NOW, 1, LEASE)
+            assert started.id in members and started.follow
+        barrier = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def end(
+            node_id: str, task_id: int, barrier: threading.Barrier, errors: list[BaseException]
+        ) -> None:
+            mine = get_store()
+            try:
+                mine.task_outlook(NOW)  # connected before the barrier
+                barrier.wait(10)
+                mine.record(node_id, [task_ended(task_id, follow=True)])
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                mine.close()
+
+        holders = dict(Task.objects.filter(pk__in=members).values_list("pk", "locked_by"))
+        threads = [
+            threading.Thread(target=end, args=(holders[m], m, barrier, errors)) for m in members
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert errors == []
+        row = Batch.objects.get(pk=b.id)
+        assert (row.succeeded, row.failed, row.finished_at is not None) == (2, 0, True)
+        released = Task.objects.filter(pk__in=[after, row.on_success_id, row.on_finish_id])
+        assert set(released.values_list("status", flat=True)) == {"pending"}
+        assert Task.objects.get(pk=after).waiting_on == 0
+        Task.objects.all().delete()

@@ -21,6 +21,7 @@ checks its own table's index); this is the same check on ours.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -95,13 +96,17 @@ def _claim(finished: list[RunOutcome]) -> tuple[int, list[str], list[str]]:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("statistics", ["fresh", "stale"])
+@pytest.mark.parametrize("statistics", ["fresh", "stale", "waiting"])
 def test_a_claim_walks_the_claim_index_and_sorts_nothing(statistics: str) -> None:
+    """``waiting``: as many tasks waiting for others beside the backlog, which the
+    claim's walk never reads (they are not in the index's pending range)."""
     if statistics == "stale":  # the planner was last told: nothing pending
         Task.objects.bulk_create(_tasks(TaskStatus.SUCCEEDED))
         _analyze()
+    if statistics == "waiting":
+        Task.objects.bulk_create(_tasks(TaskStatus.WAITING))
     Task.objects.bulk_create(_tasks(None))
-    if statistics == "fresh":
+    if statistics in ("fresh", "waiting"):
         _analyze()
 
     started, sent, setup = _claim([])
@@ -155,3 +160,29 @@ def test_finishing_reads_the_finished_tasks_by_primary_key(statistics: str) -> N
     plan = _plan(finishes[0], setup)
     assert "django_htask_task_pkey" in plan, plan
     assert "Bitmap" not in plan and "Seq Scan on django_htask_task" not in plan, plan
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ends_nothing_follows_are_written_by_the_claim_s_own_statements() -> None:
+    """A claim writing the ends of tasks of no batch, that no task waits for, sends
+    no statement more than before tasks could be composed: none reads the edges or
+    the batches. The end of a task others wait on does."""
+    plain, waited_for = Task.objects.bulk_create(_tasks(TaskStatus.PENDING)[:2])
+    Task.objects.filter(pk=waited_for.pk).update(followed=True)
+
+    def ended(task: Task) -> RunOutcome:
+        return RunOutcome(
+            RunStatus.SUCCEEDED, ADD, ADD, "n1", 1, None, NOW, NOW, task_id=task.pk, follow=True
+        )
+
+    store = get_store()
+    with use_clock(FakeClock(NOW)):
+        store.register_node("n1", "host", 1, "0", NOW)
+        assert len(store.start_tasks("n1", NOW, 2, NOW + timedelta(minutes=1))) == 2
+    plain_end = dataclasses.replace(ended(plain), follow=False)
+    _started, sent, _setup = _claim([plain_end])
+    assert not [
+        sql for sql in sent if "django_htask_dependency" in sql or "django_htask_batch" in sql
+    ], sent
+    _started, sent, _setup = _claim([ended(waited_for)])
+    assert [sql for sql in sent if "django_htask_dependency" in sql], sent

@@ -38,6 +38,7 @@ from tests.integration.store_checks import (
     claims_skip_locked_rows,
     concurrent_claims_respect_locks_and_limits,
     concurrent_claims_take_disjoint_batches,
+    concurrent_ends_follow_once,
     every_kind_of_write_raises_the_version,
     running_run,
     succeeded,
@@ -351,6 +352,12 @@ def test_concurrent_claims_never_both_start_a_task_of_one_lock_or_overfill_a_lim
     store: MySQLStore,
 ) -> None:
     concurrent_claims_respect_locks_and_limits(store, make_tasks, rounds=20)
+
+
+def test_two_nodes_ending_a_batch_s_last_members_at_once_release_each_callback_once(
+    store: MySQLStore,
+) -> None:
+    concurrent_ends_follow_once(store, rounds=20)
 
 
 def test_the_question_whether_gated_tasks_are_due_reads_only_gated_tasks(

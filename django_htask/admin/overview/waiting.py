@@ -1,7 +1,9 @@
-"""Due tasks that wait on a gate, and why: counted by gate for the overview and
-``htask status`` (:func:`waiting_on_gates`), and said of one task for its admin page
-(:func:`why_waiting`). The rule they explain is the claim's, ``pick_gated`` in
-``store/base.py`` (docs/howto-exactly-one.md)."""
+"""Tasks that wait, and why: the due ones waiting on a gate counted by gate for the
+overview and ``htask status`` (:func:`waiting_on_gates`), and one task's reasons for
+its admin page (:func:`why_waiting`): a task ``waiting`` waits for the tasks it runs
+after or, a batch's callback, for its batch (docs/howto-chains.md); a pending due one
+for its gates, as the claim weighs them (``pick_gated`` in ``store/base.py``,
+docs/howto-exactly-one.md)."""
 
 from __future__ import annotations
 
@@ -9,14 +11,22 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Min, QuerySet
+from django.db.models import Count, Min, Q, QuerySet
 
 from django_htask.db import scheduler_alias
 from django_htask.flow import RateLimit, flow_key
-from django_htask.models import GATED, Queue, RateSlot, Task, TaskStatus
+from django_htask.models import GATED, Batch, Dependency, Queue, RateSlot, Task, TaskStatus
 from django_htask.store.database.tasks import flow_gate
 
-__all__ = ["GATE_KINDS", "WAITING_SHOWN", "Waiting", "waiting_on_gates", "why_waiting"]
+__all__ = [
+    "CALLBACKS",
+    "GATE_KINDS",
+    "WAITING_SHOWN",
+    "Waiting",
+    "callback_of",
+    "waiting_on_gates",
+    "why_waiting",
+]
 
 #: The busiest gates of each kind shown with tasks waiting on them, at most.
 WAITING_SHOWN = 5
@@ -27,6 +37,12 @@ GATE_KINDS = {
     "key": "max_running per key of",
     "rate": "rate limit of",
 }
+#: A batch's callbacks, as its row names them, and when each is called.
+CALLBACKS = (
+    ("on_failure", "at the first member that fails for good"),
+    ("on_success", "once every member succeeded"),
+    ("on_finish", "once every member ended"),
+)
 
 
 @dataclass(frozen=True)
@@ -78,13 +94,49 @@ def waiting_on_gates(
 
 
 def why_waiting(task: Task, now: datetime, *, using: str | None = None) -> list[str]:
-    """What keeps ``task``, pending and due at ``now``, from starting, as the claim
-    weighs it: its queue paused or full, its lock held, its function or its key at
-    their ``max_running``, its rate limit's window full (and when it has room), or an
-    earlier task of its flow waiting before it. [] when it is not pending and due, or
+    """Why ``task`` does not start at ``now``. Waiting (status ``waiting``): for the
+    tasks it runs after to succeed, or, a batch's callback, for its batch. Pending and
+    due: what the claim weighs, its queue paused or full, its lock held, its function
+    or its key at their ``max_running``, its rate limit's window full (and when it has
+    room), or an earlier task of its flow waiting before it. [] otherwise, or when
     nothing holds it (it starts at the next claim). A few short queries."""
+    if task.status == TaskStatus.WAITING:
+        return [_composed_reason(task, using)]
     if task.status != TaskStatus.PENDING or task.run_at > now:
         return []
+    return _gate_reasons(task, now, using)
+
+
+def callback_of(task: Task, *, using: str | None = None) -> tuple[Batch, str, str] | None:
+    """The batch ``task`` is a callback of, its role and when it is called; None if
+    it is none's."""
+    callback = Q(on_success=task.pk) | Q(on_failure=task.pk) | Q(on_finish=task.pk)
+    batch = Batch.objects.using(using or scheduler_alias()).filter(callback).first()
+    if batch is None:
+        return None
+    role, when = next((r, w) for r, w in CALLBACKS if getattr(batch, f"{r}_id") == task.pk)
+    return batch, role, when
+
+
+def _composed_reason(task: Task, using: str | None) -> str:
+    """What a waiting task waits for: its batch (a callback) or its dependencies."""
+    found = callback_of(task, using=using)
+    if found is not None:
+        batch, role, when = found
+        left = batch.total - batch.succeeded - batch.failed - batch.cancelled
+        return (
+            f"the {role} callback of batch {batch.pk}: called {when} ({left} of its "
+            f"{batch.total} members not ended)"
+        )
+    edges = Dependency.objects.using(using or scheduler_alias()).filter(task_id=task.pk)
+    return (
+        f"for {task.waiting_on} of the {edges.count()} tasks it runs after to succeed "
+        "(see its graph)"
+    )
+
+
+def _gate_reasons(task: Task, now: datetime, using: str | None) -> list[str]:
+    """What holds a pending due task: the claim's gates (:func:`why_waiting`)."""
     rows = Task.objects.using(using or scheduler_alias())
     holding = rows.holding(now).exclude(pk=task.pk)
     reasons = _queue_reasons(task, holding, using)

@@ -49,6 +49,7 @@ from django_htask.health import DEFAULT_MAX_LATE, check_health, parse_max_late, 
 from django_htask.management.database import add_database_option, database_of
 from django_htask.models import Node, Queue, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.operations import (
+    FOLLOWED_NOT_SENT,
     describe_schedule,
     node_state,
     prune_now,
@@ -260,9 +261,11 @@ class Command(BaseCommand):
         tasks = Task.objects.using(self.using)
         counts = tasks.by_status()
         overdue = tasks.overdue(now).count()
+        for_others = tasks.filter(status=TaskStatus.WAITING).count()  # a range of an index
         self.stdout.write(
             f"tasks: {counts.get(TaskStatus.PENDING, 0)} pending ({overdue} overdue), "
             f"{counts.get(TaskStatus.RUNNING, 0)} running"
+            + (f", {for_others} waiting for others" if for_others else "")
         )
         by_queue = (
             self.rows(Task)
@@ -403,6 +406,8 @@ class Command(BaseCommand):
             self.stderr.write(
                 f"task {pk}: a newer pending task has its key: cancelled, superseded by it"
             )
+        for pk in result.followed:
+            self.stderr.write(f"task {pk}: {FOLLOWED_NOT_SENT}: left alone")
         sent = ", ".join(map(str, result.sent)) or "none"
         self.stdout.write(f"sent again: {len(result.sent)} task(s) ({sent})")
 

@@ -31,6 +31,7 @@ from .putback import put_back, supersede
 from .schedules import _ROW_FIELDS as _ROW_FIELDS
 from .schedules import RefReader, ScheduleRows
 from .schedules import schedule_row as schedule_row
+from .tasks import _GUARD as _GUARD
 from .tasks import STARTED_FIELDS as STARTED_FIELDS
 from .tasks import Column as Column
 from .tasks import TaskRows

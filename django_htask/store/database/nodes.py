@@ -14,11 +14,11 @@ from django_htask.queues import QueueFilter
 from django_htask.retry import RetryPolicy
 from django_htask.store import base, rules, values
 
-from .core import OrmStore
+from .following import FollowRows
 from .putback import put_back
 
 
-class NodeRows(OrmStore):
+class NodeRows(FollowRows):
     """The node rows, and what a node that left or died held."""
 
     def _register(self, r: values.Registration) -> None:
@@ -86,6 +86,7 @@ class NodeRows(OrmStore):
                 changes = rules.abandoned_task(a, task.attempts, now, dead_at)
                 self._end_lost(task.pk, changes, now, locked_by=node_id)
             runs.bulk_create(new_runs)
+            self._follow_ends(self._ended_followed(list(held)), now)
             # Dead at dead_at, not before: until then the others count its runs as going on.
             Node.objects.using(self.using).filter(id=node_id).update(last_heartbeat=heartbeat_at)
 
@@ -189,6 +190,8 @@ class NodeRows(OrmStore):
             )
             count += self._end_lost(task.pk, changes, now)
         Run.objects.using(self.using).bulk_create(runs)
+        if crashed:
+            self._follow_ends(self._ended_followed([task.pk for task in crashed]), now)
         # Rows found by a plain read first, then written by id: an UPDATE that scans
         # would lock, on MySQL/MariaDB, rows it then leaves alone (the live nodes'
         # tasks and runs, which their nodes are writing), and deadlock with them.

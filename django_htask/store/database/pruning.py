@@ -1,7 +1,8 @@
-"""The ORM store's pruner: finished tasks past their retention deleted with their runs,
-then old runs, then the rows of nodes stopped long ago, a short transaction at a time
-(:meth:`PruneRows.prune`), and the counts of what it would delete
-(:meth:`PruneRows.expired`).
+"""The ORM store's pruner: finished tasks past their retention deleted with their runs
+(and their edges to the tasks they waited for, and their batch's row once it is spent:
+finished, its last member gone), then old runs, then the rows of nodes stopped long
+ago, a short transaction at a time (:meth:`PruneRows.prune`), and the counts of what
+it would delete (:meth:`PruneRows.expired`).
 
 Every statement reads a range of an index: the tasks through the pruner's index
 (``retention, status, finished_at``, partial on the finished ones), one range per
@@ -16,11 +17,12 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from django_htask.models import Node, Run, RunStatus, Task
+from django_htask.models import Batch, Dependency, Node, Run, RunStatus, Task
 from django_htask.querysets import (
     EXPIRED_RUN_SQL,
     EXPIRED_TASK_SQL,
     OWN_EXPIRED_TASK_SQL,
+    SPENT_BATCH_SQL,
     expired_run,
     expired_task,
 )
@@ -30,6 +32,9 @@ from django_htask.store.values import Pruned
 from .core import _NODE, _RUN, _TASK, OrmStore
 
 __all__ = ["PruneRows", "expired_ids"]
+
+_EDGE = Dependency._meta.db_table
+_BATCH = Batch._meta.db_table
 
 
 def expired_ids(condition: str) -> str:
@@ -98,10 +103,28 @@ class PruneRows(OrmStore):
         cursor.execute(f"{expired_ids(condition)}{self._skip_held}", [*params, limit])
         ids = [row[0] for row in cursor.fetchall()]
         runs = self._delete_ids(cursor, f"DELETE FROM {_RUN} WHERE task_id", ids)
+        self._delete_ids(cursor, f"DELETE FROM {_EDGE} WHERE task_id", ids)
+        batches = self._batches_of(cursor, ids)
         tasks = self._delete_ids(
             cursor, f"DELETE FROM {_TASK} WHERE finished_at IS NOT NULL AND id", ids
         )
+        self._delete_ids(cursor, f"DELETE FROM {_BATCH} WHERE {SPENT_BATCH_SQL} AND id", batches)
         return tasks, runs
+
+    def _batches_of(self, cursor: Any, ids: list[int]) -> list[int]:
+        """The batches of the tasks ``ids`` (read through the batch index: the ids of
+        a batch's members are a range of it only for those in one)."""
+        found: set[int] = set()
+        chunk = self.connection.features.max_query_params or len(ids) or 1
+        for i in range(0, len(ids), chunk):
+            part = ids[i : i + chunk]
+            cursor.execute(
+                f"SELECT DISTINCT batch_id FROM {_TASK} WHERE batch_id IS NOT NULL "
+                f"AND id IN ({', '.join(['%s'] * len(part))})",
+                part,
+            )
+            found.update(row[0] for row in cursor.fetchall())
+        return sorted(found)
 
     def _expired_ranges(self, cursor: Any, cutoffs: Cutoffs) -> Iterator[tuple[str, list[Any]]]:
         """The ranges of the pruner's index that hold tasks past their retention, as

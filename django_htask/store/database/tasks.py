@@ -45,7 +45,8 @@ from django_htask.store.base import (
     pick_gated,
 )
 
-from .core import _CHUNK, _TASK, OrmStore, Probe, _as_datetime
+from .core import _CHUNK, _TASK, Probe, _as_datetime
+from .following import FollowRows
 from .putback import put_back
 
 STARTED_FIELDS = (
@@ -60,6 +61,7 @@ STARTED_FIELDS = (
     "timeout",
     "snoozes",
     "max_snoozes",
+    "followed",
     *base.RETRY_COLUMNS,
 )
 #: Candidates with a lock or a limit a claim reads per statement.
@@ -69,6 +71,10 @@ _GATED_COLUMNS = "id, {lock}, function, max_running, queue_name, per_key, rate_l
 _SLOT = RateSlot._meta.db_table
 #: Snoozed tasks one statement writes at most (a ``CASE`` is searched in order).
 _SNOOZES_ROWS = 100
+#: The guard of an end written for a task its claim read as followed by nothing: a
+#: task others came to wait on while it ran is not written so (see
+#: :meth:`TaskRows._write_plain_ends`).
+_GUARD = " AND followed = FALSE"
 
 
 def served_sql(serving: base.Serving, *, plain: bool = False) -> tuple[str, list[Any]]:
@@ -131,7 +137,7 @@ def set_sql(fields: dict[str, Any]) -> tuple[str, list[Any]]:
     return ", ".join(sets), params
 
 
-class TaskRows(OrmStore):
+class TaskRows(FollowRows):
     """Claims, starts and ends of one-off tasks, and the runs' outcomes."""
 
     def task_outlook(
@@ -562,60 +568,87 @@ class TaskRows(OrmStore):
                     traceback=o.traceback,
                 )
         if ended:
-            self._end_tasks(ended)
+            followed = self._end_tasks(node_id, ended)
             self._insert_runs(ended)
+            self._follow_ends(followed, max(o.finished_at for o in ended))
 
-    def _end_tasks(self, outcomes: list[RunOutcome]) -> None:
+    def _end_tasks(self, node_id: str, outcomes: list[RunOutcome]) -> list[int]:
         """Write the tasks whose attempt ended: finished, or pending again for a retry
-        (:meth:`_write_ends`) or after a snooze (:meth:`_write_snoozes`)."""
+        (:meth:`_write_ends`) or after a snooze (:meth:`_write_snoozes`). Return the
+        finished ones whose end is followed up (:meth:`_follow_ends`): those the claim
+        said so, and those that became so while they ran (:meth:`_write_plain_ends`)."""
         adapt = self.connection.ops.adapt_datetimefield_value
-        ends = []
+        plain: list[tuple[Any, ...]] = []  # finished, nothing follows as the claim read it
+        others: list[tuple[Any, ...]] = []
         snoozed = []
+        followed = [o.task_id for o in outcomes if o.follow and o.retry_at is None]
         for o in outcomes:
             if o.status == RunStatus.SNOOZED:
                 snoozed.append(o)
                 continue
             end = rules.ended_task(o)
-            ends.append(
-                (
-                    end["status"],
-                    adapt(end.get("run_at")),
-                    adapt(end["finished_at"]),
-                    end["last_error"],
-                    end["traceback"],
-                    end["result"],
-                    o.task_id,
-                )
+            row = (
+                end["status"],
+                adapt(end.get("run_at")),
+                adapt(end["finished_at"]),
+                end["last_error"],
+                end["traceback"],
+                end["result"],
+                o.task_id,
             )
+            (plain if o.retry_at is None and not o.follow else others).append(row)
         retried = [o.task_id for o in outcomes if o.task_id is not None and o.retry_at is not None]
+        grown: list[int] = []
 
         def write() -> int:
-            if ends:
-                self._write_ends(ends)
+            if others:
+                self._write_ends(others)
+            grown[:] = self._write_plain_ends(node_id, plain) if plain else []
             if snoozed:
                 self._write_snoozes(snoozed)
-            return len(ends) + len(snoozed)
+            return len(others) + len(plain) + len(snoozed)
 
         if not retried:
             write()
-            return
-        now = max(o.finished_at for o in outcomes)
-        put_back(self.using, retried, TaskStatus.RUNNING, now, write)
+        else:
+            now = max(o.finished_at for o in outcomes)
+            if put_back(self.using, retried, TaskStatus.RUNNING, now, write)[1]:
+                grown += self._ended_followed(retried)  # superseded: cancelled
+        return [i for i in followed if i is not None] + grown
 
-    def _write_ends(self, ends: list[tuple[Any, ...]]) -> None:
+    def _write_plain_ends(self, node_id: str, ends: list[tuple[Any, ...]]) -> list[int]:
+        """Write the finished tasks of ``ends`` whose claim said nothing follows their
+        end, guarded by that (``followed`` false, :meth:`_write_ends`); a task others
+        came to wait on while it ran is refused by the guard, then written as the
+        followed ones are: return those (no statement more when there are none)."""
+        if self._write_ends(ends, guard=True) == len(ends):
+            return []
+        refused = self._refused(node_id, [end[-1] for end in ends])
+        self._write_ends([end for end in ends if end[-1] in refused])
+        return sorted(refused)
+
+    def _refused(self, node_id: str, task_ids: list[int]) -> set[int]:
+        """Which of ``task_ids`` (whose end was just written) this node still runs: the
+        guard of :meth:`_write_plain_ends` refused them."""
+        return self._still_running(node_id, task_ids)
+
+    def _write_ends(self, ends: list[tuple[Any, ...]], *, guard: bool = False) -> int:
         """Write each task of ``ends`` (status, retry time or None, finished_at, error,
-        traceback, result, id) if it still runs: one prepared statement for all
-        (``executemany``): the ORM's ``update()`` per row costs more than the jobs
-        themselves when the jobs are trivial."""
+        traceback, result, id) if it still runs (and, with ``guard``, if nothing
+        follows its end: ``followed`` false); return how many were written. One
+        prepared statement for all (``executemany``): the ORM's ``update()`` per row
+        costs more than the jobs themselves when the jobs are trivial."""
         # rules.ended_task's fields, as SQL of their own: one statement for rows that
         # differ in which fields they set (a retry keeps no run_at from a finish).
         with self.connection.cursor() as cursor:
             cursor.executemany(
                 f"UPDATE {_TASK} SET status = %s, run_at = COALESCE(%s, run_at), "
                 "finished_at = %s, locked_by = NULL, lease_expires_at = NULL, "
-                "last_error = %s, traceback = %s, result = %s WHERE id = %s AND status = %s",
+                "last_error = %s, traceback = %s, result = %s WHERE id = %s AND status = %s"
+                f"{_GUARD if guard else ''}",
                 [(*end, TaskStatus.RUNNING) for end in ends],
             )
+            return max(int(cursor.rowcount), 0)
 
     #: A hint after the table name of a statement that finds tasks by id (MySQL's).
     _by_id = ""
@@ -684,10 +717,22 @@ def started_task(
     row: Sequence[Any], as_datetime: Callable[[Any], datetime] = lambda v: v
 ) -> StartedTask:
     """The :class:`StartedTask` of the values of :data:`STARTED_FIELDS`."""
-    i, t, f, p, r, a, m, pr, to, snoozes, most, *retry = row
+    i, t, f, p, r, a, m, pr, to, snoozes, most, followed, *retry = row
     columns = base.RetryColumns(*retry)
     if columns == base.DEFAULT_RETRY:
         columns = base.DEFAULT_RETRY  # one object for the many tasks without a policy
     return StartedTask(
-        i, t, f, bytes(p), as_datetime(r), a, m, pr, to, columns, snoozes=snoozes, max_snoozes=most
+        i,
+        t,
+        f,
+        bytes(p),
+        as_datetime(r),
+        a,
+        m,
+        pr,
+        to,
+        columns,
+        snoozes=snoozes,
+        max_snoozes=most,
+        follow=bool(followed),
     )

@@ -25,6 +25,7 @@ from typing import Any
 from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import StoreUnavailable
 from django_htask.querysets import (
+    batch_is_spent,
     run_is_expired,
     task_is_claimable,
     task_is_expired,
@@ -337,6 +338,7 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                         task.id in places,
                         task.snoozes,
                         task.max_snoozes,
+                        task.followed,
                     )
                 )
         if released:
@@ -354,7 +356,8 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
 
     def _record(self, node_id: str, outcomes: list[RunOutcome]) -> bool:
         """Write ``outcomes``, with the lock held; return whether a task with a lock or
-        a limit ended (the others are told, as PostgreSQL's store does)."""
+        a limit ended, or a waiting task was released (the others are told, as
+        PostgreSQL's store does)."""
         released = False
         for o in outcomes:
             if o.task_id is not None:
@@ -373,6 +376,8 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 if run is not None and run.status == RunStatus.RUNNING:
                     run.status, run.finished_at, run.duration = o.status, o.finished_at, o.duration
                     run.error, run.traceback = o.error, o.traceback
+        if self._ended:  # what follows the ends, in the same step
+            released = self._follow_ended(max(o.finished_at for o in outcomes)) or released
         for schedule_id, (status, when) in values.last_statuses(outcomes).items():
             s = self.schedules.get(schedule_id)
             if s is not None and (s.last_run_at is None or s.last_run_at <= when):
@@ -407,8 +412,12 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                     for n in self.nodes.values()
                     if n.stopped_at is not None and n.stopped_at < cutoff
                 ]
+            batches = {self.tasks[i].batch_id for i in tasks} - {None}
+            self.edges = [e for e in self.edges if e.task_id not in doomed]
             for task_id in tasks:
                 del self.tasks[task_id]
+            for batch_id in batches:
+                self._drop_if_spent(batch_id)
             for run_id in runs:
                 del self.runs[run_id]
                 self.run_aborts.discard(run_id)
@@ -421,6 +430,14 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 me.pruned_runs += pruned.runs
                 me.pruned_at = cutoffs.now
             return pruned
+
+    def _drop_if_spent(self, batch_id: int | None) -> None:
+        """Delete batch ``batch_id``'s row if it is spent (:func:`batch_is_spent`)."""
+        batch = self.batches.get(batch_id or 0)
+        if batch is not None:
+            left = sum(1 for t in self.tasks.values() if t.batch_id == batch.id)
+            if batch_is_spent(batch.finished_at, left):
+                del self.batches[batch.id]
 
     def expired(self, cutoffs: Cutoffs) -> Pruned:
         with self._lock:

@@ -64,6 +64,8 @@ class MemoryNodes(MemoryTables):
                 if a.started:
                     self._run(rules.crashed_run(task, task.id, node_id, now, a.error))
                 self._write(task, rules.abandoned_task(a, task.attempts, now, dead_at), now)
+            if self._follow_ended(now):
+                self._notify("task")
             node.last_heartbeat = heartbeat_at
 
     def live_nodes(self, dead_before: datetime) -> dict[str, tuple[datetime, QueueFilter]]:
@@ -148,4 +150,6 @@ class MemoryNodes(MemoryTables):
                 run.status, run.finished_at = RunStatus.FAILED, now
                 run.error = rules.lost_run_error(run.error)
                 count += 1
+        if self._follow_ended(now):
+            self._notify("task")
         return count, dead_nodes

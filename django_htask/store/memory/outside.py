@@ -5,17 +5,22 @@ and what they read back (:meth:`~OutsideWrites.runs_of`)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from django_htask.engine import encode_call, parse_schedule
 from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import DuplicateKey
+from django_htask.graph import AfterFailure
 from django_htask.keys import OnConflict, check_key, check_lock
 from django_htask.queues import DEFAULT_QUEUE
+from django_htask.retention import FINAL_STATUSES
 from django_htask.store.base import DEFAULT_RETRY, RetryColumns, RunOutcome
+from django_htask.store.follow import Edge, events_of, follow
 
-from .records import MemoryTables, QueueRecord, ScheduleRecord, TaskRecord
+from .follow import MemoryFollow
+from .records import BatchRecord, MemoryTables, QueueRecord, ScheduleRecord, TaskRecord
 
 #: Leaves a queue's value as it is (:meth:`OutsideWrites.set_queue`).
 _KEEP: Any = object()
@@ -90,12 +95,32 @@ class OutsideWrites(MemoryTables):
         per_key: str | None = None,
         rate_limit: int | None = None,
         rate_period: int | None = None,
+        after: Sequence[int] = (),
+        bind: Mapping[str, int] | None = None,
+        after_failure: str = AfterFailure.CANCEL,
+        batch: int | None = None,
         **kwargs: Any,
     ) -> int:
         """A pending one-off task ``function(*args, **kwargs)``, as ``schedule()`` makes
         it (due now unless ``run_at``). Return its id. With a ``key`` another pending
         task holds, ``on_conflict`` decides, as for ``schedule()``: that task's id is
-        returned (``replace``: moved to this call first), or DuplicateKey is raised."""
+        returned (``replace``: moved to this call first), or DuplicateKey is raised.
+
+        ``after`` (task ids) and ``bind`` (parameter -> task id: that one's result
+        passed under the name): it waits for them, as ``schedule(after=...)`` makes it
+        (``after_failure``: what their failure does to it); ``batch``: a member of that
+        batch (:meth:`add_batch`)."""
+        if after or bind or batch is not None:
+            if key is not None:
+                raise ValueError("a task with a key cannot wait for others nor join a batch")
+            return self._add_composed(function, args, kwargs, after, bind or {}, after_failure,
+                                      batch, run_at=run_at, max_attempts=max_attempts,
+                                      priority=priority, queue_name=queue_name,
+                                      timeout=timeout, retry=retry, lock=lock,
+                                      max_running=max_running, retention=retention,
+                                      max_snoozes=max_snoozes, per_key=per_key,
+                                      rate_limit=rate_limit,
+                                      rate_period=rate_period)  # fmt: skip
         conflict = OnConflict.of(on_conflict)
         with self._lock:
             task = TaskRecord(
@@ -148,14 +173,83 @@ class OutsideWrites(MemoryTables):
         self._notify("task")
         return task.id
 
+    def _add_composed(
+        self,
+        function: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        after: Sequence[int],
+        bind: Mapping[str, int],
+        after_failure: str,
+        batch: int | None,
+        **fields: Any,
+    ) -> int:
+        """:meth:`add_task` for a task that waits for others or joins a batch."""
+        run = AfterFailure.of(after_failure) is AfterFailure.RUN
+        with self._lock:
+            now = self.clock.now()
+            fields["run_at"] = fields["run_at"] or now
+            task = TaskRecord(next(self._ids), function, encode_call(function, args, kwargs),
+                              **fields)  # fmt: skip
+            edges = [Edge(task.id, a, None, None, run) for a in after]
+            edges += [Edge(task.id, a, param, None, run) for param, a in bind.items()]
+            unknown = [e.after_id for e in edges if e.after_id not in self.tasks]
+            if unknown:
+                raise LookupError(f"no task has the id {unknown[0]}")
+            if batch is not None:
+                row = self.batches[batch]
+                if row.finished_at is not None:
+                    raise ValueError(f"batch {batch} has finished: it takes no more tasks")
+                row.total += 1
+                task.batch_id, task.followed = batch, True
+            if edges:
+                task.status, task.waiting_on = TaskStatus.WAITING, len(edges)
+            self.tasks[task.id] = task
+            self.edges += edges
+            for e in edges:
+                self.tasks[e.after_id].followed = True
+            io = MemoryFollow(self)
+            ended = {e.after_id for e in edges if self.tasks[e.after_id].status in FINAL_STATUSES}
+            follow(io, [], now, events_of(edges, io.ended(sorted(ended))))
+        self._notify("task")
+        return task.id
+
+    def add_batch(
+        self,
+        name: str = "",
+        *,
+        on_success: str | None = None,
+        on_failure: str | None = None,
+        on_finish: str | None = None,
+    ) -> int:
+        """A batch (``django_htask.batch()``), its callbacks (registered names) waiting
+        for it; return its id. Members join it by :meth:`add_task`'s ``batch``."""
+        with self._lock:
+            row = BatchRecord(next(self._ids), name)
+            for role, fn in (("on_success", on_success), ("on_failure", on_failure),
+                             ("on_finish", on_finish)):  # fmt: skip
+                if fn is not None:
+                    callback = TaskRecord(next(self._ids), fn, encode_call(fn, [None], {}),
+                                          self.clock.now(), status=TaskStatus.WAITING,
+                                          waiting_on=1)  # fmt: skip
+                    self.tasks[callback.id] = callback
+                    setattr(row, f"{role}_id", callback.id)
+            self.batches[row.id] = row
+        return row.id
+
     def cancel_task(self, task_id: int) -> bool:
-        """Cancel a pending task (``cancel(token)``); False if it is not pending."""
+        """Cancel a pending or waiting task (``cancel(token)``), and what follows (the
+        tasks waiting on it cancelled, its batch told); False if it is neither."""
         with self._lock:
             task = self.tasks[task_id]
-            if task.status != TaskStatus.PENDING:
+            if task.status not in (TaskStatus.PENDING, TaskStatus.WAITING):
                 return False
-            task.status, task.finished_at = TaskStatus.CANCELLED, self.clock.now()
+            now = self.clock.now()
+            task.status, task.finished_at = TaskStatus.CANCELLED, now
             task.locked_by = task.lease_expires_at = None
+            if task.followed:
+                self._ended.append(task.id)
+                self._follow_ended(now)
         self._notify("task")
         return True
 

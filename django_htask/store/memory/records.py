@@ -19,8 +19,12 @@ from django_htask.exceptions import NodeFenced
 from django_htask.keys import superseded_reason
 from django_htask.querysets import node_is_live, task_is_plain
 from django_htask.queues import DEFAULT_QUEUE
+from django_htask.retention import FINAL_STATUSES
 from django_htask.store import rules
 from django_htask.store.base import DEFAULT_RETRY, Gated, RetryColumns, RunOutcome
+from django_htask.store.follow import Edge, follow
+
+from .follow import MemoryFollow
 
 
 def _set(row: Any, changes: dict[str, Any]) -> None:
@@ -100,6 +104,11 @@ class TaskRecord:
     per_key: str | None = None
     rate_limit: int | None = None
     rate_period: int | None = None
+    batch_id: int | None = None
+    #: While waiting: how many of the tasks it runs after have not ended yet.
+    waiting_on: int = 0
+    #: Its end is followed up: it belongs to a batch, or tasks wait on it.
+    followed: bool = False
 
     @property
     def gated(self) -> bool:
@@ -118,6 +127,23 @@ class TaskRecord:
             self.rate_limit,
             self.rate_period,
         )
+
+
+@dataclass
+class BatchRecord:
+    """A batch, as the ``Batch`` table holds it (the fields of ``rules.BatchFacts``)."""
+
+    id: int
+    name: str = ""
+    total: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    finished_at: datetime | None = None
+    failed_at: datetime | None = None
+    on_success_id: int | None = None
+    on_failure_id: int | None = None
+    on_finish_id: int | None = None
 
 
 @dataclass
@@ -158,6 +184,12 @@ class MemoryTables:
         self.queues: dict[str, QueueRecord] = {}
         #: The starts rate limits count: (flow, the start, when it stops counting).
         self.slots: list[tuple[str, datetime, datetime]] = []
+        self.batches: dict[int, BatchRecord] = {}
+        #: The edges of the tasks' graphs (``Dependency`` rows), in the order written.
+        self.edges: list[Edge] = []
+        #: Tasks ended by the step under way whose end is followed up
+        #: (:meth:`_follow_ended`).
+        self._ended: list[int] = []
         self._ids = itertools.count(1)
         self._versions = itertools.count(1)
         self._listeners: set[_Listener] = set()
@@ -208,10 +240,21 @@ class MemoryTables:
     def _write(self, task: TaskRecord, changes: dict[str, Any], now: datetime) -> None:
         """Set ``changes`` on ``task``, with the lock held; a task put back to pending
         is superseded instead when a pending task holds its key (then only its lease
-        is let go, as the database stores' ``put_back``)."""
-        if changes.get("status") == TaskStatus.PENDING and self._superseded(task, now):
-            return
-        _set(task, changes)
+        is let go, as the database stores' ``put_back``). A task that ends so, whose
+        end is followed up, is noted for :meth:`_follow_ended`."""
+        if not (changes.get("status") == TaskStatus.PENDING and self._superseded(task, now)):
+            _set(task, changes)
+        if task.followed and task.status in FINAL_STATUSES:
+            self._ended.append(task.id)
+
+    def _follow_ended(self, now: datetime) -> bool:
+        """What follows the ends noted by :meth:`_write` (the database stores do it in
+        the transaction that records them), with the lock held; whether a task was
+        released."""
+        ended, self._ended = self._ended, []
+        if not ended:
+            return False
+        return follow(MemoryFollow(self), ended, now)
 
     def _live(self, dead_before: datetime) -> set[str]:
         return {

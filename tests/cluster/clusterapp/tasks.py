@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from django_htask import task
+from django_htask import BatchState, RetryPolicy, current_batch, task
 
 # Registered here too: tests/cluster/test_stopping.py runs it on PostgreSQL.
 from tests.acceptance.app.tasks import hang  # noqa: F401
@@ -128,3 +128,59 @@ def keyed(n: int, key: int, seconds: float) -> None:
     _log(f"kstart {n} {os.getpid()} {time.time():.6f}\n")
     time.sleep(seconds)
     _log(f"kend {n} {os.getpid()} {time.time():.6f}\n")
+
+
+# -- tasks composed (tests/cluster/test_compose.py) ---------------------------------------
+@task
+def gstep(n: int, seconds: float) -> int:
+    """A step of a graph: logs ``gstart n``/``gend n`` with its process and the time."""
+    _log(f"gstart {n} {os.getpid()} {time.time():.6f}\n")
+    time.sleep(seconds)
+    _log(f"gend {n} {os.getpid()} {time.time():.6f}\n")
+    return n
+
+
+@task
+def gather(parts: list[int]) -> int:
+    """A fan-in: logs ``gather`` with the sum and the count of the results received."""
+    _log(f"gather {sum(parts)} {len(parts)} {os.getpid()} {time.time():.6f}\n")
+    return sum(parts)
+
+
+@task
+def bmember(n: int, seconds: float, fail: str = "", siblings: int = 0) -> int:
+    """A batch's member: ``fail="always"`` fails at once, ``"once"`` fails its first
+    attempt only (a marker file says it ran), ``siblings`` adds that many more members
+    to its batch while it runs (logging ``spawned n`` for each: a run killed after it
+    added some, then run again, adds more); logs ``bstart n`` and ``bend n``."""
+    _log(f"bstart {n} {os.getpid()} {time.time():.6f}\n")
+    if fail == "always":
+        raise RuntimeError(f"member {n} fails")
+    if fail == "once":
+        try:
+            os.close(os.open(f"{os.environ['HTASK_CLUSTER_LOG']}.once.{n}", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+        else:
+            raise RuntimeError(f"member {n} fails its first attempt")
+    batch = current_batch()
+    for k in range(siblings):
+        assert batch is not None
+        batch.schedule(bmember, 1000 + 10 * n + k, seconds)
+        _log(f"spawned {n} {os.getpid()} {time.time():.6f}\n")
+    time.sleep(seconds)
+    _log(f"bend {n} {os.getpid()} {time.time():.6f}\n")
+    return n
+
+
+#: What the composed tasks retry by: soon (a killed node's attempt is retried too).
+QUICK = RetryPolicy(0.2, attempts=3)
+
+
+@task(retry=QUICK)
+def batch_cb(state: BatchState, role: str) -> None:
+    """A batch's callback: logs ``cb`` with its role and the batch's counts."""
+    _log(
+        f"cb {role} {state.id} {state.total} {state.succeeded} {state.failed} "
+        f"{state.cancelled} {os.getpid()}\n"
+    )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from django_htask import RetryPolicy, Snooze, periodic, task
+from django_htask import BatchState, RetryPolicy, Snooze, current_batch, periodic, task
 
 #: What ran: function name -> list of arguments.
 calls: dict[str, list[object]] = defaultdict(list)
@@ -215,3 +215,35 @@ def rated(n: int, *, account: Any = "a") -> None:
     """At most two tasks per account start in any 10 seconds; ``account`` may be any
     value, to test which can be a key."""
     record("rated", (account, n))
+
+
+@task
+def batch_done(state: BatchState, label: str = "") -> int:
+    """A batch's callback: records its state (as a BatchState) under ``label``."""
+    record(f"batch_done:{label}", state)
+    return state.total
+
+
+@task
+def total(parts: list[int]) -> int:
+    """A chord's callback: the sum of the results it receives."""
+    record("total", parts)
+    return sum(parts)
+
+
+@task
+def summary(t: Tally) -> int:
+    """Receives a Tally by name (a dependency's result, read as its annotation)."""
+    record("summary", t)
+    return t.total
+
+
+@task
+def spawn(n: int) -> int:
+    """A batch's member that adds a sibling spawning ``n - 1`` more, while it runs."""
+    record("spawn", n)
+    if n > 0:
+        batch = current_batch()
+        assert batch is not None
+        batch.schedule(spawn, n - 1)
+    return n

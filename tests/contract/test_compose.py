@@ -259,3 +259,40 @@ def test_cancelling_a_task_cancels_those_after_it(kit: Kit, waiting: bool) -> No
     assert kit.cancel(a)
     assert (status(kit, a), status(kit, c)) == (TaskStatus.CANCELLED, TaskStatus.CANCELLED)
     assert "which was cancelled" in kit.task(c).last_error
+
+
+RATED = "tests.integration.testapp.tasks:rated"
+
+
+def rated_after(kit: Kit, deps: list[int], n: int) -> list[int]:
+    """``n`` tasks ``rated(i, account="a")`` (at most 2 starts in any 10 seconds per
+    account) that run after the tasks ``deps``."""
+    if kit.memory is not None:
+        memory = kit.memory
+        return [
+            memory.add_task(
+                RATED, i, account="a", after=deps, per_key="a", rate_limit=2, rate_period=10
+            )
+            for i in range(n)
+        ]
+    from django_htask.api import schedule
+
+    tokens = [kit.task(d).token for d in deps]
+    return [schedule(RATED, i, account="a", after=tokens).pk for i in range(n)]
+
+
+def test_tasks_released_start_under_their_rate_limit_per_key(kit: Kit) -> None:
+    kit.register("n1")
+    [a] = kit.add_tasks(1)
+    waiting = rated_after(kit, [a], 3)
+    rows = [kit.task(i) for i in waiting]
+    assert {(t.status, t.per_key, t.rate_limit, t.rate_period) for t in rows} == {
+        (TaskStatus.WAITING, "a", 2, 10)
+    }
+    [started] = start(kit)  # neither the plain claim nor the gated walk reads them
+    assert started.id == a
+    end(kit, started)
+    assert [status(kit, i) for i in waiting] == [TaskStatus.PENDING] * 3
+    released = kit.store.start_tasks("n1", NOW, 10, LEASE)
+    assert [t.id for t in released] == waiting[:2]
+    assert released.wake_at == NOW + timedelta(seconds=10)  # the window has room then

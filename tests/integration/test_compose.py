@@ -145,6 +145,19 @@ def test_a_result_goes_only_to_a_parameter_the_call_leaves_free() -> None:
     assert schedule(tasks.add, after={"a": first}).status == TaskStatus.WAITING
 
 
+def test_a_task_waiting_for_others_keeps_its_rate_limit_and_per_key() -> None:
+    first = schedule(tasks.add, 1)
+    waits = schedule(tasks.rated, 1, account="b", after=[first], max_running=3)
+    stored = (waits.status, waits.per_key, waits.max_running, waits.rate_limit)
+    assert stored == (TaskStatus.WAITING, "b", 3, 2)
+    graph = Graph()
+    graph.add(tasks.rated, 2, account="c", after=[first], rate_limit="5/s")
+    [task] = graph.schedule()
+    assert (task.per_key, task.rate_limit, task.rate_period) == ("c", 5, 1)
+    with pytest.raises(ArgumentError, match="'account' cannot receive a result"):
+        schedule(tasks.rated, 1, after={"account": first})
+
+
 def test_a_batch_calls_back_once_and_counts_siblings_added_while_it_runs(
     make_node: MakeNode, fake_clock: FakeClock
 ) -> None:

@@ -261,11 +261,11 @@ class Command(BaseCommand):
         tasks = Task.objects.using(self.using)
         counts = tasks.by_status()
         overdue = tasks.overdue(now).count()
-        waiting = tasks.filter(status=TaskStatus.WAITING).count()  # a range of an index
+        for_others = tasks.filter(status=TaskStatus.WAITING).count()  # a range of an index
         self.stdout.write(
             f"tasks: {counts.get(TaskStatus.PENDING, 0)} pending ({overdue} overdue), "
             f"{counts.get(TaskStatus.RUNNING, 0)} running"
-            + (f", {waiting} waiting for others" if waiting else "")
+            + (f", {for_others} waiting for others" if for_others else "")
         )
         by_queue = (
             self.rows(Task)

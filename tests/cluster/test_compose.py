@@ -2,16 +2,27 @@
 same test on MariaDB with two: tests/cluster/test_mariadb_compose.py), one killed with
 SIGKILL while members and steps run.
 
-A graph (a root, a fan-out of 30, a fan-in receiving their results, a chain of 5) and
-two batches (one all succeeding, with siblings added by a member while it runs; one
-with a member failing for good and one failing its first attempt only) run to their
-end. Then: no step started before each step it runs after ended; the fan-in received
-every result; each batch's counts are exact and each callback was released exactly
-once (``on_failure`` only for the failure for good), ran once unless the killed node
-was running it, and the callbacks not called were cancelled."""
+A graph (a root, a fan-out to branches, a fan-in receiving the result of each branch's
+last step, a chain after it) and two batches (one all succeeding, with siblings added
+by a member while it runs; one with a member failing for good and one failing its first
+attempt only) run to their end. Then: each step ran to its end once (a second time only
+after the killed node's run); no step's run started before each step it runs after had
+succeeded (the runs' ``started_at`` against the dependencies' ``finished_at``, and the
+steps' own logs); the fan-in received every result; each batch's counts are exact and
+each callback was released exactly once (``on_failure`` only for the failure for good),
+ran once unless the killed node was running it, and the callbacks not called were
+cancelled.
+
+The graph is small unless ``HTASK_COMPOSE_TASKS`` is given: by default a root, a
+fan-out of 30 single steps, the fan-in and a chain of 5 (37 tasks); with
+``HTASK_COMPOSE_TASKS=N``, a root, a fan-out to 100 branches that are chains of
+``round((N - 12) / 100)`` steps, the fan-in and a chain of 10 (1,012 tasks for N =
+1000), and the node is killed once about a quarter of the graph's steps have run."""
 
 from __future__ import annotations
 
+import itertools
+import os
 import signal
 from collections import defaultdict
 
@@ -22,8 +33,20 @@ from tests.cluster.conftest import MariaDBNodesSite, Site
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-FAN = 30
-CHAIN = 5
+_SIZE = os.environ.get("HTASK_COMPOSE_TASKS")
+#: Branches of the fan-out, steps per branch, steps of the chain after the fan-in.
+FAN, DEPTH, CHAIN = (
+    (30, 1, 5) if _SIZE is None else (100, max(1, round((int(_SIZE) - 12) / 100)), 10)
+)
+#: The tasks of the graph.
+GRAPH = 1 + FAN * DEPTH + 1 + CHAIN
+#: How long each step of a branch takes (a short step at full size keeps it a minute).
+STEP = 0.3 if _SIZE is None else 0.05
+#: The steps' numbers: the root 0, branch b's step j ``b + 1000 * j`` (b from 1), the
+#: chain's step k ``TAIL + k``.
+TAIL = 100_000
+GSTEP = "tests.cluster.clusterapp.tasks:gstep"
+GATHER = "tests.cluster.clusterapp.tasks:gather"
 
 WORK = f"""
 from django_htask import batch, call, chain, group, schedule
@@ -38,9 +61,10 @@ def callbacks(name):
 
 graph = chain(
     step(0, 0.3),
-    group(*(step(i, 0.3) for i in range(1, {FAN} + 1))),
+    group(*(chain(*(step(b + 1000 * j, {STEP}) for j in range({DEPTH})))
+            for b in range(1, {FAN} + 1))),
     call(gather).using(retry=QUICK).receiving("parts"),
-    *(step(100 + k, 0.1) for k in range({CHAIN})),
+    *(step({TAIL} + k, 0.1) for k in range({CHAIN})),
 ).schedule()
 with batch(name="A", **callbacks("A")) as a:
     for n in range(30):
@@ -62,7 +86,9 @@ def test_a_graph_and_batches_end_exactly_once_across_nodes_one_killed(site: Site
     for node in nodes:
         node.wait_ready(60)
     a_id, b_id = (int(v) for v in site.django(WORK).split())
-    wait_until(lambda: len(site.lines()) >= 20, 30, "members and steps running")
+    # Each step logs two lines: at full size, about a quarter of the graph has run.
+    mid = 20 if _SIZE is None else GRAPH // 2
+    wait_until(lambda: len(site.lines()) >= mid, 30, "members and steps running")
     victim = nodes[0]
     victim.send(signal.SIGKILL)
     victim.wait_exit(10)
@@ -73,7 +99,7 @@ def test_a_graph_and_batches_end_exactly_once_across_nodes_one_killed(site: Site
                 "SELECT 1 FROM django_htask_task WHERE status IN ('pending', 'waiting', 'running')"
             )
         ),
-        90,
+        90 if _SIZE is None else 90 + GRAPH // 5,
         "every task ended",
     )
     lines = site.lines()
@@ -82,8 +108,10 @@ def test_a_graph_and_batches_end_exactly_once_across_nodes_one_killed(site: Site
     ]
     assert cut_short, "the killed node had started none of the work"
     _steps_in_order(lines, killed)
+    _runs_after_their_dependencies(site)
     gathered = [line for line in lines if line[0] == "gather"][-1]
-    assert gathered[1:3] == [str(sum(range(1, FAN + 1))), str(FAN)]
+    last = [b + 1000 * (DEPTH - 1) for b in range(1, FAN + 1)]
+    assert gathered[1:3] == [str(sum(last)), str(FAN)]
     a_total = 30 + sum(1 for line in lines if line[0] == "spawned")  # 2, or more if killed
     _batch_is(site, a_id, total=a_total, succeeded=a_total, failed=0, cancelled=0)
     _batch_is(site, b_id, total=20, succeeded=19, failed=1, cancelled=0)
@@ -104,7 +132,15 @@ def test_a_graph_and_batches_end_exactly_once_across_nodes_one_killed(site: Site
         "failed, 0 cancelled",
     ]
     assert all(n.process.poll() is None for n in nodes[1:])
-    print(f"{count} nodes, one killed while it ran {len(cut_short)}: callbacks {calls}")
+    lost = site.one(
+        "SELECT count(*) FROM django_htask_run WHERE status = 'failed' AND function IN (%s, %s)",
+        GSTEP,
+        GATHER,
+    )
+    print(
+        f"{count} nodes, a graph of {GRAPH} tasks, one node killed after it started "
+        f"{len(cut_short)} (steps run again: {lost}): callbacks {calls}"
+    )
 
 
 def _steps_in_order(lines: list[list[str]], killed: int) -> None:
@@ -119,16 +155,46 @@ def _steps_in_order(lines: list[list[str]], killed: int) -> None:
                 starts[n].append(at)
             else:
                 ends[n].append((at, pid))
-    steps = [0, *range(1, FAN + 1), *(100 + k for k in range(CHAIN))]
-    assert sorted(ends) == steps
+    branches = [[b + 1000 * j for j in range(DEPTH)] for b in range(1, FAN + 1)]
+    tail = [TAIL + k for k in range(CHAIN)]
+    steps = [0, *(n for branch in branches for n in branch), *tail]
+    assert sorted(ends) == sorted(steps)
     for n in steps:
         assert [pid for _at, pid in ends[n]][:-1] in ([], [killed]), (n, ends[n])
     done = {n: max(at for at, _pid in ends[n]) for n in steps}
     gathered = max(float(line[4]) for line in lines if line[0] == "gather")
-    assert all(min(starts[i]) >= done[0] for i in range(1, FAN + 1))
-    assert min(starts[100]) >= gathered >= max(done[i] for i in range(1, FAN + 1))
-    for k in range(1, CHAIN):
-        assert min(starts[100 + k]) >= done[100 + k - 1]
+    for branch in branches:
+        assert min(starts[branch[0]]) >= done[0]
+        for before, n in itertools.pairwise(branch):
+            assert min(starts[n]) >= done[before], (n, before)
+    assert min(starts[tail[0]]) >= gathered >= max(done[branch[-1]] for branch in branches)
+    for before, n in itertools.pairwise(tail):
+        assert min(starts[n]) >= done[before], (n, before)
+
+
+def _runs_after_their_dependencies(site: Site) -> None:
+    """As the database recorded it: every task of the graph succeeded with one run
+    succeeded, and no run of a task started before a task it runs after had
+    finished."""
+    edges = site.one("SELECT count(*) FROM django_htask_dependency")
+    assert edges == FAN * DEPTH + FAN + CHAIN
+    early = site.sql(
+        "SELECT d.task_id, d.after_id, r.started_at, a.finished_at "
+        "FROM django_htask_dependency d "
+        "JOIN django_htask_task a ON a.id = d.after_id "
+        "JOIN django_htask_run r ON r.task_id = d.task_id "
+        "WHERE a.status <> 'succeeded' OR r.started_at < a.finished_at"
+    )
+    assert early == []
+    runs = site.sql(
+        "SELECT t.id, t.status, count(r.id) FROM django_htask_task t "
+        "LEFT JOIN django_htask_run r ON r.task_id = t.id AND r.status = 'succeeded' "
+        "WHERE t.function IN (%s, %s) GROUP BY t.id, t.status",
+        GSTEP,
+        GATHER,
+    )
+    assert len(runs) == GRAPH
+    assert [row for row in runs if row[1:] != ("succeeded", 1)] == []
 
 
 def _batch_is(site: Site, batch_id: int, **counts: int) -> None:

@@ -167,8 +167,10 @@ class PruneRows(OrmStore):
     def _delete_runs(self, cursor: Any, cutoff: Any, limit: int) -> int:
         """Delete at most ``limit`` runs past ``RUN_RETENTION_DAYS``, the oldest first."""
         cursor.execute(
-            f"DELETE FROM {_RUN} WHERE id IN (SELECT id FROM {_RUN} WHERE {EXPIRED_RUN_SQL} "
-            "ORDER BY started_at LIMIT %s)",
+            f"DELETE FROM {_RUN} WHERE "
+            + self._id_among(
+                f"SELECT id FROM {_RUN} WHERE {EXPIRED_RUN_SQL} ORDER BY started_at LIMIT %s"
+            ),
             [cutoff, RunStatus.RUNNING, limit],
         )
         return int(cursor.rowcount)

@@ -456,11 +456,13 @@ class TaskRows(FollowRows):
         )
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {_TASK} SET {sets} WHERE id IN ("
-                f" SELECT id FROM {_TASK}{indexed_by} WHERE {CLAIMABLE_SQL}"
-                f" AND {PLAIN_TASK_SQL}{served}"
-                f"  ORDER BY priority DESC, run_at, id LIMIT %s{lock}"
-                f") RETURNING {', '.join(STARTED_FIELDS)}",
+                f"UPDATE {_TASK} SET {sets} WHERE "
+                + self._id_among(
+                    f"SELECT id FROM {_TASK}{indexed_by} WHERE {CLAIMABLE_SQL}"
+                    f" AND {PLAIN_TASK_SQL}{served}"
+                    f" ORDER BY priority DESC, run_at, id LIMIT %s{lock}"
+                )
+                + f" RETURNING {', '.join(STARTED_FIELDS)}",
                 [
                     *set_params,
                     *claimable_params(adapt(now)),

@@ -15,7 +15,7 @@ class RateSlot(models.Model):
     ``expires_at``: its start plus the limit's period (django_htask/flow.py). Written
     by the claim that starts the task, in its transaction; the claims of the flow then
     count the slots not expired. Kept by the database through restarts and kill -9, and
-    deleted once expired, by the next claim of the flow."""
+    deleted once expired, by the next claim of the flow or by the pruner."""
 
     objects = SchedulerManager["RateSlot"]()
 

@@ -93,6 +93,7 @@ from django_htask.models import (
     GATED_PREDICATE,
     KEY_INDEX,
     Node,
+    RateSlot,
     Run,
     RunStatus,
     Schedule,
@@ -141,6 +142,7 @@ SCHEDULE = Schedule._meta.db_table
 TASK = Task._meta.db_table
 RUN = Run._meta.db_table
 NODE = Node._meta.db_table
+SLOT = RateSlot._meta.db_table
 #: The name of a node's presence lock (:mod:`~django_htask.store.presence`), from its id
 #: (the parameter) and the session's database: named locks belong to the whole server.
 PRESENCE = "CONCAT('htask-node-', SHA1(CONCAT(DATABASE(), ':', %s)))"
@@ -536,6 +538,11 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
             f"DELETE FROM {RUN} WHERE {EXPIRED_RUN_SQL} ORDER BY started_at LIMIT %s",
             [cutoff, RunStatus.RUNNING, limit],
         )
+        return int(cursor.rowcount)
+
+    def _delete_slots(self, cursor: Any, now: Any, limit: int) -> int:
+        """As the generic one, in MySQL's single-table ``DELETE … LIMIT``."""
+        cursor.execute(f"DELETE FROM {SLOT} WHERE expires_at <= %s LIMIT %s", [now, limit])
         return int(cursor.rowcount)
 
     def _try_lock(self, row: str) -> bool:

@@ -207,3 +207,28 @@ def batch_gone(kit: Kit, batch_id: int) -> bool:
     from django_htask.models import Batch
 
     return not Batch.objects.filter(pk=batch_id).exists()
+
+
+def slots_left(kit: Kit) -> int:
+    if kit.memory is not None:
+        return len(kit.memory.slots)
+    from django_htask.models import RateSlot
+
+    return RateSlot.objects.count()
+
+
+def test_the_expired_slots_of_rate_limits_go_and_the_live_ones_stay(kit: Kit) -> None:
+    """A claim deletes the expired slots of the flows it starts; a flow no claim
+    starts any more leaves its slots to the pruner."""
+    from .test_store import rated, started_ids
+
+    kit.register("n1")
+    quiet = rated(kit, 2, NOW - DAY, per="quiet")
+    assert started_ids(kit, "n1", at=NOW - DAY) == quiet
+    live = rated(kit, 2, NOW - DAY, per="live")
+    assert started_ids(kit, "n1", at=NOW - timedelta(seconds=5)) == live
+    assert slots_left(kit) == 4
+
+    assert kit.store.prune("n1", CUTOFFS, 1) == Pruned(more=True)
+    assert kit.store.prune("n1", CUTOFFS, 100) == Pruned()
+    assert slots_left(kit) == 2  # the live flow's, counted for 5 seconds more

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from django_htask.models import Batch, Dependency, Node, Run, RunStatus, Task
+from django_htask.models import Batch, Dependency, Node, RateSlot, Run, RunStatus, Task
 from django_htask.querysets import (
     EXPIRED_RUN_SQL,
     EXPIRED_TASK_SQL,
@@ -34,6 +34,7 @@ from .core import _NODE, _RUN, _TASK, OrmStore
 __all__ = ["PruneRows", "expired_ids"]
 
 _EDGE = Dependency._meta.db_table
+_SLOT = RateSlot._meta.db_table
 _BATCH = Batch._meta.db_table
 
 
@@ -84,6 +85,8 @@ class PruneRows(OrmStore):
             if not more and cutoffs.runs is not None:
                 cursor.execute(f"DELETE FROM {_NODE} WHERE stopped_at < %s", [adapt(cutoffs.runs)])
                 nodes = cursor.rowcount
+            if not more:
+                more = self._delete_slots(cursor, adapt(cutoffs.now), limit) >= limit
             pruned = Pruned(tasks, runs, nodes, more)
             if pruned.rows:
                 cursor.execute(
@@ -172,6 +175,16 @@ class PruneRows(OrmStore):
                 f"SELECT id FROM {_RUN} WHERE {EXPIRED_RUN_SQL} ORDER BY started_at LIMIT %s"
             ),
             [cutoff, RunStatus.RUNNING, limit],
+        )
+        return int(cursor.rowcount)
+
+    def _delete_slots(self, cursor: Any, now: Any, limit: int) -> int:
+        """Delete at most ``limit`` expired slots of rate limits (a claim deletes those
+        of the flows it starts; these are of flows no claim started since)."""
+        cursor.execute(
+            f"DELETE FROM {_SLOT} WHERE "
+            + self._id_among(f"SELECT id FROM {_SLOT} WHERE expires_at <= %s LIMIT %s"),
+            [now, limit],
         )
         return int(cursor.rowcount)
 

@@ -423,6 +423,11 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 self.run_aborts.discard(run_id)
             for gone in nodes:
                 del self.nodes[gone]
+            if not more:  # the expired slots of rate limits, at most ``limit``
+                expired = [i for i, slot in enumerate(self.slots) if slot[2] <= cutoffs.now]
+                dropped = set(expired[:limit])
+                self.slots = [slot for i, slot in enumerate(self.slots) if i not in dropped]
+                more = len(dropped) >= limit
             pruned = Pruned(len(tasks), len(runs), len(nodes), more)
             me = self.nodes.get(node_id)
             if me is not None and pruned.rows:

@@ -2,27 +2,40 @@
 latency.
 
 Run: ``.venv/bin/python bench/cluster.py`` (starts its own throw-away PostgreSQL, and
-for section 1 a throw-away MariaDB too: ``--database``).
+for section 1 a throw-away MariaDB too: ``--database``). Section 1 alone on
+PostgreSQL, every engine: ``.venv/bin/python bench/cluster.py --only 1 --database postgres
+--tasks 10000 --rounds 3`` (``--oban-python`` if ``python3.12`` is not on the path).
 
 1. One-off throughput: N trivial tasks (``--tasks``, 2000) queued, then 1 or 3
    processes of each engine started: django-htask's ``runscheduler`` (8 workers, its
    default), procrastinate's ``manage.py procrastinate worker --concurrency 4``
    (its Django integration), django-q2's ``qcluster`` (ORM broker, 4 workers, bulk
-   4) and django-tasks-db's ``db_worker``, and django-htask with 32 workers (not in
-   the ratios); the peers with persistent connections
-   (``tests.cluster.peer_settings``). Rounds interleave the engines (``--rounds``, 4;
-   medians). Per engine and size: tasks/s from exec to the last task finished and from
-   the first task started to the last finished, commits (``pg_stat_database``) and
-   rows written (``pg_stat_user_tables``) per task, the processes' CPU per task (and
-   the same after start-up: from the first poll that saw a task done), and exec to the
-   first task finished. On MariaDB (``--database mariadb`` or ``both``, the default;
-   started as tests/mariadbcluster.py does) the same rounds run django-htask and
-   ``db_worker`` only (procrastinate needs PostgreSQL; django-q2 is left out), rows
-   written come from ``SHOW GLOBAL STATUS`` (``Handler_write`` + ``_update`` +
-   ``_delete``), and commits are not counted: its ``Com_commit`` counts ``COMMIT``
-   statements only, not a statement in autocommit (each a transaction of its own, as
-   PostgreSQL's ``xact_commit`` counts it), so the two would not compare. Sections 2
-   to 6 run on PostgreSQL only.
+   4), django-tasks-db's ``db_worker`` and Oban for Python's ``oban start`` (queue
+   limit 8); django-htask and Oban also with 20 and 50 workers per process / as
+   their queue's limit (``--widths``, 8 20 50), side by side at each (not in the
+   peers' ratios); the peers with persistent connections
+   (``tests.cluster.peer_settings``). Oban is not a Django app and needs Python 3.12
+   or later: the bench makes it a venv of its own on first use
+   (``~/.cache/django-htask-bench/oban-0.7.0``, with ``--oban-python``,
+   ``python3.12``; ``pip install oban==0.7.0`` from PyPI), gives it a database of its
+   own on the same server (schema by ``oban install``), queues with its client's
+   ``enqueue_many`` and starts its CLI with its log at warnings (at info it logs
+   every job). Rounds interleave the engines (``--rounds``, 4; medians). Per engine
+   and size: tasks/s from exec to the last task finished and from the first task
+   started to the last finished, commits (``pg_stat_database``) and rows written
+   (``pg_stat_user_tables``) of its database per task, the processes' CPU per task
+   (and the same after start-up: from the first poll that saw a task done), the
+   database server's CPU per task (all its processes, from exec to the last task
+   finished), and exec to the first task finished; then django-htask / Oban at each
+   width both ran, each round's ratio (tasks/s, the workers' and the server's CPU
+   per task): the median and the range. On MariaDB (``--database mariadb`` or
+   ``both``, the default; started as tests/mariadbcluster.py does) the same rounds
+   run django-htask and ``db_worker`` only (procrastinate and Oban need PostgreSQL;
+   django-q2 is left out), rows written come from ``SHOW GLOBAL STATUS``
+   (``Handler_write`` + ``_update`` + ``_delete``), and commits are not counted: its
+   ``Com_commit`` counts ``COMMIT`` statements only, not a statement in autocommit
+   (each a transaction of its own, as PostgreSQL's ``xact_commit`` counts it), so the
+   two would not compare. Sections 2 to 6 run on PostgreSQL only.
 2. 100k schedules over 3 nodes: start-up to ready, memory (RSS) per node, and the
    transactions per second the idle nodes make (``pg_stat_database``).
 3. Notify-to-fire latency: a schedule's ``next_run_at`` set to now by another client;
@@ -74,8 +87,9 @@ NOOP = "tests.cluster.clusterapp.tasks:noop"
 @dataclass(frozen=True)
 class Engine:
     """How to queue, run and time trivial tasks with one engine. ``enqueue`` is Django
-    code (``{tasks}`` is the count); ``times_sql`` returns the first start, the first
-    finish and the last finish."""
+    code (``{tasks}`` is the count); ``command`` a management command (``{width}`` is
+    :attr:`width`); ``times_sql`` returns the first start, the first finish and the
+    last finish."""
 
     name: str
     enqueue: str
@@ -85,11 +99,130 @@ class Engine:
     times_sql: str
     #: It runs on MariaDB too (section 1's MariaDB rows).
     mariadb: bool = False
+    #: Its workers per process (or its queue's limit); 0 where the peer's is fixed.
+    width: int = 0
+    #: The name of its rows at other widths (``{width}``); empty: one width only.
+    widened: str = ""
 
     @property
     def env(self) -> dict[str, str]:
         """The settings of its processes; a peer's name picks its apps."""
         return {"DJANGO_SETTINGS_MODULE": self.settings, "HTASK_BENCH_PEER": self.name}
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return tuple(arg.format(width=self.width) for arg in self.command)
+
+    def wide(self, width: int) -> Engine:
+        """The same engine with ``width`` workers per process."""
+        return replace(self, name=self.widened.format(width=width), width=width)
+
+    def prepare(self, bench: Bench) -> Bench:
+        """The site it runs on: ``bench``'s own (its migrate made the tables)."""
+        return bench
+
+    def reset(self, bench: Bench) -> None:
+        bench.reset()
+
+    def queue(self, bench: Bench, tasks: int) -> None:
+        bench.django(self.enqueue.format(tasks=tasks), env=self.env)
+
+    def start(self, bench: Bench) -> subprocess.Popen[str]:
+        return bench.manage(*self.argv, env=self.env)
+
+
+#: Oban for Python's release the bench installs in its own venv.
+OBAN_VERSION = "0.7.0"
+OBAN_WORKER = "bench.peers.oban_jobs.ObanNoop"
+#: Queued by Oban's own client, in its venv (``OBAN_DSN`` names its database).
+OBAN_ENQUEUE = """
+import asyncio
+from oban import Oban
+from bench.peers.oban_jobs import ObanNoop
+
+async def main():
+    pool = await Oban.create_pool()
+    try:
+        await Oban(pool=pool).enqueue_many(ObanNoop.new({{"n": n}}) for n in range({tasks}))
+    finally:
+        await pool.close()
+
+asyncio.run(main())
+"""
+
+
+@dataclass(frozen=True)
+class ObanEngine(Engine):
+    """Oban for Python, not a Django app: its own venv (it needs Python 3.12 or later),
+    made with :attr:`python` on first use; its own database on the bench's server, its
+    schema installed by its CLI; its tasks queued by its client (``enqueue_many``) and
+    run by ``oban start`` with the queue's limit at :attr:`width`. Its log is set to
+    warnings, as quiet as the other engines' (at its default, info, it logs every job)."""
+
+    #: The interpreter its venv is made with.
+    python: str = "python3.12"
+    database: str = "oban"
+
+    @property
+    def venv(self) -> Path:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        return cache / "django-htask-bench" / f"oban-{OBAN_VERSION}"
+
+    def prepare(self, bench: Bench) -> Bench:
+        """Its venv and its database, made if missing, its schema installed: a site on
+        that database."""
+        if not (self.venv / "bin" / "oban").exists():
+            _make_venv(self.python, self.venv, f"oban=={OBAN_VERSION}")
+        if not bench.sql("SELECT 1 FROM pg_database WHERE datname = %s", self.database):
+            bench.sql(f"CREATE DATABASE {self.database}")
+        assert isinstance(bench.server, PostgresCluster)
+        site = Bench(Database(bench.server, self.database), bench.log)  # type: ignore[arg-type]
+        self._run(site, str(self.venv / "bin" / "oban"), "install")
+        return site
+
+    def reset(self, bench: Bench) -> None:
+        bench.sql("TRUNCATE oban_jobs, oban_producers, oban_leaders")
+
+    def queue(self, bench: Bench, tasks: int) -> None:
+        self._run(bench, str(self.venv / "bin" / "python"), "-c", self.enqueue.format(tasks=tasks))
+
+    def start(self, bench: Bench) -> subprocess.Popen[str]:
+        return bench.spawn([str(self.venv / "bin" / "oban"), *self.argv], self._env(bench))
+
+    def _env(self, bench: Bench) -> dict[str, str]:
+        return {"OBAN_DSN": bench.pg.url}
+
+    def _run(self, bench: Bench, *argv: str) -> None:
+        result = subprocess.run(
+            argv,
+            env={**os.environ, **bench.env, **self._env(bench)},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        if result.returncode:
+            raise RuntimeError(f"{argv[0]} {argv[1]} failed:\n{result.stderr}")
+
+
+def _make_venv(python: str, venv: Path, requirement: str) -> None:
+    """A virtualenv at ``venv`` made with ``python``, ``requirement`` installed from the
+    package index."""
+    print(f"(making {venv} with {python}: pip install {requirement})")
+    try:
+        subprocess.run([python, "-m", "venv", str(venv)], check=True, capture_output=True)
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", requirement],
+            check=True,
+            capture_output=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        stderr = getattr(exc, "stderr", b"") or b""
+        raise SystemExit(
+            f"could not make {venv} with {python!r} ({exc}; Oban needs Python 3.12 or "
+            f"later: --oban-python):\n{stderr.decode(errors='replace')[-2000:]}"
+        ) from exc
 
 
 ENGINES = (
@@ -99,11 +232,13 @@ ENGINES = (
         "from django_htask.models import Task\nnow = clock.now()\n"
         f"Task.objects.bulk_create(Task(function='{NOOP}', run_at=now, "
         f"payload=registry.check_call('{NOOP}', (n,), {{{{}}}})) for n in range({{tasks}}))",
-        ("runscheduler", "--workers", "8"),
+        ("runscheduler", "--workers", "{width}"),
         SETTINGS,
         "SELECT count(*) FROM django_htask_task WHERE status = 'succeeded'",
         "SELECT min(started_at), min(finished_at), max(finished_at) FROM django_htask_task",
         mariadb=True,
+        width=8,
+        widened="htask -w {width}",
     ),
     Engine(
         "procrastinate",
@@ -138,12 +273,22 @@ ENGINES = (
         "FROM django_tasks_database_dbtaskresult",
         mariadb=True,
     ),
-)
+    ObanEngine(
+        "oban",
+        OBAN_ENQUEUE,
+        ("start", "--queues", "default:{width}", "--log-level", "WARNING",
+         "--cron-modules", "bench.peers.oban_jobs"),
+        "",
+        "SELECT count(*) FROM oban_jobs WHERE state = 'completed'",
+        # Oban's times are naive, in UTC; attempted_at is when a job was claimed.
+        "SELECT min(attempted_at) AT TIME ZONE 'UTC', min(completed_at) AT TIME ZONE "
+        "'UTC', max(completed_at) AT TIME ZONE 'UTC' FROM oban_jobs",
+        width=8,
+        widened="oban -l {width}",
+    ),
+)  # fmt: skip
 
 
-#: django-htask with 32 workers: a node claims at most as many tasks as it has free
-#: workers in one transaction, so this shows what the batch size is worth.
-HTASK_WIDE = replace(ENGINES[0], name="htask -w 32", command=("runscheduler", "--workers", "32"))
 PEERS = tuple(e.name for e in ENGINES[1:])
 
 #: Section 6: the claim index as migration 0007 makes it, and a node's claims timed.
@@ -195,6 +340,20 @@ class Throughput:
     #: The same, from the first poll that found a task finished (start-up behind) to
     #: the end, per task finished in between.
     cpu_ms_after: float
+    #: The database server's CPU (all its processes) from exec to the last task
+    #: finished, per task.
+    server_cpu_ms: float
+
+
+class Database:
+    """One database of the bench's PostgreSQL, as :class:`Bench` takes a server: its
+    URL, and the server's data directory."""
+
+    def __init__(self, server: PostgresCluster, name: str) -> None:
+        self.server = server
+        self.name = name
+        self.url = server.url.rsplit("/", 1)[0] + f"/{name}"
+        self.data_dir = server.data_dir
 
 
 class Bench(ClusterSite):
@@ -225,8 +384,15 @@ class Bench(ClusterSite):
     ) -> subprocess.Popen[str]:
         """Start a management command; with ``banner``, its stdout is a pipe to read
         the banner from (read no further: nothing else is printed there)."""
+        return self.spawn([sys.executable, "-m", "django", *args], env, banner)
+
+    def spawn(
+        self, argv: list[str], env: dict[str, str] | None = None, banner: bool = False
+    ) -> subprocess.Popen[str]:
+        """Start ``argv`` with the site's environment and ``env`` on top (``banner``:
+        see :meth:`manage`)."""
         return subprocess.Popen(
-            [sys.executable, "-m", "django", *args],
+            argv,
             env={**os.environ, **self.env, **(env or {})},
             cwd=ROOT,
             stdout=subprocess.PIPE if banner else subprocess.DEVNULL,
@@ -240,8 +406,14 @@ class Bench(ClusterSite):
         assert isinstance(self.server, PostgresCluster)
         return f"PostgreSQL {self.server.bin_dir.parent.name}"
 
+    def server_pid(self) -> int:
+        """The database server's first process (PostgreSQL's postmaster: its backends
+        are its children)."""
+        assert isinstance(self.server, PostgresCluster | Database)
+        return int((self.server.data_dir / "postmaster.pid").read_text().split()[0])
+
     def migrate(self) -> None:
-        """Every engine's tables."""
+        """Every engine's tables (Django's)."""
         self.django(
             "from django.core.management import call_command\ncall_command('migrate', verbosity=0)",
             env={"DJANGO_SETTINGS_MODULE": PEER_SETTINGS, "HTASK_BENCH_PEER": "all"},
@@ -266,13 +438,15 @@ class Bench(ClusterSite):
     # -- 1. throughput ---------------------------------------------------------------
     def throughput(self, engine: Engine, tasks: int, processes: int) -> Throughput:
         """Queue ``tasks`` trivial tasks, start ``processes`` workers of ``engine``, wait
-        until all are done; times come from the rows each engine writes."""
-        self.reset()
-        self.django(engine.enqueue.format(tasks=tasks), env=engine.env)
+        until all are done; times come from the rows each engine writes. ``engine``
+        runs on this site (see :meth:`Engine.prepare`)."""
+        engine.reset(self)
+        engine.queue(self, tasks)
         time.sleep(0.3)  # the enqueuing backend's statistics flushed at its exit
         before = self._counters()
+        server = _tree_cpu(self.server_pid())
         t0 = time.time()
-        procs = [self.manage(*engine.command, env=engine.env) for _ in range(processes)]
+        procs = [engine.start(self) for _ in range(processes)]
         deadline = time.monotonic() + 600
         early: tuple[int, float] | None = None  # tasks done and CPU at the first done
         while (done := self.one(engine.done_sql)) < tasks:
@@ -282,6 +456,7 @@ class Bench(ClusterSite):
                 early = (done, sum(_tree_cpu(p.pid) for p in procs))
             time.sleep(0.1)
         cpu = sum(_tree_cpu(p.pid) for p in procs)
+        server = _tree_cpu(self.server_pid()) - server
         done_early, cpu_early = early or (0, 0.0)  # all done at the first look
         first_started, first_finished, last_finished = self.sql(engine.times_sql)[0]
         _stop(procs)
@@ -297,6 +472,7 @@ class Bench(ClusterSite):
             rows=(after.rows - before.rows) / tasks,
             cpu_ms=cpu * 1000 / tasks,
             cpu_ms_after=(cpu - cpu_early) * 1000 / max(tasks - done_early, 1),
+            server_cpu_ms=server * 1000 / tasks,
         )
 
     # -- 5. occurrences --------------------------------------------------------------
@@ -546,6 +722,10 @@ class MariaDBBench(Bench, MariaDBSite):
         assert isinstance(self.server, MariaDBServer)
         return f"MariaDB {self.server.version()}"
 
+    def server_pid(self) -> int:
+        assert isinstance(self.server, MariaDBServer)
+        return int((self.server.root / "mariadbd.pid").read_text().split()[0])
+
     def migrate(self) -> None:
         """django-htask's tables and django-tasks-db's (procrastinate's migrations are
         PostgreSQL's SQL, so not every peer's apps at once)."""
@@ -655,7 +835,7 @@ def _print_throughput(results: dict[tuple[str, int], list[Throughput]], names: l
     print(
         f"  {'engine':<14} {'procs':>5} {'tasks/s from exec':>17} {'from 1st task':>13} "
         f"{'spread':>6} {'commits/task':>12} {'rows/task':>9} {'CPU ms/task':>11} "
-        f"{'after start':>11} {'exec to 1st done':>16}"
+        f"{'after start':>11} {'server CPU':>10} {'exec to 1st done':>16}"
     )
     for size in (1, 3):
         for name in names:
@@ -666,10 +846,14 @@ def _print_throughput(results: dict[tuple[str, int], list[Throughput]], names: l
                 f"{median(name, size, 'commits'):>12.2f} {median(name, size, 'rows'):>9.2f} "
                 f"{median(name, size, 'cpu_ms'):>11.2f} "
                 f"{median(name, size, 'cpu_ms_after'):>11.2f} "
+                f"{median(name, size, 'server_cpu_ms'):>10.2f} "
                 f"{median(name, size, 'first_done_s'):>14.2f} s"
             )
     print("  (spread: (max - min) / median of the tasks/s from the 1st task over the rounds;")
-    print("   after start: the CPU from the first poll that saw a task done, per task after it)")
+    print("   CPU ms/task: the engine's processes; after start: the same from the first poll")
+    print("   that saw a task done, per task after it; server CPU: the database server's")
+    print("   processes from exec to the last task finished, per task, the bench's polls,")
+    print("   10 a second on a connection each, included)")
     ours, peers = ENGINES[0].name, [n for n in names if n in PEERS]
     if ours in names:
         print(
@@ -693,6 +877,34 @@ def _print_throughput(results: dict[tuple[str, int], list[Throughput]], names: l
             for p in peers
         )
         print(f"  {size} process(es), django-htask / each (from 1st task / from exec): {each}")
+
+
+def _ratio(ours: list[Throughput], reference: list[Throughput], field: str) -> str:
+    """The median of the rounds' ratios, and the lowest and the highest."""
+    ratios = [getattr(a, field) / getattr(b, field) for a, b in zip(ours, reference, strict=True)]
+    return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
+def _print_equal_widths(
+    results: dict[tuple[str, int], list[Throughput]], engines: list[Engine]
+) -> None:
+    """django-htask / Oban where one's workers per process equal the other's queue
+    limit, each round's ratio against the same round's."""
+    ours = {e.width: e.name for e in engines if e.widened == ENGINES[0].widened}
+    oban = {e.width: e.name for e in engines if isinstance(e, ObanEngine)}
+    widths = sorted(ours.keys() & oban.keys())
+    if not widths:
+        return
+    print("  django-htask / Oban at equal concurrency (median of the rounds' ratios, range):")
+    for size in (1, 3):
+        for width in widths:
+            got, ref = results[ours[width], size], results[oban[width], size]
+            print(
+                f"  {size} process(es), {width} workers / limit {width}: tasks/s from exec "
+                f"{_ratio(got, ref, 'from_start')}, from 1st task "
+                f"{_ratio(got, ref, 'from_first')}; CPU per task, workers "
+                f"{_ratio(got, ref, 'cpu_ms')}, PostgreSQL {_ratio(got, ref, 'server_cpu_ms')}"
+            )
 
 
 def _print_occurrences(
@@ -722,6 +934,19 @@ def main() -> None:
         default=[e.name for e in ENGINES],
         choices=[e.name for e in ENGINES],
         help="section 1's engines (default: all)",
+    )
+    parser.add_argument(
+        "--widths",
+        type=int,
+        nargs="+",
+        default=[8, 20, 50],
+        help="section 1: django-htask's workers per process and Oban's queue limit, a row "
+        "each (default: 8 20 50; 8, django-htask's default, is the row the peers are put beside)",
+    )
+    parser.add_argument(
+        "--oban-python",
+        default="python3.12",
+        help="the Python (3.12 or later) Oban's venv is made with, on first use",
     )
     parser.add_argument("--schedules", type=int, default=100_000)
     parser.add_argument("--idle", type=float, default=20.0, help="seconds to count idle tps")
@@ -753,30 +978,38 @@ def main() -> None:
             continue
         with _bench(database) as bench:
             if 1 in wanted:
-                _throughput(bench, args.engines, args.tasks, args.rounds)
+                _throughput(bench, args)
             if database == "postgres":
                 _postgres_sections(bench, args, wanted)
 
 
-def _throughput(bench: Bench, names: list[str], tasks: int, rounds: int) -> None:
-    """Section 1: the engines named ``names`` that run on ``bench``'s database take
-    turns, ``rounds`` times, on ``tasks`` tasks with 1 and 3 processes."""
+def _throughput(bench: Bench, args: argparse.Namespace) -> None:
+    """Section 1: the engines named ``args.engines`` that run on ``bench``'s database,
+    each at its widths, take turns, ``args.rounds`` times, on ``args.tasks`` tasks with
+    1 and 3 processes."""
     mariadb = isinstance(bench, MariaDBBench)
-    engines = [e for e in ENGINES if e.name in names and (e.mariadb or not mariadb)]
-    if ENGINES[0] in engines:
-        engines.insert(1, HTASK_WIDE)
+    engines: list[Engine] = []
+    for named in ENGINES:
+        if named.name not in args.engines or not (named.mariadb or not mariadb):
+            continue
+        engine = replace(named, python=args.oban_python) if isinstance(named, ObanEngine) else named
+        engines.append(engine)
+        if engine.widened:
+            engines += [engine.wide(w) for w in args.widths if w != engine.width]
+    sites = {e.name: e.prepare(bench) for e in engines}
     print(
-        f"1. one-off throughput: {tasks} trivial tasks queued, then 1 or 3 "
-        f"processes started; median of {rounds} interleaved rounds"
+        f"1. one-off throughput: {args.tasks} trivial tasks queued, then 1 or 3 "
+        f"processes started; median of {args.rounds} interleaved rounds"
     )
     results: dict[tuple[str, int], list[Throughput]] = {}
-    for n in range(rounds):
+    for n in range(args.rounds):
         order = engines[n % len(engines) :] + engines[: n % len(engines)]
         for size in (1, 3):
             for engine in order:
-                got = bench.throughput(engine, tasks, size)
+                got = sites[engine.name].throughput(engine, args.tasks, size)
                 results.setdefault((engine.name, size), []).append(got)
     _print_throughput(results, [e.name for e in engines])
+    _print_equal_widths(results, engines)
     if mariadb:
         print("  (MariaDB: commits not counted; rows written: Handler_write + _update + _delete)")
 

@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cluster import ENGINES, Bench, Engine, _stop  # noqa: E402
+from cluster import ENGINES, Bench, Database, Engine, _stop  # noqa: E402
 
 from tests.pgcluster import PostgresCluster  # noqa: E402
 
@@ -104,15 +104,6 @@ figures = {
 for name, seconds in figures.items():
     print(f"{name}\\t{seconds}")
 """
-
-
-class Database:
-    """One database of the shared server, as :class:`Bench` takes a server: its URL."""
-
-    def __init__(self, server: PostgresCluster, name: str) -> None:
-        self.server = server
-        self.name = name
-        self.url = server.url.rsplit("/", 1)[0] + f"/{name}"
 
 
 class Site(Bench):

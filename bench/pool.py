@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cluster import ENGINES, PEER_SETTINGS, Bench, Engine, Throughput  # noqa: E402
+from cluster import ENGINES, PEER_SETTINGS, Bench, Engine, Throughput, _ratio  # noqa: E402
 
 from tests.pgcluster import PostgresCluster  # noqa: E402
 
@@ -135,12 +135,6 @@ def one_call(calls: int, db: Path) -> None:
 
 def _median(results: list[Throughput], field: str) -> float:
     return float(statistics.median(getattr(r, field) for r in results))
-
-
-def _ratio(ours: list[Throughput], reference: list[Throughput], field: str) -> str:
-    """The median ratio, and its lowest and highest round."""
-    ratios = [getattr(a, field) / getattr(b, field) for a, b in zip(ours, reference, strict=True)]
-    return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def main() -> None:

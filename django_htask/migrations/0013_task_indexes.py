@@ -6,11 +6,11 @@ import django_htask.models
 
 
 class Migration(migrations.Migration):
-    """Fewer indexes for a task queued to write (issue 25: bench/enqueue.py): ``status``
-    alone (the indexes that begin with it serve), the LIKE indexes PostgreSQL built
-    beside ``token``, ``status`` and ``locked_by``, and ``locked_by`` for the tasks no
-    node holds (partial; on MySQL/MariaDB, which have no partial index, Django makes it
-    a plain index on ``locked_by``)."""
+    """Fewer indexes for a task queued to write (each costs the enqueue an entry):
+    ``status`` alone (the indexes that begin with it serve), the LIKE indexes
+    PostgreSQL built beside ``token``, ``status`` and ``locked_by``, and ``locked_by``
+    for the tasks no node holds (partial; on MySQL/MariaDB, which have no partial
+    index, Django makes it a plain index on ``locked_by``)."""
 
     dependencies = [
         ("django_htask", "0012_task_lock"),

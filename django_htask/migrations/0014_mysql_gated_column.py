@@ -24,8 +24,8 @@ def drop_mysql_gated_column(apps: StateApps, schema_editor: BaseDatabaseSchemaEd
 
 
 class Migration(migrations.Migration):
-    """MySQL/MariaDB only: the gated tasks' index (issue 26: a claim read every pending
-    task to learn whether any had a lock or a limit)."""
+    """MySQL/MariaDB only: the gated tasks' index, so that a claim learns whether any
+    due task has a lock or a limit without reading every pending task."""
 
     dependencies = [
         ("django_htask", "0013_task_indexes"),

@@ -72,6 +72,16 @@ class ClusterSite:
         """The first column of the first row."""
         return self.sql(query, *params)[0][0]
 
+    def wait_all_succeeded(self, timeout: float) -> None:
+        """Wait until every task has succeeded (AssertionError after ``timeout``)."""
+        from tests.acceptance.conftest import wait_until
+
+        wait_until(
+            lambda: not self.sql("SELECT 1 FROM django_htask_task WHERE status <> 'succeeded'"),
+            timeout,
+            "every task succeeded",
+        )
+
 
 class MariaDBSite(ClusterSite):
     """The same on MariaDB (``pg`` has the server's ``mysql://`` URL): SQL through

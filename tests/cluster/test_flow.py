@@ -123,11 +123,7 @@ def test_no_account_starts_more_than_its_rate_limit_in_any_window_through_a_kill
     [victim] = [node for node in nodes if node.process.pid == pids[0][0]]
     victim.send(signal.SIGKILL)
     victim.wait_exit(10)
-    wait_until(
-        lambda: not site.sql("SELECT 1 FROM django_htask_task WHERE status <> 'succeeded'"),
-        TASKS / (RATE * ACCOUNTS) + 60,
-        "every task succeeded",
-    )
+    site.wait_all_succeeded(TASKS / (RATE * ACCOUNTS) + 60)
     by_account, last_first = starts(site)
     assert sorted(by_account) == [str(a) for a in range(ACCOUNTS)]
     attempts = sum(len(times) for times in by_account.values())
@@ -164,11 +160,7 @@ def test_a_key_never_runs_more_than_max_running_and_runs_that_many_while_work_wa
         "from tests.cluster.clusterapp.tasks import keyed\n"
         "schedule_many([(keyed, (n, n % 3, 2.0), {}) for n in range(27)])\n"
     )
-    wait_until(
-        lambda: not site.sql("SELECT 1 FROM django_htask_task WHERE status <> 'succeeded'"),
-        60,
-        "every task succeeded",
-    )
+    site.wait_all_succeeded(60)
     runs = spans(site, "kstart", "kend")
     assert sorted(n for n, _p, _s, _e in runs) == list(range(27))
     busy = []

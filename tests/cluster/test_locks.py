@@ -63,11 +63,7 @@ def test_three_nodes_never_overlap_a_lock_nor_exceed_max_running(site: Site) -> 
         " for n in range(300)])\n"
         "schedule_many([(limited, (n, 0.2), {}) for n in range(20)])\n"
     )
-    wait_until(
-        lambda: not site.sql("SELECT 1 FROM django_htask_task WHERE status <> 'succeeded'"),
-        60,
-        "every task succeeded",
-    )
+    site.wait_all_succeeded(60)
     runs = spans(site, "lstart", "lend")
     assert sorted(n for n, _p, _s, _e in runs) == list(range(300))
     for key in range(KEYS):

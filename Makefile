@@ -56,12 +56,15 @@ migrations: $(STAMP)
 # `postgres` (the store contract, the integration tests, the admin's browser tests;
 # tests marked `mariadb`, three nodes and a kill, run only there).
 # The SQLite passes run on both cores, a test file per worker (XDIST): each test there
-# has its own database files. The server passes run one test at a time: their cluster
-# tests share one server and measure how soon several nodes react.
+# has its own database files. On PostgreSQL, each worker has a test database of its own
+# on the pass's server; tests/cluster then runs one test at a time on that server, since
+# its tests measure how soon several node processes react. The MariaDB pass runs one
+# test at a time.
 XDIST := -n 2 --dist loadfile
 pytest: $(STAMP) system-deps
 	$(BIN)/pytest -m "not postgres and not mariadb" $(XDIST)
-	$(BIN)/python -m tests.pgcluster -- $(BIN)/pytest
+	$(BIN)/python -m tests.pgcluster -- sh -c \
+	  '$(BIN)/pytest --ignore=tests/cluster $(XDIST) && $(BIN)/pytest tests/cluster'
 	$(BIN)/python -m tests.mariadbcluster -- $(BIN)/pytest
 
 # The suite again on Django 6.0 (Python 3.12, on SQLite) and 6.1 (Python 3.13, on a
@@ -72,7 +75,7 @@ pytest: $(STAMP) system-deps
 compat: $(STAMP) system-deps
 	@test -n "$(TOX_PYTHONS)" || { echo "make compat: no Python 3.12/3.13 under $(PYENV_ROOT)/versions (Django 6 needs them)"; exit 1; }
 	HTASK_COMPAT=1 $(BIN)/tox -e py312-django60 --discover $(TOX_PYTHONS) -- -m "not postgres and not mariadb" $(XDIST)
-	HTASK_COMPAT=1 $(BIN)/python -m tests.pgcluster -- $(BIN)/tox -e py313-django61 --discover $(TOX_PYTHONS)
+	HTASK_COMPAT=1 $(BIN)/python -m tests.pgcluster -- $(BIN)/tox -e py313-django61 --discover $(TOX_PYTHONS) -- $(XDIST)
 
 test: lint typecheck migrations docs pytest compat
 

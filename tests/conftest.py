@@ -114,6 +114,8 @@ def _left_out(config: pytest.Config, item: pytest.Item) -> bool:
             return True
     if not os.environ.get("HTASK_TEST_DATABASE_URL"):
         return False
+    if pass_vendor() == "mysql" and item.get_closest_marker("executor_variant"):
+        return True  # the PostgreSQL pass runs it; the database's part is the same
     if runs_elsewhere(item):
         return True  # they test another server itself: its own pass runs them
     return not uses_test_database(item)
@@ -166,7 +168,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     elif os.environ.get("HTASK_COMPAT"):
         why = "that import no Django or test process faults (the main pass runs them)"
     elif pass_vendor() == "mysql":
-        why = "that use no database or need PostgreSQL (the SQLite and PostgreSQL passes run them)"
+        why = (
+            "that use no database, need PostgreSQL or vary only what runs the task "
+            "(executor_variant; the SQLite and PostgreSQL passes run them)"
+        )
     else:
         why = "that use no database or need MariaDB (the SQLite and MariaDB passes run them)"
     terminalreporter.write_line(f"{dropped} tests {why} were deselected")

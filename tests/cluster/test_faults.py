@@ -34,7 +34,9 @@ def now(site: Site) -> datetime:
 
 
 # -- 1. only a task whose function started is charged ------------------------------------
-@pytest.mark.parametrize("pool", ["thread", "process"])
+@pytest.mark.parametrize(
+    "pool", ["thread", pytest.param("process", marks=pytest.mark.executor_variant)]
+)
 def test_kill_9_charges_only_the_tasks_whose_function_had_started(site: Site, pool: str) -> None:
     ids = site.django(
         "from django_htask import schedule\n"
@@ -148,7 +150,11 @@ def test_a_task_that_takes_its_process_down_is_tried_max_attempts_times_then_fai
 
 
 @pytest.mark.parametrize(
-    ("kind", "error"), [("system", "SystemExit: 1"), ("keyboard", "KeyboardInterrupt")]
+    ("kind", "error"),
+    [
+        ("system", "SystemExit: 1"),
+        pytest.param("keyboard", "KeyboardInterrupt", marks=pytest.mark.executor_variant),
+    ],
 )
 def test_a_task_raising_system_exit_fails_and_the_node_goes_on(
     site: Site, kind: str, error: str
@@ -211,7 +217,9 @@ def test_an_error_text_with_a_nul_is_stored_escaped_and_the_node_goes_on(site: S
 
 
 # -- 9. the node holding a schedule is killed: the schedule goes on within seconds ---------
-@pytest.mark.parametrize("pool", ["thread", "process"])
+@pytest.mark.parametrize(
+    "pool", ["thread", pytest.param("process", marks=pytest.mark.executor_variant)]
+)
 def test_a_schedule_keeps_firing_within_seconds_when_its_node_is_killed(
     site: Site, pool: str
 ) -> None:

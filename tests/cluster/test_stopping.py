@@ -31,7 +31,10 @@ def started(site: Site, kind: str) -> bool:
     return site.log.exists() and f"start {kind}" in site.log.read_text()
 
 
-@pytest.mark.parametrize(("kind", "forced"), [("sleep", False), ("loop", True)])
+@pytest.mark.parametrize(
+    ("kind", "forced"),
+    [("sleep", False), pytest.param("loop", True, marks=pytest.mark.executor_variant)],
+)
 def test_a_hung_task_times_out_and_the_tasks_behind_it_run(
     site: Site, kind: str, forced: bool
 ) -> None:
@@ -61,9 +64,9 @@ def test_a_hung_task_times_out_and_the_tasks_behind_it_run(
         # It stops at once by itself.
         ("cooperative", "thread", 1, ""),
         # After TIMEOUT_GRACE 1 s and FORCE_WAIT 0.5 s, stuck in C: its thread given up.
-        ("socket", "thread", 3, GIVEN_UP),
+        pytest.param("socket", "thread", 3, GIVEN_UP, marks=pytest.mark.executor_variant),
         # After TIMEOUT_GRACE 1 s, the signal that forces it breaks its read.
-        ("socket", "process", 2, ""),
+        pytest.param("socket", "process", 2, "", marks=pytest.mark.executor_variant),
     ],
 )
 def test_an_abort_from_another_process_reaches_the_node(

@@ -232,6 +232,9 @@ class MariaDBServer(ThrowAwayServer):
             "--innodb-doublewrite=0",
             "--innodb-buffer-pool-size=128M",
             "--skip-log-bin",
+            # Each deadlock's transactions and statements go to the log (ENV_LOG), which a
+            # test that finds one in a node's log shows.
+            "--innodb-print-all-deadlocks=ON",
             *([f"--user={self._user.pw_name}"] if self._user is not None else []),
         ]
         self._process = subprocess.Popen(

@@ -19,10 +19,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-__all__ = ["ENV_URL", "ThrowAwayServer", "free_port", "run_command", "url_settings"]
+__all__ = ["ENV_LOG", "ENV_URL", "ThrowAwayServer", "free_port", "run_command", "url_settings"]
 
 #: The variable that hands the server down to the tests (tests/settings.py reads it).
 ENV_URL = "HTASK_TEST_DATABASE_URL"
+#: The server's log, for a test that shows what the server saw when it fails.
+ENV_LOG = "HTASK_TEST_DATABASE_LOG"
 
 
 def url_settings(url: str, engine: str, schemes: tuple[str, ...]) -> dict[str, Any]:
@@ -56,6 +58,8 @@ class ThrowAwayServer(abc.ABC):
     #: What ``start`` and ``stop`` raise when the server cannot start or stop.
     unavailable: type[RuntimeError] = RuntimeError
     root: Path
+    #: The server's own log (``HTASK_TEST_DATABASE_LOG`` for the command it runs).
+    log_file: Path
 
     @property
     @abc.abstractmethod
@@ -110,7 +114,8 @@ def run_command(
     argv: list[str] | None, prog: str, make: Callable[[], Server], banner: Callable[[Server], str]
 ) -> int:
     """The command line of a throw-away server: run the command after ``--`` with
-    ``HTASK_TEST_DATABASE_URL`` pointing at a fresh server; its exit status."""
+    ``HTASK_TEST_DATABASE_URL`` pointing at a fresh server (and ``HTASK_TEST_DATABASE_LOG``
+    at its log); its exit status."""
     parser = argparse.ArgumentParser(
         prog=f"python -m {prog}", description="Run a command against a throw-away database."
     )
@@ -121,5 +126,5 @@ def run_command(
         parser.error("give a command to run, after --")
     with make() as server:
         print(f"{banner(server)} at {server.url}", file=sys.stderr, flush=True)
-        env = dict(os.environ, **{ENV_URL: server.url})
+        env = dict(os.environ, **{ENV_URL: server.url, ENV_LOG: str(server.log_file)})
         return subprocess.call(command, env=env)

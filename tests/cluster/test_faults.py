@@ -14,15 +14,18 @@ scheduler recorded.
 from __future__ import annotations
 
 import itertools
+import os
 import signal
 import time
 from collections import Counter
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from tests.acceptance.conftest import wait_until
 from tests.cluster.conftest import Site
+from tests.throwaway import ENV_LOG
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -396,4 +399,19 @@ def test_a_rolling_restart_under_load_takes_no_lock_and_runs_each_task_once(site
     assert Counter(int(parts[0]) for parts in site.lines()) == Counter(range(600))
     for node in nodes:
         log = node.stderr.lower()
-        assert "deadlock" not in log and "database unavailable" not in log, node.stderr
+        assert "deadlock" not in log and "database unavailable" not in log, (
+            node.stderr + server_deadlocks()
+        )
+
+
+def server_deadlocks() -> str:
+    """What the database server logged of its deadlocks (MariaDB logs each one's
+    transactions and statements: tests.mariadbcluster), to show with a failure."""
+    path = Path(os.environ.get(ENV_LOG, "/nonexistent"))
+    text = path.read_text(errors="replace") if path.exists() else ""
+    start = text.lower().find("deadlock")
+    return (
+        f"\nthe server's log from its first deadlock:\n{text[start:][-20000:]}"
+        if start >= 0
+        else ""
+    )

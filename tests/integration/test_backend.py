@@ -28,6 +28,7 @@ from django_htask.apps import uses_htask_backend
 from django_htask.backends import RUNNER, HtaskBackend, RunInterrupted, UnknownDjangoTask
 from django_htask.engine import FakeClock, registry
 from django_htask.models import Run, RunStatus, Task, TaskStatus, new_token
+from django_htask.operations import prune_now
 from tests.integration.testapp import django_tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -214,6 +215,25 @@ def test_a_cancelled_task_is_failed_and_unknown_ids_raise(fake_clock: FakeClock)
     assert got.errors[0].exception_class_path == "django_htask.exceptions.TaskCancelled"
     with pytest.raises(TaskResultDoesNotExist):
         default_task_backend.get_result("no-such-id")
+
+
+def test_a_result_past_its_retention_says_it_is_gone_and_how_long_tasks_are_kept(
+    fake_clock: FakeClock, settings: Any
+) -> None:
+    """docs/operating.md, "A token past its retention": the backend's error is Django's,
+    with the message of get_result's TaskNotFound."""
+    settings.HTASK = {"TASK_RETENTION_DAYS": 3}
+    result = django_tasks.double.enqueue(3)
+    Task.objects.filter(token=result.id).update(
+        status=TaskStatus.SUCCEEDED, finished_at=fake_clock.now() - timedelta(days=4)
+    )
+    assert default_task_backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+    prune_now()
+    with pytest.raises(TaskResultDoesNotExist) as caught:
+        default_task_backend.get_result(result.id)
+    message = str(caught.value)
+    assert repr(result.id) in message
+    assert "kept 3 days" in message and "TASK_RETENTION_DAYS" in message
 
 
 def test_the_backend_check_needs_the_app_installed() -> None:

@@ -22,11 +22,34 @@ from django_htask.engine import Scheduler as EngineScheduler
 from django_htask.exceptions import NodeFenced, StartAborted, StoreUnavailable
 from django_htask.retry import Backoff, RetryPolicy
 
-__all__ = ["ControlThread", "DatabaseBackoff", "Once", "database_lost"]
+__all__ = ["ControlThread", "DatabaseBackoff", "Once", "database_lost", "deadlock_retried"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: How often a step is tried at once when each try is a deadlock's victim.
+DEADLOCK_TRIES = 3
+
+
+def deadlock_retried(fn: Callable[[], T], what: str) -> T:
+    """Call ``fn`` (one transaction of the node's), again at once while the database
+    makes it a deadlock's victim (rolled back: it wrote nothing), :data:`DEADLOCK_TRIES`
+    tries in all. Backing off would hold up for a whole delay a step that another try
+    most likely passes: a heartbeat late to the other nodes, a task's end unwritten."""
+    for tries_left in range(DEADLOCK_TRIES - 1, -1, -1):
+        try:
+            return fn()
+        except StoreUnavailable as exc:
+            if not (exc.deadlock and tries_left):
+                raise
+            logger.info(
+                "the node's %s was a deadlock's victim (%s): trying again at once",
+                what,
+                exc.reason,
+                extra={"action": "deadlock_retried", "step": what},
+            )
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def database_lost(
@@ -178,11 +201,12 @@ class ControlThread:
 
     def attempt(self, fn: Callable[[], T], what: str, retry: Once | None = None) -> T | None:
         """Call ``fn`` (a step of this thread) and return its value (never None), or
-        None if it failed: the database away (back off; ``retry`` is asked for again
+        None if it failed: a deadlock's victim (tried again at once, see
+        :func:`deadlock_retried`), the database away (back off; ``retry`` is asked for again
         after the delay), this node declared dead (it stops), anything else (logged with
         its traceback, never silent)."""
         try:
-            value = fn()
+            value = deadlock_retried(fn, what)
         except NodeFenced as exc:
             self._on_fenced(exc)
         except StoreUnavailable as exc:

@@ -22,13 +22,11 @@ from django_htask.exceptions import NodeFenced, StoreUnavailable
 from django_htask.signals import rows_reaped
 
 from .context import NodeContext
+from .control import deadlock_retried
 
 __all__ = ["Liveness"]
 
 logger = logging.getLogger(__name__)
-
-#: How often a heartbeat is tried at once when each try is a deadlock's victim.
-DEADLOCK_TRIES = 3
 
 
 def _pid_alive(pid: int) -> bool:
@@ -111,26 +109,17 @@ class Liveness:
 
     def _renew(self, now: datetime, lease_until: datetime) -> None:
         """The heartbeat, tried again at once when the database made it a deadlock's
-        victim (it wrote nothing): backing off a whole interval would show this node
-        late to the others (:data:`DEADLOCK_TRIES` tries in all)."""
+        victim: backing off a whole interval would show this node late to the others."""
         ctx = self.ctx
-        for tries_left in range(DEADLOCK_TRIES - 1, -1, -1):
-            try:
-                ctx.store.heartbeat(ctx.node_id, now, lease_until)
-                return
-            except StoreUnavailable as exc:
-                if not (exc.deadlock and tries_left):
-                    raise
-                logger.info(
-                    "the heartbeat was a deadlock's victim (%s): trying again at once",
-                    exc.reason,
-                    extra={"action": "heartbeat_deadlock"},
-                )
+        deadlock_retried(lambda: ctx.store.heartbeat(ctx.node_id, now, lease_until), "heartbeat")
 
     def reap(self, now: datetime) -> None:
         """Declare dead the nodes silent for ``NODE_TIMEOUT`` and hand back their work."""
         ctx = self.ctx
-        reaped = ctx.store.reap(ctx.node_id, now, ctx.settings.dead_before(now), ctx.task_retry)
+        reaped = deadlock_retried(
+            lambda: ctx.store.reap(ctx.node_id, now, ctx.settings.dead_before(now), ctx.task_retry),
+            "reaper",
+        )
         if reaped:
             logger.warning(
                 "%d rows held by dead nodes handed back", reaped, extra={"action": "reaped"}

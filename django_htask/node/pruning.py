@@ -31,6 +31,7 @@ from django_htask.signals import rows_pruned
 from django_htask.store import Pruned
 
 from .context import NodeContext
+from .control import deadlock_retried
 
 __all__ = ["FIRST_DELAY", "Pruner"]
 
@@ -105,7 +106,11 @@ class Pruner:
             return
         started = ctx.clock.monotonic()
         try:
-            pruned = ctx.store.prune(ctx.node_id, self.cutoffs(), ctx.settings.prune_batch)
+            cutoffs = self.cutoffs()
+            pruned = deadlock_retried(
+                lambda: ctx.store.prune(ctx.node_id, cutoffs, ctx.settings.prune_batch),
+                "pruner",
+            )
         except StoreUnavailable as exc:
             logger.warning(
                 "pruning stopped for this round: %s", exc.reason, extra={"action": "prune_failed"}

@@ -13,7 +13,7 @@ finished row, so a prune costs what it deletes, not what the table holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -83,8 +83,7 @@ class PruneRows(OrmStore):
                 more = old >= limit - tasks
             nodes = 0
             if not more and cutoffs.runs is not None:
-                cursor.execute(f"DELETE FROM {_NODE} WHERE stopped_at < %s", [adapt(cutoffs.runs)])
-                nodes = cursor.rowcount
+                nodes = self._delete_stopped_nodes(cursor, adapt(cutoffs.runs))
             if not more:
                 more = self._delete_slots(cursor, adapt(cutoffs.now), limit) >= limit
             pruned = Pruned(tasks, runs, nodes, more)
@@ -95,6 +94,16 @@ class PruneRows(OrmStore):
                     [tasks, runs, adapt(cutoffs.now), node_id],
                 )
         return pruned
+
+    def _delete_stopped_nodes(self, cursor: Any, before: Any) -> int:
+        """Delete the rows of nodes stopped before ``before``. Their ids are read first
+        and the rows deleted by id: a DELETE filtered on ``stopped_at`` (no index)
+        would lock every node row InnoDB reads, the live nodes' too, and deadlock with
+        a reaper that holds its own row and declares another dead."""
+        cursor.execute(f"SELECT id FROM {_NODE} WHERE stopped_at < %s", [before])
+        ids = [row[0] for row in cursor.fetchall()]
+        delete = f"DELETE FROM {_NODE} WHERE stopped_at < %s AND id"
+        return self._delete_ids(cursor, delete, ids, [before])
 
     def _delete_expired(
         self, cursor: Any, condition: str, params: list[Any], limit: int
@@ -156,14 +165,17 @@ class PruneRows(OrmStore):
                 return found
             found.append(int(row[0]))
 
-    def _delete_ids(self, cursor: Any, delete: str, ids: list[int]) -> int:
-        """Run ``delete … IN (ids)``, in as few statements as the database takes
-        parameters for; how many rows it deleted."""
+    def _delete_ids(
+        self, cursor: Any, delete: str, ids: list[Any], params: Sequence[Any] = ()
+    ) -> int:
+        """Run ``delete … IN (ids)`` (``params`` are those of ``delete``), in as few
+        statements as the database takes parameters for; how many rows it deleted."""
         deleted = 0
-        chunk = self.connection.features.max_query_params or len(ids) or 1
+        most = self.connection.features.max_query_params
+        chunk = most - len(params) if most else len(ids) or 1
         for i in range(0, len(ids), chunk):
             part = ids[i : i + chunk]
-            cursor.execute(f"{delete} IN ({', '.join(['%s'] * len(part))})", part)
+            cursor.execute(f"{delete} IN ({', '.join(['%s'] * len(part))})", [*params, *part])
             deleted += cursor.rowcount
         return deleted
 

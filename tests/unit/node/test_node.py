@@ -740,4 +740,27 @@ def test_a_heartbeat_that_is_a_deadlocks_victim_is_tried_again_at_once(
         clock.advance(node.settings.heartbeat_interval)
     assert victims == [clock.now()] * 2
     assert store.nodes[node.node_id].last_heartbeat == clock.now()  # the third try
-    assert [getattr(r, "action", "") for r in caplog.records] == ["heartbeat_deadlock"] * 2
+    assert [getattr(r, "action", "") for r in caplog.records] == ["deadlock_retried"] * 2
+
+
+def test_a_step_of_the_control_thread_that_is_a_deadlocks_victim_is_tried_again_at_once(
+    make_node: MakeNode,
+    clock: FakeClock,
+    store: InMemoryStore,
+    monkeypatch: pytest.MonkeyPatch,
+    calls: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The occurrence fires at its time, not after the database back-off's first delay
+    (the transaction was rolled back: another try most likely passes)."""
+    sid = store.add_schedule("s", ADD, "@every 1m", args=(1,))
+    make_node()
+    victims = _fails(monkeypatch, store, "claim_occurrence", 2, _deadlocked)
+    with caplog.at_level(logging.INFO, logger="django_htask"):
+        clock.advance(60)
+    assert victims == [clock.now()] * 2
+    assert calls["add"] == [1]
+    assert [r.status for r in store.runs_of(schedule_id=sid)] == ["succeeded"]
+    retried = [r for r in caplog.records if getattr(r, "action", "") == "deadlock_retried"]
+    assert len(retried) == 2
+    assert not [r for r in caplog.records if getattr(r, "action", "") == "db_unavailable"]

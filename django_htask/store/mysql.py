@@ -76,6 +76,7 @@ Creating a trigger needs the ``TRIGGER`` privilege; with binary logging on, also
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -394,6 +395,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
     the counter table for the reaper and the locks and limits (see the module)."""
 
     vendor = "mysql"
+    _no_such_table = re.compile(r"Table '(?:[^'.]+\.)?(\w+)' doesn't exist")
     supports_several_nodes = True
     _fence_lock = " LOCK IN SHARE MODE"
     _gated_predicate = f"{GATED_COLUMN} = 1"

@@ -63,6 +63,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -277,6 +278,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
     """The store for several nodes on one PostgreSQL database (see the module)."""
 
     vendor = "postgresql"
+    _no_such_table = re.compile(r'relation "(?:\w+\.)?(\w+)" does not exist')
     supports_several_nodes = True
 
     def install(self) -> None:

@@ -21,6 +21,7 @@ it is idempotent.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -154,6 +155,7 @@ class SQLiteStore(DatabaseStore):
     claim (select candidates, then a conditional update) is already exclusive."""
 
     vendor = "sqlite"
+    _no_such_table = re.compile(r"no such table: (?:\w+\.)?(\w+)")
     single_host = True  # a SQLite file is shared by the processes of one host
     _gated_indexed_by = f" INDEXED BY {GATED_INDEX}"
     _claim_indexed_by = f" INDEXED BY {CLAIM_INDEX}"

@@ -15,7 +15,6 @@ from django_htask.store.base import INTERFACE
 
 from .core import _CHUNK as _CHUNK
 from .core import (
-    _NO_SUCH_TABLE,
     _TABLES,
     FencedAtomic,
     OrmStore,
@@ -70,13 +69,21 @@ _translate(DatabaseStore, INTERFACE)  # the methods of its parts
 
 def not_migrated(exc: Exception, using: str | None = None) -> NotMigrated | None:
     """The :class:`NotMigrated` that ``exc``, an error of the database ``using``, means
-    when it says one of django_htask's tables does not exist; None otherwise.
+    when it says one of django_htask's tables does not exist; None otherwise (and on a
+    database without a store).
 
     Reads the error only, no query: the failed statement may have aborted the
     transaction, and the callers (``schedule()``, the commands) pay nothing until a
     statement fails."""
-    match = _NO_SUCH_TABLE.search(str(exc))
-    table = next((name for name in match.groups() if name), "") if match else ""
-    if table not in _TABLES:
+    from django.core.exceptions import ImproperlyConfigured  # noqa: PLC0415
+
+    from django_htask.store import get_store  # noqa: PLC0415 - the package imports this one
+
+    try:
+        store = get_store(using)
+    except ImproperlyConfigured:
         return None
-    return DatabaseStore(using)._not_migrated(f"table {table}")  # using: as the store's
+    if not isinstance(store, OrmStore) or store.missing_table(exc) not in _TABLES:
+        return None
+    table = store.missing_table(exc)
+    return store._not_migrated(f"table {table}")

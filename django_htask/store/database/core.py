@@ -31,10 +31,6 @@ _TASK = Task._meta.db_table
 _RUN = Run._meta.db_table
 #: django_htask's tables.
 _TABLES = frozenset(model._meta.db_table for model in (Node, Run, Schedule, Task))
-#: How SQLite and PostgreSQL say a statement's table does not exist.
-_NO_SUCH_TABLE = re.compile(
-    r'no such table: (?:\w+\.)?(\w+)|relation "(?:\w+\.)?(\w+)" does not exist'
-)
 
 
 def _same(value: datetime) -> datetime:
@@ -250,6 +246,17 @@ class OrmStore(Store):
             f"the database {self.describe()!r} lacks django_htask's {lacking}: "
             "run `manage.py migrate`"
         )
+
+    #: How this database says a statement's table does not exist (the table's name
+    #: its first group); each vendor's store has its own.
+    _no_such_table: re.Pattern[str] | None = None
+
+    @classmethod
+    def missing_table(cls, exc: Exception) -> str:
+        """The table ``exc`` says does not exist, in this database's words ('' if it
+        says something else)."""
+        match = cls._no_such_table.search(str(exc)) if cls._no_such_table else None
+        return match.group(1) if match else ""
 
     def install(self) -> None:
         pass

@@ -23,6 +23,8 @@ record. Time is a parameter; nothing here reads a clock or a table.
   pending again for a retry; no node holds it.
 - :func:`snoozed_task`: a task whose attempt ended snoozed (``raise Snooze``): pending
   again later, its attempt not counted, one snooze more.
+- :func:`status_not_older`: the schedules whose last status a run may write (none a
+  later run wrote).
 - :func:`superseded_task`: a task about to be put back to pending whose key a pending
   task holds is cancelled instead (:mod:`django_htask.keys`).
 - Tasks composed (:mod:`~django_htask.store.follow` applies them): what the end of a
@@ -81,6 +83,7 @@ __all__ = [
     "reaped_task",
     "released_task",
     "snoozed_task",
+    "status_not_older",
     "superseded_task",
 ]
 
@@ -421,6 +424,15 @@ def _ends(template: str) -> tuple[str, str]:
     parts = list(Formatter().parse(template))
     last_text, last_field = parts[-1][0], parts[-1][1]
     return parts[0][0], last_text if last_field is None else ""
+
+
+def status_not_older(when: datetime) -> Q:
+    """The schedules whose last status a run of ``when`` may write: a last status only
+    moves forward, so a run ending after a later run of its schedule (a retry, a slow
+    run overlapping the next) leaves the later one's. The PostgreSQL, MySQL and
+    in-memory stores write the same condition in their own SQL or Python; the contract
+    tests hold them to it."""
+    return Q(last_run_at__isnull=True) | Q(last_run_at__lte=when)
 
 
 def reaped_runs() -> Q:

@@ -748,6 +748,33 @@ def test_a_node_is_absent_once_no_session_holds_its_presence(kit: Kit) -> None:
 
 
 # -- runs, counts, stopping, pruning ---------------------------------------------------------
+def test_a_schedules_last_status_is_its_latest_runs_whatever_ends_last(kit: Kit) -> None:
+    """Two runs of one schedule, the later one ending first: the earlier one's end,
+    written after, leaves the later one's status (every store, one rule)."""
+    kit.register("n1")
+    sid = kit.add_schedule()
+    later_start = NOW + timedelta(minutes=1)
+    earlier = kit.store.start_schedule_run("n1", outcome({"schedule_id": sid}, status="running"))
+    later = kit.store.start_schedule_run(
+        "n1", outcome({"schedule_id": sid}, status="running", started_at=later_start)
+    )
+    ends = [
+        outcome({"run_id": later, "schedule_id": sid}, started_at=later_start),
+        outcome(
+            {"run_id": earlier, "schedule_id": sid},
+            status=RunStatus.FAILED,
+            error="slow",
+            finished_at=later_start + timedelta(minutes=5),
+        ),
+    ]
+    for end in ends:
+        kit.store.record("n1", [end])
+    assert (kit.schedule(sid).last_status, kit.schedule(sid).last_run_at) == (
+        "succeeded",
+        later_start,
+    )
+
+
 def test_a_retry_run_is_started_then_recorded_and_fenced(kit: Kit) -> None:
     kit.register("n1")
     sid = kit.add_schedule()

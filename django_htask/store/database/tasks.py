@@ -528,9 +528,9 @@ class TaskRows(FollowRows):
         runs, if known (:meth:`_record_runs`)."""
         self._record_runs(node_id, outcomes, held)
         for schedule_id, (status, when) in values.last_statuses(outcomes).items():
-            Schedule.objects.using(self.using).filter(id=schedule_id).update(
-                last_status=status, last_run_at=when
-            )
+            Schedule.objects.using(self.using).filter(
+                rules.status_not_older(when), id=schedule_id
+            ).update(last_status=status, last_run_at=when)
         return {}
 
     def _record_late(self, statuses: dict[int, tuple[str, datetime]]) -> None:

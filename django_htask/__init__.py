@@ -24,6 +24,7 @@ __all__ = [
     "RetryPolicy",
     "Snooze",
     "TaskNotFound",
+    "Using",
     "aabort",
     "abort",
     "acancel",
@@ -51,6 +52,7 @@ __all__ = [
     "schedule",
     "schedule_many",
     "task",
+    "using",
 ]
 
 _LAZY = {
@@ -85,6 +87,8 @@ _LAZY = {
     "aget_task": "django_htask.scheduled",
     "schedule_many": "django_htask.api",
     "aschedule_many": "django_htask.api",
+    "using": "django_htask.api",
+    "Using": "django_htask.api",
     "QueueInfo": "django_htask.queue_control",
     "limit_queue": "django_htask.queue_control",
     "list_queues": "django_htask.queue_control",
@@ -93,7 +97,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from .api import aschedule, aschedule_many, schedule, schedule_many
+    from .api import Using, aschedule, aschedule_many, schedule, schedule_many, using
     from .code_schedules import periodic
     from .compose import (
         Batch,

@@ -20,6 +20,8 @@ transaction commits. A transaction on another alias does not cover it.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -73,14 +75,16 @@ from .scheduled import (
     reschedule,
 )
 from .signals import task_scheduled
+from .store import not_migrated
 from .store.composed import After, NewEdge, attach, join_batch, lock_after
-from .store.database import not_migrated
 from .store.inserts import TaskCall, insert_tasks
 
 __all__ = [
     "MAX_DELAY",
+    "SCHEDULE_OPTIONS",
     "AbortResult",
     "Result",
+    "Using",
     "aabort",
     "abort",
     "acancel",
@@ -93,9 +97,11 @@ __all__ = [
     "due_time",
     "get_result",
     "get_task",
+    "option_parameters",
     "reschedule",
     "schedule",
     "schedule_many",
+    "using",
 ]
 
 
@@ -165,19 +171,170 @@ def schedule(
     Inside a ``with batch(...)`` block (:func:`django_htask.batch`), the task joins
     that batch.
     """
+    options = locals()  # the options by name (and the call, which _schedule ignores)
+    clashes = _option_parameters_of(fn_or_name)
+    if clashes:
+        _refuse_ambiguous(fn_or_name, clashes, options)
+    return _schedule(fn_or_name, args, kwargs, options)
+
+
+def _schedule(
+    fn_or_name: Callable[..., Any] | str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    o: Mapping[str, Any],
+) -> Task:
+    """:func:`schedule` of ``fn_or_name(*args, **kwargs)`` with the options ``o``
+    (each of :data:`SCHEDULE_OPTIONS`, by name)."""
     name = function_name(fn_or_name)
     options = _Options.of(
-        at, delay, max_attempts, queue_name, timeout, retry, max_running, rate_limit
+        o["at"],
+        o["delay"],
+        o["max_attempts"],
+        o["queue_name"],
+        o["timeout"],
+        o["retry"],
+        o["max_running"],
+        o["rate_limit"],
     )
-    conflict = OnConflict.of(on_conflict)
+    conflict = OnConflict.of(o["on_conflict"])
+    key, lock, after = o["key"], o["lock"], o["after"]
     keys: list[str | None] | None = None if key is None else [check_key(key)]
     own_lock = None if lock is None else check_lock(lock)
     refs = [] if after is None else parse_after(after)
     payload, per = _checked_call(name, args, kwargs, _later(refs))
-    composition = _Composition.of(1, refs, after_failure, building(), keys)
+    composition = _Composition.of(1, refs, o["after_failure"], building(), keys)
     call = (name, payload, own_lock, per)
     [task] = _store([call], options, BATCH_SIZE, keys, conflict, composition)
     return task
+
+
+#: The options of :func:`schedule`: in its short form, a keyword of one of these names
+#: is the option, never an argument of the task (:func:`using` keeps them apart).
+SCHEDULE_OPTIONS = (
+    "at",
+    "delay",
+    "max_attempts",
+    "queue_name",
+    "timeout",
+    "retry",
+    "key",
+    "on_conflict",
+    "lock",
+    "max_running",
+    "rate_limit",
+    "after",
+    "after_failure",
+)
+
+
+#: Each option's default, as :func:`schedule` has it.
+_DEFAULTS: dict[str, Any] = schedule.__kwdefaults__ or {}
+
+
+@functools.lru_cache(maxsize=4096)
+def option_parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The parameters of ``fn`` named like an option of :func:`schedule` that a
+    keyword can give (not positional-only, not ``*args``/``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # no signature to read
+        return ()
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(p.name for p in params if p.kind in keyword and p.name in SCHEDULE_OPTIONS)
+
+
+def _option_parameters_of(fn_or_name: Callable[..., Any] | str) -> tuple[str, ...]:
+    """:func:`option_parameters` of a registered function or its name (none for a name
+    nothing is registered as: :func:`schedule` says so)."""
+    fn: Any = fn_or_name
+    if isinstance(fn_or_name, str):
+        if fn_or_name not in registry:
+            return ()
+        fn = registry.get(fn_or_name)
+    try:
+        return option_parameters(fn)
+    except TypeError:  # unhashable: not a plain function, which schedule() refuses
+        return ()
+
+
+def _refuse_ambiguous(
+    fn_or_name: Callable[..., Any] | str, clashes: Sequence[str], values: Mapping[str, Any]
+) -> None:
+    """TypeError when the short form of :func:`schedule` is given an option whose name
+    is also a parameter of the task's function (``clashes``), with a value other than
+    its default (``values``: the call's): the caller may have meant either, and taking
+    it as the option would silently drop the argument."""
+    for option in clashes:
+        if values[option] != _DEFAULTS[option]:
+            what = getattr(fn_or_name, "__qualname__", fn_or_name)
+            raise TypeError(
+                f"schedule({what}, ..., {option}=...) is ambiguous: {option} is an option "
+                f"of schedule() and a parameter of {what}(); to set the task's "
+                f"{option}, write using({option}=...).schedule({what}, ...); to pass "
+                f"the argument, write using().schedule({what}, ..., {option}=...) "
+                "(or pass it by position)"
+            )
+
+
+class Using:
+    """Options of :func:`schedule` kept apart from the task's arguments:
+    ``using(key="invoice-42", timeout=30).schedule(send, to, key=k)`` sets the task's
+    key and timeout and passes every keyword (``key=k`` too) to ``send``. Made by
+    :func:`using`; immutable, so one can serve many calls."""
+
+    __slots__ = ("_options",)
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        unknown = sorted(set(options) - set(SCHEDULE_OPTIONS) - {"batch_size", "batch"})
+        if unknown:
+            raise TypeError(
+                f"using() got {', '.join(map(repr, unknown))}: not an option of "
+                f"schedule() ({', '.join(SCHEDULE_OPTIONS)})"
+            )
+        self._options = dict(options)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in self._options.items())
+        return f"using({shown})"
+
+    def using(self, **options: Any) -> Using:
+        """These options with ``options`` added (or replaced)."""
+        return Using({**self._options, **options})
+
+    def schedule(self, fn_or_name: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> Task:
+        """:func:`schedule` of ``fn_or_name(*args, **kwargs)`` with these options: every
+        keyword goes to the function."""
+        if {"batch_size", "batch"} & set(self._options):
+            raise TypeError(
+                f"batch_size and batch are for schedule_many(), not schedule(): {self!r}"
+            )
+        return _schedule(fn_or_name, args, kwargs, {**_DEFAULTS, **self._options})
+
+    def schedule_many(self, calls: Iterable[ManyCall]) -> list[Task]:
+        """:func:`schedule_many` of ``calls`` with these options (a call's key and lock
+        are given in the call)."""
+        per_call = sorted({"key", "lock"} & set(self._options))
+        if per_call:
+            raise TypeError(
+                f"schedule_many() takes {' and '.join(per_call)} in each call, not from "
+                f"using(): {self!r}"
+            )
+        return schedule_many(calls, **self._options)
+
+    async def aschedule(
+        self, fn_or_name: Callable[..., Any] | str, /, *args: Any, **kwargs: Any
+    ) -> Task:
+        """:meth:`schedule` from async code."""
+        return await sync_to_async(self.schedule)(fn_or_name, *args, **kwargs)
+
+
+def using(**options: Any) -> Using:
+    """Options of :func:`schedule` apart from the task's arguments (see :class:`Using`):
+    ``using(timeout=30).schedule(fetch, url, timeout=5)`` runs ``fetch(url,
+    timeout=5)`` under a 30-second timeout. Any keyword of ``schedule()`` but the
+    task's arguments; ``batch_size`` and ``batch`` for :meth:`Using.schedule_many`."""
+    return Using(options)
 
 
 def _checked_call(

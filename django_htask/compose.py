@@ -36,6 +36,7 @@ from django.db import transaction
 from . import clock
 from .api import (
     BATCH_SIZE,
+    SCHEDULE_OPTIONS,
     ManyCall,
     _Call,
     _checked_call,
@@ -213,20 +214,9 @@ def current_batch() -> Batch | None:
 
 
 # -- graphs ---------------------------------------------------------------------------
-#: The options a step takes, as :func:`~django_htask.schedule` does.
-_STEP_OPTIONS = frozenset(
-    {
-        "at",
-        "delay",
-        "max_attempts",
-        "queue_name",
-        "timeout",
-        "retry",
-        "lock",
-        "max_running",
-        "rate_limit",
-    }
-)
+#: The options a step takes, as :func:`~django_htask.schedule` does (a graph's own
+#: edges and its callers' keys stand for the others).
+_STEP_OPTIONS = frozenset(SCHEDULE_OPTIONS) - {"key", "on_conflict", "after", "after_failure"}
 
 
 class Step:

@@ -30,7 +30,7 @@ from django_htask import clock
 from django_htask.conf import get_settings
 from django_htask.db import scheduler_alias
 from django_htask.models import Node, Queue, Schedule, Task
-from django_htask.store.database import not_migrated
+from django_htask.store import not_migrated
 
 __all__ = ["DEFAULT_MAX_LATE", "Verdict", "check_health", "parse_max_late", "parse_node"]
 

@@ -196,10 +196,11 @@ def run_schedule_soon(row: Schedule) -> str:
             Schedule.objects.using(using).filter(pk=row.pk).update(next_run_at=now)
         notices.notify_local_change()
         return "is due now: the scheduler runs it within a poll interval"
-    from .api import schedule  # noqa: PLC0415
+    from .api import using as options_apart  # noqa: PLC0415
 
     args, kwargs = row.call
-    task = schedule(row.function, *args, **kwargs)
+    # using(): every keyword is the schedule's argument, even one named like an option
+    task = options_apart().schedule(row.function, *args, **kwargs)
     return f"is disabled, so it was queued once as task {task.pk}"
 
 

@@ -6,6 +6,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, connections
 
 from django_htask.db import holds_tables, scheduler_alias
+from django_htask.exceptions import NotMigrated
 
 from . import base
 from .base import *  # noqa: F403 - the store's interface and values
@@ -15,6 +16,7 @@ __all__ = [  # noqa: PLE0604
     "DJANGO_CONNECTIONS",
     "get_store",
     "install",
+    "not_migrated",
     "notify_nodes",
 ]
 
@@ -74,3 +76,23 @@ def notify_nodes(using: str | None = None) -> None:
 
         with connections[using].cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, 'task')", [CHANNEL])
+
+
+def not_migrated(exc: Exception, using: str | None = None) -> NotMigrated | None:
+    """The :class:`NotMigrated` that ``exc``, an error of the database ``using``, means
+    when it says one of django_htask's tables does not exist; None otherwise (and on a
+    database without a store).
+
+    Reads the error only, no query: the failed statement may have aborted the
+    transaction, and the callers (``schedule()``, the commands) pay nothing until a
+    statement fails."""
+    from .database.core import _TABLES, OrmStore  # noqa: PLC0415
+
+    try:
+        store = get_store(using)
+    except ImproperlyConfigured:
+        return None
+    if not isinstance(store, OrmStore) or store.missing_table(exc) not in _TABLES:
+        return None
+    table = store.missing_table(exc)
+    return store._not_migrated(f"table {table}")

@@ -12,7 +12,7 @@ from django_htask.api import schedule
 from django_htask.exceptions import NotMigrated
 from django_htask.health import NOT_MIGRATED, Verdict
 from django_htask.models import Task
-from django_htask.store.database import not_migrated
+from django_htask.store import not_migrated
 from django_htask.store.database.core import OrmStore
 from django_htask.store.mysql import MySQLStore
 from django_htask.store.postgres import PostgresStore

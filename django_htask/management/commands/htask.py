@@ -68,8 +68,7 @@ from django_htask.queue_control import (
     resume_queue,
 )
 from django_htask.queues import DEFAULT_QUEUE
-from django_htask.store import Pruned
-from django_htask.store.database import not_migrated
+from django_htask.store import Pruned, not_migrated
 
 ModelT = TypeVar("ModelT", bound=Model)
 

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_htask.exceptions import NotMigrated
 from django_htask.store.base import INTERFACE
 
 from .core import _CHUNK as _CHUNK
 from .core import (
-    _TABLES,
     FencedAtomic,
     OrmStore,
     _translate,
@@ -44,7 +42,6 @@ __all__ = [
     "FencedAtomic",
     "RefReader",
     "check_fence",
-    "not_migrated",
     "put_back",
     "supersede",
     "unavailable",
@@ -65,25 +62,3 @@ class DatabaseStore(NodeRows, ScheduleRows, TaskRows, PruneRows, OrmStore):
 
 
 _translate(DatabaseStore, INTERFACE)  # the methods of its parts
-
-
-def not_migrated(exc: Exception, using: str | None = None) -> NotMigrated | None:
-    """The :class:`NotMigrated` that ``exc``, an error of the database ``using``, means
-    when it says one of django_htask's tables does not exist; None otherwise (and on a
-    database without a store).
-
-    Reads the error only, no query: the failed statement may have aborted the
-    transaction, and the callers (``schedule()``, the commands) pay nothing until a
-    statement fails."""
-    from django.core.exceptions import ImproperlyConfigured  # noqa: PLC0415
-
-    from django_htask.store import get_store  # noqa: PLC0415 - the package imports this one
-
-    try:
-        store = get_store(using)
-    except ImproperlyConfigured:
-        return None
-    if not isinstance(store, OrmStore) or store.missing_table(exc) not in _TABLES:
-        return None
-    table = store.missing_table(exc)
-    return store._not_migrated(f"table {table}")

@@ -37,6 +37,13 @@ def when(at: datetime) -> None:
 
 
 @task
+def fetch(url: str, timeout: float = 10.0, /, retry: int = 0, *, key: str = "") -> None:
+    """Parameters named like options of schedule(): ``timeout`` positional-only, the
+    others given by keyword too (tests/integration/test_using.py)."""
+    record("fetch", (url, timeout, retry, key))
+
+
+@task
 def boom(message: str = "boom") -> None:
     record("boom", message)
     raise RuntimeError(message)

@@ -38,6 +38,7 @@ from django_htask.store import (
 
 from .context import NodeContext, Results
 from .control import ControlThread, DatabaseBackoff, Once
+from .executors import Executor, ProcessExecutor, ThreadExecutor
 from .firing import Firing
 from .liveness import Liveness
 from .membership import Membership, NodeRoles
@@ -46,7 +47,7 @@ from .pruning import Pruner
 from .queues import QueueWatch
 from .shutdown import shut_down, shut_down_fenced
 from .supervisor import ABORTED, Supervisor
-from .tasks import GATHER, TaskDispatch
+from .tasks import TaskDispatch
 
 __all__ = ["EXIT_STUCK", "Node", "NodeStats", "new_node_id"]
 
@@ -137,6 +138,8 @@ class Node:
         self._parts: _Parts | None = None  # once started
         #: The worker processes (``pool="process"``), started with the node.
         self.processes: ProcessPool | None = None
+        #: Where the calls run: the worker threads, or those processes.
+        self.executor: Executor = ThreadExecutor()
         if s.pool == "process":
             self.processes = ProcessPool(
                 self.node_id,
@@ -146,6 +149,7 @@ class Node:
                 max_memory=s.max_memory_per_child,
                 max_result=s.result_max_bytes,
             )
+            self.executor = ProcessExecutor(self.processes)
 
     @property
     def parts(self) -> _Parts:
@@ -170,8 +174,7 @@ class Node:
         store, now = self.store, self.clock.now()
         self._with_retry(store.check_migrated)
         self._with_retry(store.install)
-        if self.processes is not None:
-            self.processes.start()  # ImproperlyConfigured if they cannot set Django up
+        self.executor.start()  # ImproperlyConfigured if processes cannot set Django up
         taken = self._with_retry(
             lambda: store.take_over(
                 self.node_id, now, self.settings.dead_before(now), self.task_retry
@@ -250,11 +253,12 @@ class Node:
             stopping=lambda: self._stopping or self.fenced is not None,
             connections=self.connections,
         )
-        supervisor = Supervisor(ctx, self._too_many_stuck, self.processes)
+        supervisor = Supervisor(ctx, self._too_many_stuck, self.executor)
         roles = NodeRoles(ctx) if self.store.supports_several_nodes else None
         firing = Firing(ctx, supervisor, roles)
-        gather = GATHER if self.processes is not None else 0.0
-        tasks = TaskDispatch(ctx, supervisor, self.max_tasks, self._stop_when_done, gather)
+        tasks = TaskDispatch(
+            ctx, supervisor, self.max_tasks, self._stop_when_done, self.executor.gather
+        )
         queues = QueueWatch(ctx, firing, tasks)
         membership = None
         if roles is not None:
@@ -393,8 +397,7 @@ class Node:
         self._stopping = True
         self._unsubscribe()
         if self._parts is None:
-            if self.processes is not None:
-                self.processes.close()
+            self.executor.close()
             return
         parts = self._parts
         if parts.membership is not None:

@@ -37,8 +37,8 @@ from django_htask.engine import SchedulerClosed, TimerHandle
 from django_htask.store import RunOutcome
 
 from .context import NodeContext
-from .execution import Call, execute, given_up
-from .processes import ProcessPool
+from .execution import Call
+from .executors import Executor
 from .running import Key
 
 __all__ = ["ABORTED", "FORCE_WAIT", "Supervisor", "timed_out"]
@@ -66,11 +66,11 @@ class Supervisor:
         self,
         ctx: NodeContext,
         on_too_many: Callable[[int], object],
-        processes: ProcessPool | None = None,
+        executor: Executor,
     ) -> None:
         self.ctx = ctx
-        #: The worker processes that make the calls (None: the worker threads do).
-        self.processes = processes
+        #: Where the calls run: the worker threads or worker processes.
+        self.executor = executor
         self._on_too_many = on_too_many
         self._told = False
         self._scheduler: EngineScheduler | None = None
@@ -96,8 +96,7 @@ class Supervisor:
             scheduler = self._scheduler
         if scheduler is not None:
             scheduler.close(wait=False)
-        if self.processes is not None:
-            self.processes.close()
+        self.executor.close()
 
     def run(
         self,
@@ -120,18 +119,7 @@ class Supervisor:
             timers.append(self.arm(key, self.timeout_of(timeout)))
 
         try:
-            if self.processes is not None:
-                outcome = self.processes.execute(key, call, guard, start_timer)
-            else:
-                max_result = ctx.settings.result_max_bytes
-                outcome = execute(
-                    call,
-                    clock=ctx.clock,
-                    refresh=ctx.connections.refresh,
-                    guard=guard,
-                    max_result=max_result,
-                    on_start=start_timer,
-                )
+            outcome = self.executor.execute(ctx, key, call, guard, start_timer)
         finally:
             for timer in timers:
                 if timer is not None:
@@ -175,10 +163,7 @@ class Supervisor:
         called = self.ctx.running.called(key)
         if called is None:
             return  # finished, or not called yet (it will not begin)
-        aimed = (
-            self.processes.force(key) if self.processes is not None else called.guard.interrupt()
-        )
-        if not aimed:
+        if not self.executor.force(key, called):
             return
         logger.warning(
             "%s %s did not stop within TIMEOUT_GRACE: interrupted",
@@ -189,34 +174,18 @@ class Supervisor:
             self.scheduler.call_later(FORCE_WAIT, self._give_up, key)
 
     def _give_up(self, key: Key) -> None:
-        """Step 3: record the run for a thread that did not return, and replace it."""
+        """Step 3: end a call that did not return when forced; record its run if its
+        worker thread was given up (and replaced) rather than left to record it."""
         ctx = self.ctx
-        if self.processes is not None:
-            pid = self.processes.kill(key)
-            if pid is not None:
-                logger.error(
-                    "%s %s: its worker process %d did not stop when forced: killed",
-                    *key,
-                    pid,
-                    extra={"action": "process_killed", "job": key, "pid": pid},
-                )
-            return
         called = ctx.running.called(key)
-        if called is None or not called.guard.abandon():
+        if called is None:
             return
-        guard = called.guard
-        reason = guard.reason or ""
-        outcome = given_up(called.call, called.started_at, reason, guard.retryable, ctx.clock)
+        outcome = self.executor.give_up(ctx, key, called)
+        if outcome is None:
+            return
         called.finish(outcome)
-        ctx.jobs.replace_worker(called.thread)
         self.given_up += 1
         stuck = ctx.jobs.abandoned_workers()
-        logger.error(
-            "%s %s: its thread did not return when forced and was given up (%d stuck)",
-            *key,
-            stuck,
-            extra={"action": "worker_given_up", "job": key, "stuck": stuck},
-        )
         if stuck > ctx.settings.max_abandoned_threads and not self._told:
             self._told = True
             self._on_too_many(stuck)

@@ -35,11 +35,6 @@ __all__ = ["TaskDispatch"]
 logger = logging.getLogger(__name__)
 
 
-#: With worker processes, how long a round waits for the task calls just handed out
-#: (see :meth:`TaskDispatch.ask`).
-GATHER = 0.005
-
-
 def _set(handle: TimerHandle) -> bool:
     """Whether the timer is still to go off."""
     return handle.state in ("pending", "queued")
@@ -99,8 +94,8 @@ class TaskDispatch:
         self.request.request()
 
     def _gather_for(self) -> float:
-        """Seconds until the oldest task call running is :data:`GATHER` old (none
-        running, or one older: 0)."""
+        """Seconds until the oldest task call running is ``gather`` old (none running, or
+        one older: 0)."""
         try:
             oldest = next(iter(self._calls.values()))
         except (StopIteration, RuntimeError):  # none; or it changed meanwhile

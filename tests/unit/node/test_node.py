@@ -17,7 +17,8 @@ from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import StoreUnavailable
 from django_htask.node import EXIT_GRACE, Node
 from django_htask.node import node as node_module
-from django_htask.node.tasks import GATHER, TaskDispatch
+from django_htask.node.executors import GATHER
+from django_htask.node.tasks import TaskDispatch
 from django_htask.retry import RetryPolicy
 from django_htask.testing import InMemoryStore
 

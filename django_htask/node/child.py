@@ -7,16 +7,14 @@ with :func:`~django_htask.node.execution.execute` as a worker thread would, and 
 back each outcome. Two channels link it to its node (pickled messages over a socket
 pair each):
 
-- data, on the main thread: ``("hello", config)`` then ``("run", seq, call)`` and
-  ``("exit",)`` in; ``("ready", pid)`` or ``("broken", error)`` then
-  ``("done", seq, (status, error, traceback, duration, result), extra, recycle)`` out
-  (the outcome, with a task's result already encoded here, so that its size is
-  checked in this process and only bytes cross; ``recycle``: why the process exits
-  after this run — its ``max_tasks`` or ``max_memory`` — or ``""``);
-- control, on a thread of its own: ``("cancel", seq, reason, retryable)`` cancels the
-  run's token (the cooperative stop), ``("force", seq)`` raises
-  :class:`~django_htask.engine.ForcedStop` in the call (a signal to the main thread,
-  which also breaks a ``time.sleep`` or a blocking read). When that channel closes —
+- data, on the main thread: ``Hello`` then ``Run`` and ``Exit`` in; ``Ready`` or
+  ``Broken`` then a ``Done`` per run out (the outcome, with a task's result already
+  encoded here, so that its size is checked in this process and only bytes cross,
+  and why the process exits after this run, if it does);
+- control, on a thread of its own: ``Cancel`` cancels the run's token (the
+  cooperative stop), ``Force`` raises :class:`~django_htask.engine.ForcedStop` in the
+  call (a signal to the main thread, which also breaks a ``time.sleep`` or a blocking
+  read). When that channel closes —
   the node exited, or was killed — the process ends at once, its call with it: a run
   must not go on after its node is gone, for another node retries it.
 
@@ -37,6 +35,8 @@ from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
 
+from .messages import Broken, Cancel, Done, Force, Hello, Ready, Run
+
 __all__ = ["main", "run"]
 
 #: The signal the control thread sends the main thread to force a call to stop.
@@ -54,7 +54,7 @@ class _State:
         self.seq: int | None = None  # the run being made
         self.guard: Any = None  # its RunGuard
         self.forced: int | None = None  # the run a force was aimed at
-        self.cancel: tuple[int, str, bool] | None = None  # a cancel that came early
+        self.cancel: Cancel | None = None  # a cancel that came early
 
 
 def main(argv: list[str]) -> int:
@@ -62,13 +62,14 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     data = Connection(int(argv[1]))
     control = Connection(int(argv[2]))
-    kind, config = data.recv()
-    if kind != "hello":
+    hello = data.recv()
+    if not isinstance(hello, Hello):
         return 2
+    config = hello.config
     try:
         _set_up(config)
     except BaseException:  # any failure is reported to the node
-        data.send(("broken", traceback.format_exc()))
+        data.send(Broken(traceback.format_exc()))
         return 1
     state = _State()
     threading.Thread(
@@ -84,7 +85,7 @@ def main(argv: list[str]) -> int:
             raise ForcedStop("the run was forced to stop")
 
     signal.signal(FORCE_SIGNAL, force)
-    data.send(("ready", os.getpid()))
+    data.send(Ready(os.getpid()))
     return _serve(data, state, config)
 
 
@@ -112,15 +113,15 @@ def _serve(data: Connection, state: _State, config: dict[str, Any]) -> int:
             message = data.recv()
         except EOFError:
             return 0
-        if message[0] != "run":
-            return 0  # ("exit",)
-        _, seq, call = message
+        if not isinstance(message, Run):
+            return 0  # Exit
+        seq, call = message
         guard = RunGuard()
         with state.lock:
             early, state.cancel = state.cancel, None
             state.guard, state.seq = guard, seq
-        if early is not None and early[0] == seq:
-            guard.stop(early[1], retryable=early[2])
+        if early is not None and early.seq == seq:
+            guard.stop(early.reason, retryable=early.retryable)
         outcome = execute(
             call, clock=get_clock(), refresh=refresh, guard=guard, max_result=max_result
         )
@@ -132,14 +133,18 @@ def _serve(data: Connection, state: _State, config: dict[str, Any]) -> int:
             recycle = f"it made {done} calls (MAX_TASKS_PER_CHILD {max_tasks})"
         elif max_memory and (used := _peak_mib()) > max_memory:
             recycle = f"its memory reached {used} MiB (MAX_MEMORY_PER_CHILD {max_memory})"
-        ended = (
-            outcome.status,
-            outcome.error,
-            outcome.traceback,
-            outcome.duration,
-            outcome.result,
+        data.send(
+            Done(
+                seq,
+                outcome.status,
+                outcome.error,
+                outcome.traceback,
+                outcome.duration,
+                outcome.result,
+                outcome.extra,
+                recycle,
+            )
         )
-        data.send(("done", seq, ended, outcome.extra, recycle))
         if recycle:
             return 0
 
@@ -157,22 +162,21 @@ def _control(control: Connection, state: _State) -> None:
             message = control.recv()
         except (EOFError, OSError):
             os._exit(EXIT_ORPHANED)  # the node is gone: so is its run
-        kind, seq = message[0], message[1]
         with state.lock:
-            if kind == "cancel":
-                if state.seq == seq and state.guard is not None:
+            if isinstance(message, Cancel):
+                if state.seq == message.seq and state.guard is not None:
                     guard = state.guard
                 else:
-                    state.cancel = (seq, message[2], message[3])  # its run not begun
+                    state.cancel = message  # its run not begun
                     continue
-            elif kind == "force":
-                if state.seq == seq and state.guard is not None and state.guard.inside:
-                    state.forced = seq
+            elif isinstance(message, Force):
+                if state.seq == message.seq and state.guard is not None and state.guard.inside:
+                    state.forced = message.seq
                     signal.pthread_kill(main_thread, FORCE_SIGNAL)
                 continue
             else:
                 continue
-        guard.stop(message[2], retryable=message[3])
+        guard.stop(message.reason, retryable=message.retryable)
 
 
 def run(argv: list[str]) -> None:

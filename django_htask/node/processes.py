@@ -44,6 +44,7 @@ from django_htask.store import RunOutcome
 from django_htask.store import processes as django_side
 
 from .execution import RUN_FIELDS, Call, ended_outside
+from .messages import Broken, Cancel, Done, Exit, Force, Hello, Run
 from .running import Key
 
 __all__ = ["ProcessPool", "WorkerProcessBroken", "describe_exit"]
@@ -96,7 +97,7 @@ class Child:
         self._control_lock = threading.Lock()
         self.ready = False
         self.seq = 0  # the last run sent
-        self.data.send(("hello", config))
+        self.data.send(Hello(config))
 
     @property
     def pid(self) -> int:
@@ -109,22 +110,21 @@ class Child:
             return
         if timeout is not None and not self.data.poll(timeout):
             raise TimeoutError(f"worker process {self.pid} did not start in {timeout:g}s")
-        kind, detail = self.data.recv()
-        if kind == "broken":
-            raise WorkerProcessBroken(detail)
+        answer = self.data.recv()
+        if isinstance(answer, Broken):
+            raise WorkerProcessBroken(answer.error)
         self.ready = True
 
-    def run(self, seq: int, call: Call) -> tuple[tuple[Any, ...], dict[str, object], str]:
-        """Have it make ``call``: how it ended (status, error, traceback, duration, and
-        the encoded result or None), the outcome's ``extra``, and why the process exits
-        now, if it does (EOFError or OSError if it dies meanwhile)."""
-        self.data.send(("run", seq, call))
+    def run(self, seq: int, call: Call) -> Done:
+        """Have it make ``call``: how it ended (EOFError or OSError if it dies
+        meanwhile)."""
+        self.data.send(Run(seq, call))
         while True:
             message = self.data.recv()
-            if message[0] == "done" and message[1] == seq:
-                return message[2], message[3], message[4]
+            if isinstance(message, Done) and message.seq == seq:
+                return message
 
-    def signal(self, message: tuple[Any, ...]) -> None:
+    def signal(self, message: Cancel | Force) -> None:
         """Send a control message (lost if it is gone: nothing to stop any more)."""
         with self._control_lock, contextlib.suppress(OSError):
             self.control_channel.send(message)
@@ -148,7 +148,7 @@ class Child:
     def stop(self) -> None:
         """Ask it to exit (between two runs)."""
         with contextlib.suppress(OSError):
-            self.data.send(("exit",))
+            self.data.send(Exit())
 
 
 class ProcessPool:
@@ -269,14 +269,14 @@ class ProcessPool:
             self._busy[key] = (child, seq)
 
         def forward(_token: object) -> None:
-            child.signal(("cancel", seq, guard.reason or "", guard.retryable))
+            child.signal(Cancel(seq, guard.reason or "", guard.retryable))
 
         guard.token.on_cancel(forward)
         try:
             child.wait_ready()
             started_at, t0 = clock.now(), clock.monotonic()
             on_start()
-            (status, error, tb, _duration, result), extra, recycle = child.run(seq, call)
+            done = child.run(seq, call)
         except (EOFError, OSError, WorkerProcessBroken) as exc:
             with self._lock:
                 self._busy.pop(key, None)
@@ -284,16 +284,17 @@ class ProcessPool:
         with self._lock:
             self._busy.pop(key, None)
         outcome = RunOutcome(
-            status=status,
+            status=done.status,
             **{name: getattr(call, name) for name in RUN_FIELDS},
             started_at=started_at,
             finished_at=clock.now(),
             duration=clock.monotonic() - t0,
-            error=error,
-            traceback=tb,
-            extra=extra,
-            result=result,
+            error=done.error,
+            traceback=done.traceback,
+            extra=done.extra,
+            result=done.result,
         )
+        recycle = done.recycle
         if recycle:
             with self._lock:
                 self.recycled += 1
@@ -386,7 +387,7 @@ class ProcessPool:
         if busy is None:
             return False
         child, seq = busy
-        child.signal(("force", seq))
+        child.signal(Force(seq))
         return True
 
     def kill(self, key: Key) -> int | None:

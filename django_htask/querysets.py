@@ -13,7 +13,7 @@ and not the others fails there.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container, Iterable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -49,6 +49,7 @@ __all__ = [
     "live_node",
     "node_is_live",
     "node_is_silent",
+    "plain_task_sql",
     "run_is_expired",
     "served_task",
     "served_task_sql",
@@ -139,9 +140,17 @@ class NodeQuerySet(models.QuerySet[M]):
 #: A claimable task, as SQL over the task table: pending, due, and not leased (or its
 #: lease expired). Its parameters are :func:`claimable_params`.
 CLAIMABLE_SQL = "status = %s AND run_at <= %s AND (locked_by IS NULL OR lease_expires_at < %s)"
+
+
+def plain_task_sql(quote: Callable[[str], str] = lambda name: f'"{name}"') -> str:
+    """:data:`PLAIN_TASK_SQL` with ``lock`` (a reserved word) quoted by ``quote`` (a
+    connection's ``ops.quote_name``: MySQL quotes with backticks)."""
+    return f"{quote('lock')} IS NULL AND max_running IS NULL AND rate_limit IS NULL"
+
+
 #: A task without a lock or a limit (claimed in one statement; the others go through
 #: :func:`~django_htask.store.base.pick_gated`), as SQL (PostgreSQL, SQLite).
-PLAIN_TASK_SQL = '"lock" IS NULL AND max_running IS NULL AND rate_limit IS NULL'
+PLAIN_TASK_SQL = plain_task_sql()
 
 
 def task_is_plain(lock: str | None, max_running: int | None, rate_limit: int | None) -> bool:

@@ -104,8 +104,8 @@ from django_htask.models import (
 from django_htask.querysets import (
     CLAIMABLE_SQL,
     EXPIRED_RUN_SQL,
-    PLAIN_TASK_SQL,
     claimable_params,
+    plain_task_sql,
 )
 
 from . import rules, values
@@ -235,8 +235,8 @@ BY_ID = " FORCE INDEX (PRIMARY)"
 #: so many more, for the claims of other nodes made at the same time.
 CANDIDATES = 4
 SPARE = 16
-#: A task without a lock or a limit (``PLAIN_TASK_SQL``), as MySQL writes it.
-MYSQL_PLAIN = PLAIN_TASK_SQL.replace('"lock"', "`lock`")
+#: A task without a lock or a limit (``PLAIN_TASK_SQL``), as MySQL quotes it.
+MYSQL_PLAIN = plain_task_sql(lambda name: f"`{name}`")
 
 #: Session variable set while a node writes schedules' last statuses: the update
 #: trigger leaves the version alone then (see :meth:`MySQLStore._set_statuses`).
@@ -403,7 +403,6 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
     # The optimizer, on a small table or stale statistics, sometimes reads the whole
     # table instead (1 run in 6 of the plan's test): the index is named, as on SQLite.
     _gated_indexed_by = f" FORCE INDEX ({GATED_INDEX})"
-    _skip_locked = True
     _by_id = BY_ID
 
     def install(self) -> None:

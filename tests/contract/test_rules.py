@@ -29,6 +29,7 @@ from django_htask.querysets import (
     holding_params,
     node_is_live,
     node_is_silent,
+    plain_task_sql,
     run_is_expired,
     served_task,
     served_task_sql,
@@ -42,6 +43,8 @@ from django_htask.querysets import (
 )
 from django_htask.queues import ALL, NONE, QueueFilter
 from django_htask.retention import FINAL_STATUSES, Cutoffs, TaskRetention
+from django_htask.store import get_store
+from django_htask.store.memory.records import TaskRecord
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -154,7 +157,11 @@ def test_a_task_holding_its_lock_is_one_rule_in_its_three_forms() -> None:
     assert _ids(HOLDING_SQL, Task._meta.db_table, holding_params(NOW)) == by_values
 
 
-def test_a_plain_task_is_one_rule_in_its_three_forms_and_the_others_are_gated() -> None:
+def test_a_plain_task_is_one_rule_in_its_forms_and_the_others_are_gated() -> None:
+    """Plain and gated, as Python (``task_is_plain``, the in-memory store's record), as
+    querysets (``plain()``, ``GATED``: the gated index's condition), as SQL (the
+    constants, and the predicates this database's store claims with: on MySQL and
+    MariaDB, the gated column its migration generates)."""
     payload = encode_call(ADD, (1,), {})
     cases = list(itertools.product(("pending", "running"), (None, "l"), (None, 2), (None, 5)))
     Task.objects.bulk_create(
@@ -174,13 +181,24 @@ def test_a_plain_task_is_one_rule_in_its_three_forms_and_the_others_are_gated() 
     by_values = {pk for pk, _s, lock, most, rate in rows if task_is_plain(lock, most, rate)}
     assert len(by_values) == 2  # pending and running, with none of the three
     assert set(Task.objects.plain().values_list("id", flat=True)) == by_values
-    mysql = connection.vendor == "mysql"
-    plain_sql = PLAIN_TASK_SQL.replace('"lock"', "`lock`") if mysql else PLAIN_TASK_SQL
-    assert _ids(plain_sql, Task._meta.db_table, []) == by_values
+    table = Task._meta.db_table
+    quoted = plain_task_sql(connection.ops.quote_name)
+    assert _ids(quoted, table, []) == by_values
+    if connection.vendor != "mysql":  # the constant as written: `lock` unquoted on MySQL
+        assert _ids(PLAIN_TASK_SQL, table, []) == by_values
+    records = {
+        pk: TaskRecord(pk, ADD, payload, NOW, lock=lock, max_running=most, rate_limit=rate)
+        for pk, _s, lock, most, rate in rows
+    }
+    assert {pk for pk, record in records.items() if not record.gated} == by_values
     gated = {pk for pk, status, *_g in rows if status == "pending" and pk not in by_values}
     assert set(Task.objects.filter(GATED).values_list("id", flat=True)) == gated
-    gated_sql = GATED_PREDICATE.replace("lock IS", "`lock` IS") if mysql else GATED_PREDICATE
-    assert _ids(gated_sql, Task._meta.db_table, []) == gated
+    store = get_store()
+    pending = "status = 'pending' AND "
+    assert _ids(pending + store._gated_predicate, table, []) == gated
+    assert _ids(store._plain_predicate, table, []) == by_values
+    if connection.vendor != "mysql":
+        assert _ids(GATED_PREDICATE, table, []) == gated
 
 
 def test_a_served_task_is_one_rule_in_its_three_forms() -> None:

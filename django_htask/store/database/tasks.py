@@ -473,10 +473,6 @@ class TaskRows(FollowRows):
             rows = cursor.fetchall()
         return [started_task(row, _as_datetime) for row in rows]
 
-    #: Lock the candidates of a claim ``FOR UPDATE SKIP LOCKED`` (MySQL, MariaDB), so
-    #: claims made at once take disjoint tasks without waiting.
-    _skip_locked = False
-
     def _start_in(self, c: values.Claim) -> list[StartedTask]:
         """Claim and start due tasks without a lock or a limit, in the caller's
         transaction."""
@@ -484,19 +480,12 @@ class TaskRows(FollowRows):
         tasks = Task.objects.using(self.using)
         served = served_task(serving.plain, serving.backend)
         claimable = tasks.claimable(now).plain().filter(served)
-        candidates = claimable
-        if self._skip_locked:
-            candidates = candidates.select_for_update(skip_locked=True)
         ids = list(
-            candidates.order_by("-priority", "run_at", "id").values_list("id", flat=True)[:limit]
+            claimable.order_by("-priority", "run_at", "id").values_list("id", flat=True)[:limit]
         )
         if not ids:
             return []
-        # Rows locked FOR UPDATE by this transaction are still claimable: they are
-        # started by id alone. Asked again whether they are claimable, InnoDB could walk
-        # a secondary index to the rows another claim holds and wait for them while that
-        # claim waits for its own: a deadlock (seen 1 in 20 with four nodes claiming).
-        return self._mark_started(c, ids, tasks if self._skip_locked else claimable)
+        return self._mark_started(c, ids, claimable)
 
     def aborts(self, node_id: str) -> list[tuple[str, int]]:
         # Both read through their small partial index (abort_requested_at IS NOT NULL).

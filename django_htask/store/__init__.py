@@ -68,14 +68,9 @@ def install(using: str | None = None) -> None:
 
 def notify_nodes(using: str | None = None) -> None:
     """Wake the nodes of the other processes now, in the caller's transaction (they
-    hear it when it commits): PostgreSQL's ``NOTIFY``, for a change its triggers do not
-    announce (an abort asked for on a run). Elsewhere nodes see it at their next poll."""
-    using = using or scheduler_alias()
-    if connections[using].vendor == "postgresql":
-        from .listen import CHANNEL  # noqa: PLC0415
-
-        with connections[using].cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, 'task')", [CHANNEL])
+    hear it when it commits): the store of ``using`` says how
+    (:meth:`~django_htask.store.base.Store.notify_nodes`)."""
+    get_store(using).notify_nodes()
 
 
 def not_migrated(exc: Exception, using: str | None = None) -> NotMigrated | None:

@@ -317,6 +317,13 @@ class Store(abc.ABC):
         """Create what the migrations cannot keep (triggers); idempotent."""
 
     @abc.abstractmethod
+    def notify_nodes(self) -> None:
+        """Wake the nodes of the other processes now, in the caller's transaction (they
+        hear it when it commits), for a change that announces nothing by itself (an
+        abort asked for on a run). Where the database cannot, nothing: the nodes see
+        the change at their next poll."""
+
+    @abc.abstractmethod
     def describe(self) -> str:
         """The database, for the banner (engine and name, no password)."""
 

@@ -281,6 +281,11 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
     _no_such_table = re.compile(r'relation "(?:\w+\.)?(\w+)" does not exist')
     supports_several_nodes = True
 
+    def notify_nodes(self) -> None:
+        """``NOTIFY`` on the channel the nodes listen to."""
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, 'task')", [CHANNEL])
+
     def install(self) -> None:
         install(self.connection)
 

@@ -261,6 +261,9 @@ class OrmStore(Store):
     def install(self) -> None:
         pass
 
+    def notify_nodes(self) -> None:
+        pass  # no notices on this database: the nodes poll
+
     def describe(self) -> str:
         settings = self.connection.settings_dict
         return f"{self.connection.vendor} {settings.get('NAME')}"

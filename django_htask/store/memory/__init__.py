@@ -108,6 +108,9 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
     def install(self) -> None:
         pass
 
+    def notify_nodes(self) -> None:
+        pass  # one process: its node is woken by the caller
+
     def describe(self) -> str:
         return "memory (django_htask.testing.InMemoryStore)"
 

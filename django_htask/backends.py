@@ -274,7 +274,7 @@ class HtaskBackend(BaseTaskBackend):
             run_after=row.run_at if call_kwargs.get("deferred") else None,
             takes_context=bool(call_kwargs.get("takes_context", False)),
         )
-        runs = list(Run.objects.filter(task=row).order_by("started_at", "id"))
+        runs = Run.objects.attempts_of(row)  # its success, if it succeeded, from its row
         attempts = [r for r in runs if r.started_at is not None]
         errors = [_error(r) for r in runs if r.status == RunStatus.FAILED and r.error]
         if row.status == TaskStatus.CANCELLED:

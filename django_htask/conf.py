@@ -95,6 +95,11 @@ class HtaskSettings:
     #: Days a Run row is kept (and the row of a node stopped that long ago) before a
     #: node deletes it; 0 keeps them for ever.
     run_retention_days: int = 30
+    #: Write a Run row for every attempt of a one-off task, its success too. By default
+    #: a success writes none: the task's row holds it (its node, start, end and
+    #: result), and a run row is written only where it adds something (a failed,
+    #: timed out, aborted, snoozed or lost attempt).
+    record_every_attempt: bool = False
     #: Seconds between two rounds of pruning (one node at a time deletes what is past
     #: its retention: docs/operating.md).
     prune_interval: float = 300.0

@@ -25,6 +25,7 @@ from .queues import QueueFilter, QueueStates
 from .retention import FINAL_STATUSES, Cutoffs
 
 M = TypeVar("M", bound=models.Model)
+R = TypeVar("R")
 
 __all__ = [
     "CLAIMABLE_SQL",
@@ -54,6 +55,8 @@ __all__ = [
     "served_task",
     "served_task_sql",
     "spent_batch",
+    "success_run",
+    "task_attempts",
     "task_is_claimable",
     "task_is_due",
     "task_is_expired",
@@ -61,6 +64,7 @@ __all__ = [
     "task_is_lost",
     "task_is_plain",
     "task_is_served",
+    "task_success_run",
 ]
 
 # -- a live node -------------------------------------------------------------------------
@@ -370,6 +374,11 @@ class TaskQuerySet(models.QuerySet[M]):
         rows = self.active().order_by().values_list("status").annotate(n=Count("id"))
         return dict(rows.values_list("status", "n"))
 
+    def succeeded_since(self, since: datetime) -> TaskQuerySet[M]:
+        """The tasks that succeeded at ``since`` or later: the successes no run row
+        records (:func:`task_success_run`)."""
+        return self.filter(status=TaskStatus.SUCCEEDED, finished_at__gte=since).order_by()
+
     def by_queue(self) -> dict[str, tuple[int, int]]:
         """Queue -> how many of its tasks are pending and running (queues with neither
         absent): the pending and running rows only, read through an index that begins
@@ -386,13 +395,61 @@ class TaskQuerySet(models.QuerySet[M]):
         return counts
 
 
+def success_run(task: Any) -> dict[str, Any]:
+    """The fields of the run row a success of ``task`` (a ``Task`` row, or a record
+    with its fields) would have written: what its row holds of its last attempt."""
+    started, finished = task.started_at, task.finished_at
+    return {
+        "task_id": task.id,
+        "name": task.function,
+        "function": task.function,
+        "node": task.node or "",
+        "attempt": task.attempts,
+        "scheduled_for": task.run_at,
+        "started_at": started,
+        "finished_at": finished,
+        "status": RunStatus.SUCCEEDED,
+        "duration": (finished - started).total_seconds() if started and finished else None,
+    }
+
+
+def task_attempts(runs: list[R], task: Any, make: Callable[..., R]) -> list[R]:
+    """The attempts of ``task`` (a ``Task`` row, or a record with its fields): its
+    ``runs`` (oldest first), then its success, ``make(**success_run(task))``, unless
+    one of them records it (:func:`task_success_run`)."""
+    recorded = any(getattr(r, "status", None) == RunStatus.SUCCEEDED for r in runs)
+    if task.status == TaskStatus.SUCCEEDED and not recorded:
+        return [*runs, make(**success_run(task))]
+    return runs
+
+
 # -- runs of the last hour by outcome --------------------------------------------------------
 #: The seconds of runs "the last hour" holds.
 HOUR = 3600.0
 
 
+def task_success_run() -> Q:
+    """The run rows of tasks' successes, as a filter of runs. A success writes none
+    (its task's row holds it: :func:`django_htask.store.rules.writes_run`) unless
+    ``RECORD_EVERY_ATTEMPT`` is set, or it ran before that was so: what counts a
+    task's successes reads the tasks (:meth:`TaskQuerySet.succeeded_since`) and leaves
+    these rows out, so that the count is the same either way."""
+    return Q(task__isnull=False, status=RunStatus.SUCCEEDED)
+
+
 class RunQuerySet(models.QuerySet[M]):
     """The run rows' verbs (``Run.objects``)."""
+
+    def without_task_successes(self) -> RunQuerySet[M]:
+        """These runs less those of tasks' successes (:func:`task_success_run`)."""
+        return self.exclude(task_success_run())
+
+    def attempts_of(self, task: Any) -> list[M]:
+        """The attempts of ``task`` (a ``Task`` row), oldest first: its runs, and its
+        success, read from its row (an unsaved run: no id) unless a run records it
+        (:func:`task_success_run`)."""
+        runs: list[M] = list(self.filter(task=task).order_by("started_at", "id"))
+        return task_attempts(runs, task, self.model)
 
     def started_since(self, since: datetime) -> RunQuerySet[M]:
         """The runs started at ``since`` or later (the ``started_at`` index)."""

@@ -1,5 +1,5 @@
 """One-off tasks in the admin: status, due time, attempts, snoozes, last error, the call
-and what it returned, a link to its runs, its batch and graph (:mod:`.compose`), why it
+and what it returned, its attempts (:mod:`.attempts`), its batch and graph (:mod:`.compose`), why it
 waits (a waiting task for its dependencies or batch, a pending due one for its gates:
 :func:`~django_htask.overview.why_waiting`); a pending task's time can be changed;
 actions: cancel, abort, send again (failed ones)."""
@@ -15,7 +15,6 @@ from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -25,6 +24,7 @@ from django_htask.flow import RateLimit
 from django_htask.models import Task, TaskStatus
 from django_htask.operations import FOLLOWED_NOT_SENT, send_again
 
+from .attempts import attempts_of
 from .common import RETRY_FIELDS, QueueListFilter, Traceback, first_line
 from .compose import batch_of, graph_of
 from .display import times
@@ -135,11 +135,11 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         (:func:`~django_htask.admin.compose.graph_of`)."""
         return graph_of(self.admin_site.name, obj)
 
-    @admin.display(description="runs")
-    def run_history(self, obj: Task) -> SafeString:
-        """A link to its runs in the run list: every attempt, snoozed ones too."""
-        url = reverse(f"{self.admin_site.name}:django_htask_run_changelist")
-        return format_html('<a href="{}?task__id__exact={}">its runs</a>', url, obj.pk)
+    @admin.display(description="its attempts")
+    def run_history(self, obj: Task) -> SafeString | str:
+        """Its attempts, the failed ones with their tracebacks and its success from its
+        own row, and a link to its runs in the run list (:func:`.attempts.attempts_of`)."""
+        return attempts_of(self.admin_site.name, obj)
 
     def get_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
         return ("run_at", *self._info)

@@ -2,7 +2,8 @@
 
 A handful of aggregate queries over indexed columns: the tasks pending and running (by
 status), the runs started in the last :data:`~django_htask.metrics.prometheus.WINDOW`
-seconds (by ``started_at``), the schedules due, the nodes not stopped and the queues
+seconds (by ``started_at``) and the tasks that succeeded in them (by ``finished_at``: a
+success writes no run row), the schedules due, the nodes not stopped and the queues
 acted on (paused, limited). It only reads.
 A database error is the gauge ``django_htask_database_up 0`` (and a warning logged),
 never a failed scrape.
@@ -79,12 +80,55 @@ def _histograms(
     }
 
 
-def _read(now: datetime, window: float, using: str) -> _Facts:
-    facts = _Facts()
-    recent = Run.objects.using(using).last_hour(now, window)
+def _added(*parts: dict[str, _Histogram]) -> dict[str, _Histogram]:
+    """The histograms of ``parts`` added, name by name."""
+    total: dict[str, _Histogram] = {}
+    for part in parts:
+        for name, h in part.items():
+            was = total.get(name)
+            if was is not None:
+                buckets = [a + b for a, b in zip(was.buckets, h.buckets, strict=True)]
+                total[name] = _Histogram(buckets, was.count + h.count, was.total + h.total)
+            else:
+                total[name] = h
+    return total
+
+
+def _span_counts(prefix: str, start: str, end: str, bounds: Sequence[float]) -> dict[str, Any]:
+    """The aggregates of a histogram of the seconds from column ``start`` to column
+    ``end``: ``{prefix}n``, ``{prefix}total`` and a count per bound (``{prefix}le0`` …)."""
+    return {
+        f"{prefix}n": Count("id", filter=Q(**{f"{start}__isnull": False, f"{end}__isnull": False})),
+        f"{prefix}total": Sum(F(end) - F(start)),
+        **{
+            f"{prefix}le{i}": Count(
+                "id", filter=Q(**{f"{end}__lte": F(start) + timedelta(seconds=b)})
+            )
+            for i, b in enumerate(bounds)
+        },
+    }
+
+
+def _unprefixed(rows: Iterable[Mapping[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    """Each row's name and its aggregates of ``prefix`` (:func:`_span_counts`), the
+    prefix taken off."""
+    return [
+        {
+            "name": row["name"],
+            **{k[len(prefix) :]: v for k, v in row.items() if k.startswith(prefix)},
+        }
+        for row in rows
+    ]
+
+
+def _read_runs(facts: _Facts, now: datetime, window: float, using: str) -> None:
+    """The runs of the last ``window`` seconds: those of schedules and tasks' attempts
+    from the run rows, tasks' successes from the tasks, by their end (they write no
+    run row: :func:`~django_htask.querysets.task_success_run`), in one query."""
+    recent = Run.objects.using(using).last_hour(now, window).without_task_successes()
     facts.runs = list(recent.by_outcome(rules.reaped_runs()))
     timed = recent.filter(duration__isnull=False).values("name")
-    facts.durations = _histograms(
+    durations = _histograms(
         timed.annotate(
             n=Count("id"),
             total=Sum("duration"),
@@ -96,19 +140,32 @@ def _read(now: datetime, window: float, using: str) -> _Facts:
         DURATION_BUCKETS,
     )
     started = recent.filter(status__in=CALLED, scheduled_for__isnull=False).values("name")
-    facts.lateness = _histograms(
-        started.annotate(
-            n=Count("id"),
-            total=Sum(F("started_at") - F("scheduled_for")),
-            **{
-                f"le{i}": Count(
-                    "id", filter=Q(started_at__lte=F("scheduled_for") + timedelta(seconds=bound))
-                )
-                for i, bound in enumerate(LATENESS_BUCKETS)
-            },
-        ),
+    lateness = _histograms(
+        started.annotate(**_span_counts("", "scheduled_for", "started_at", LATENESS_BUCKETS)),
         LATENESS_BUCKETS,
     )
+    successes = list(
+        Task.objects.using(using)
+        .succeeded_since(now - timedelta(seconds=window))
+        .values(name=F("function"))
+        .annotate(
+            n=Count("id"),
+            retries=Count("id", filter=Q(attempts__gt=1)),
+            **_span_counts("d_", "started_at", "finished_at", DURATION_BUCKETS),
+            **_span_counts("l_", "run_at", "started_at", LATENESS_BUCKETS),
+        )
+    )
+    facts.runs += [
+        {**row, "function": row["name"], "status": TaskStatus.SUCCEEDED, "reaped": 0}
+        for row in successes
+    ]
+    facts.durations = _added(durations, _histograms(_unprefixed(successes, "d_"), DURATION_BUCKETS))
+    facts.lateness = _added(lateness, _histograms(_unprefixed(successes, "l_"), LATENESS_BUCKETS))
+
+
+def _read(now: datetime, window: float, using: str) -> _Facts:
+    facts = _Facts()
+    _read_runs(facts, now, window, using)
     due = due_task(now)
     facts.tasks = list(
         Task.objects.using(using)
@@ -259,8 +316,8 @@ def _run_families(facts: _Facts, hour: str, window: float) -> Iterator[Metric]:
     yield window_family
     runs = _gauge(
         "django_htask_recent_runs",
-        f"Runs started in {hour}, by schedule (or function) name, function and status "
-        "(running, succeeded, failed, missed, skipped).",
+        f"Runs started in {hour} (a task's success: ended in it), by schedule (or "
+        "function) name, function and status (running, succeeded, failed, missed, skipped).",
         ("name", "function", "status"),
     )
     retries = _gauge(

@@ -175,6 +175,14 @@ class Task(models.Model):
     )
     timeout = _timeout()
     locked_by = models.CharField(max_length=100, blank=True, null=True)
+    node = models.CharField(
+        max_length=100,
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="the node that ran its last attempt (a success writes no run row: "
+        "its node is here)",
+    )
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     abort_requested_at = _abort_requested_at()
     started_at = models.DateTimeField(

@@ -78,7 +78,7 @@ from django_htask.engine.clock import from_us
 from django_htask.models import Batch, Dependency, Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.querysets import LIVE_NODE_SQL, SPENT_BATCH_SQL
 
-from . import values
+from . import rules, values
 from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask
 from .database import (
     _ROW_FIELDS,
@@ -146,8 +146,12 @@ _RUN_VALUES = (
     + ", ".join(f"{name} {_RUN_TYPES[name]}" for name in _RUN_COLUMNS)
     + ") LIMIT %s)"
 )
-#: The same for finished tasks, with each one's result (base64; absent: NULL).
-_FINISHED_VALUES = _RUN_VALUES.replace(") LIMIT", ", result text) LIMIT")
+#: The same for finished tasks, with each one's result (base64; absent: NULL) and
+#: whether it writes a run row (absent: it does not, and only the task's fields are
+#: given: see :func:`_run_rows`).
+_FINISHED_VALUES = _RUN_VALUES.replace(") LIMIT", ", result text, run boolean) LIMIT")
+#: The task fields of a finish that writes no run row.
+_FINISH_COLUMNS = ("status", "finished_at", "error", "traceback", "task_id")
 _RUN_INSERT = (
     f"INSERT INTO {RUN} ({', '.join(_RUN_COLUMNS)}) "
     f"SELECT {', '.join(f'v.{name}' for name in _RUN_COLUMNS)} FROM v"
@@ -171,7 +175,11 @@ _ROW_SQL = ", ".join(_ROW_FIELDS)
 
 
 def _run_rows(
-    outcomes: list[RunOutcome], schedule_id: int | None = None, *, results: bool = False
+    outcomes: list[RunOutcome],
+    schedule_id: int | None = None,
+    *,
+    results: bool = False,
+    every_attempt: bool = True,
 ) -> list[Any]:
     """``outcomes`` as the parameters of ``_RUN_VALUES``: a JSON list of objects keyed
     by column (each outcome's ``columns()``; ``schedule_id`` for every row, if given),
@@ -183,19 +191,27 @@ def _run_rows(
     ``VALUES`` list of 8 runs (13 parameters each) had: that parsing was a quarter of
     a node's CPU running trivial tasks (a yappi profile).
 
-    With ``results``, a task's result (bytes) is added in base64 (``_FINISHED_VALUES``);
-    a task that returned None has none, so the usual row is as long as before."""
+    With ``results`` (finished tasks, ``_FINISHED_VALUES``), a task's result (bytes)
+    is added in base64 (a task that returned None has none), and each end that writes a
+    run row (:func:`~django_htask.store.rules.writes_run`, ``every_attempt`` its
+    setting) says so; one that writes none gives only the task's fields."""
     rows = []
     for o in outcomes:
-        columns = o.columns()
+        if results and not rules.writes_run(o, every_attempt):
+            columns = {name: getattr(o, name) for name in _FINISH_COLUMNS}
+            columns["finished_at"] = o.finished_at.isoformat()
+        else:
+            columns = o.columns()
+            for name in _RUN_TIMES:
+                at = columns[name]
+                if at is not None:
+                    columns[name] = at.isoformat()
+            if results:
+                columns["run"] = True
         if schedule_id:
             columns["schedule_id"] = schedule_id
         if results and o.result is not None:
             columns["result"] = base64.b64encode(o.result).decode("ascii")
-        for name in _RUN_TIMES:
-            at = columns[name]
-            if at is not None:
-                columns[name] = at.isoformat()
         rows.append(columns)
     return [json.dumps(rows), len(rows)]
 
@@ -630,17 +646,22 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
     ) -> int:
         """Write the finished tasks this node still runs (and, with ``guard``, whose end
         nothing follows: ``followed`` false, see :meth:`_write_plain_ends`), and a run
-        row for each, in one statement; return how many. The outcomes are the rows of
-        ``v`` (one JSON parameter), the task update returns the ids it wrote, and the
-        run rows are inserted for those ids only. (The ORM's
-        ``bulk_create`` of the run rows cost more CPU than the trivial jobs they
-        record, on the control thread every claim waits for.)
+        row for each that writes one (:func:`~django_htask.store.rules.writes_run`),
+        in one statement; return how many. The outcomes are the rows of ``v`` (one JSON
+        parameter), the task update returns the ids it wrote, and the run rows are
+        inserted for those ids only. (The ORM's ``bulk_create`` of the run rows cost
+        more CPU than the trivial jobs they record, on the control thread every claim
+        waits for.)
 
         The tasks are found by id only: whether this node still runs one is checked
         with ``IS NOT DISTINCT FROM``, which no index serves. Written with ``=``, the
         planner may read them through an index that begins with the status instead, every
         task marked running since the last vacuum, when stale statistics make those
         look like a row or two (see :data:`CLAIM_PLANNER`)."""
+        every_attempt = get_settings().record_every_attempt
+        runs = ""
+        if every_attempt or any(rules.writes_run(o, every_attempt) for o in outcomes):
+            runs = f", runs AS ({_RUN_INSERT} JOIN done ON done.id = v.task_id WHERE v.run)"
         # rules.ended_task's fields of a finish, as SQL of their own (one statement).
         with self._cursor() as cursor:
             cursor.execute(
@@ -651,9 +672,12 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
                 "WHERE t.id = v.task_id "
                 "AND (t.status, t.locked_by) IS NOT DISTINCT FROM (%s, %s)"
                 f"{' AND NOT t.followed' if guard else ''} RETURNING t.id"
-                f"), runs AS ({_RUN_INSERT} JOIN done ON done.id = v.task_id RETURNING 1) "
-                "SELECT count(*) FROM done",
-                [*_run_rows(outcomes, results=True), TaskStatus.RUNNING, node_id],
+                f"){runs} SELECT count(*) FROM done",
+                [
+                    *_run_rows(outcomes, results=True, every_attempt=every_attempt),
+                    TaskStatus.RUNNING,
+                    node_id,
+                ],
             )
             row = cursor.fetchone()
         return int(row[0]) if row else 0

@@ -21,6 +21,8 @@ record. Time is a parameter; nothing here reads a clock or a table.
   under the claim's lease.
 - :func:`ended_task`: a task whose attempt ended (a :class:`RunOutcome`): finished, or
   pending again for a retry; no node holds it.
+- :func:`writes_run`: which ends write a run row (a task's success writes none: its
+  row holds it), and :func:`runs_written`, those of a batch of outcomes.
 - :func:`snoozed_task`: a task whose attempt ended snoozed (``raise Snooze``): pending
   again later, its attempt not counted, one snooze more.
 - :func:`status_not_older`: the schedules whose last status a run may write (none a
@@ -82,9 +84,11 @@ __all__ = [
     "reaped_runs",
     "reaped_task",
     "released_task",
+    "runs_written",
     "snoozed_task",
     "status_not_older",
     "superseded_task",
+    "writes_run",
 ]
 
 #: The error of a schedule run whose node died while it ran.
@@ -168,7 +172,8 @@ def reaped_task(
 
 def claimed_task(attempts: Any, node_id: str, now: Any, lease_until: Any) -> dict[str, Any]:
     """The fields of a task (``attempts`` made) a claim of node ``node_id`` starts at
-    ``now``: running, one attempt more, held by the node until ``lease_until``.
+    ``now``: running, one attempt more, held by the node until ``lease_until``, run
+    by it (``node``, kept once it ended: a success writes no run row that says so).
     ``attempts`` is a value, or an expression of the column that adds as one (the ORM
     store passes ``F("attempts")``); ``now`` and ``lease_until`` as the store writes a
     timestamp."""
@@ -177,6 +182,7 @@ def claimed_task(attempts: Any, node_id: str, now: Any, lease_until: Any) -> dic
         "attempts": attempts + 1,
         "started_at": now,
         "locked_by": node_id,
+        "node": node_id,
         "lease_expires_at": lease_until,
     }
 
@@ -197,6 +203,24 @@ def ended_task(o: RunOutcome) -> dict[str, Any]:
     else:
         changes.update(status=o.status, finished_at=o.finished_at)
     return changes
+
+
+def writes_run(o: RunOutcome, every_attempt: bool) -> bool:
+    """Whether the end ``o`` writes a run row: a schedule's run always (its row was
+    written when it started); a task's attempt unless it succeeded, or with
+    ``every_attempt`` (the ``RECORD_EVERY_ATTEMPT`` setting). A success is on the
+    task's row already (its node, start, end, result): a row of its own would add
+    nothing, and it is most of the rows a busy node writes. A failed attempt, retried
+    or final (a timeout, an abort), a snooze and a lost attempt keep a row each, with
+    their error and traceback."""
+    return every_attempt or o.task_id is None or o.status != RunStatus.SUCCEEDED
+
+
+def runs_written(outcomes: list[RunOutcome], every_attempt: bool) -> list[RunOutcome]:
+    """The outcomes of ``outcomes`` that write a run row (:func:`writes_run`)."""
+    if every_attempt:
+        return outcomes
+    return [o for o in outcomes if writes_run(o, every_attempt)]
 
 
 def snoozed_task(run_at: Any, attempts: Any, snoozes: Any) -> dict[str, Any]:

@@ -139,7 +139,7 @@ def test_three_nodes_a_kill_and_a_restart(site: Site) -> None:
     started = each_occurrence_once(site, SCHEDULES, start, end, killed_node)
     assert sum(len(t) for t in started.values()) >= SCHEDULES * (WINDOW - 5)
     # -- tasks: each at least once, twice only if the killed node held it ---------------
-    each_task_once_but_the_killed_nodes(site, TASKS, killed_pid)
+    each_task_once_but_the_killed_nodes(site, TASKS, killed_pid, killed_node)
 
 
 def _edits_are_acted_on_within_a_second(site: Site) -> None:

@@ -118,7 +118,7 @@ def test_three_nodes_a_kill_and_a_restart_lose_nothing_and_run_nothing_twice(
     again = [min(t for t in times if t > killed_at) for times in started.values()]
     resumed = max(again) - killed_at
     assert resumed <= RESUMED_WITHIN, f"a schedule fired again only {resumed} after the kill"
-    each_task_once_but_the_killed_nodes(site, TASKS, killed_pid)
+    each_task_once_but_the_killed_nodes(site, TASKS, killed_pid, killed_node)
 
 
 def test_each_occurrence_has_one_row_when_the_database_restarts(

@@ -347,7 +347,7 @@ def test_record_writes_finished_tasks_in_bulk(store: PostgresStore) -> None:
     started = store.start_tasks("n1", NOW, 10, LEASE)
     outcomes = [
         RunOutcome(
-            status=RunStatus.SUCCEEDED if s.id != ids[1] else RunStatus.FAILED,
+            status=RunStatus.SUCCEEDED if s.id == ids[0] else RunStatus.FAILED,
             function=ADD,
             name=ADD,
             node="n1",
@@ -356,7 +356,7 @@ def test_record_writes_finished_tasks_in_bulk(store: PostgresStore) -> None:
             started_at=NOW,
             finished_at=NOW + timedelta(seconds=1),
             duration=1.0,
-            error="" if s.id != ids[1] else "RuntimeError: no",
+            error="" if s.id == ids[0] else "RuntimeError: no",
             task_id=s.id,
             retry_at=NOW + timedelta(seconds=30) if s.id == ids[2] else None,
         )
@@ -371,7 +371,9 @@ def test_record_writes_finished_tasks_in_bulk(store: PostgresStore) -> None:
     )
     assert rows[ids[2]].status == TaskStatus.PENDING  # a retry, due again later
     assert rows[ids[2]].run_at == NOW + timedelta(seconds=30)
-    assert Run.objects.filter(task_id__in=ids).count() == 3
+    assert rows[ids[0]].node == "n1"  # its success: on its row, no run row
+    runs = Run.objects.filter(task_id__in=ids).order_by("task_id").values_list("task_id", "status")
+    assert list(runs) == [(ids[1], "failed"), (ids[2], "failed")]
 
 
 # -- the reaper ------------------------------------------------------------------------

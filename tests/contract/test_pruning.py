@@ -57,7 +57,8 @@ def tasks_left(kit: Kit, ids: list[int]) -> set[int]:
     return set(Task.objects.filter(pk__in=ids).values_list("pk", flat=True))
 
 
-def test_finished_tasks_past_their_retention_go_with_their_runs(kit: Kit) -> None:
+def test_finished_tasks_past_their_retention_go_with_their_runs(kit: Kit, settings: Any) -> None:
+    settings.HTASK = {**settings.HTASK, "RECORD_EVERY_ATTEMPT": True}  # a success's run row too
     kit.register("n1")
     gone = [
         ended(kit, TaskStatus.SUCCEEDED, 8 * DAY),
@@ -86,7 +87,8 @@ def test_finished_tasks_past_their_retention_go_with_their_runs(kit: Kit) -> Non
     assert kit.store.expired(CUTOFFS) == Pruned()
 
 
-def test_a_batch_stops_at_its_limit_and_says_more_may_be_left(kit: Kit) -> None:
+def test_a_batch_stops_at_its_limit_and_says_more_may_be_left(kit: Kit, settings: Any) -> None:
+    settings.HTASK = {**settings.HTASK, "RECORD_EVERY_ATTEMPT": True}  # a success's run row too
     kit.register("n1")
     ids = [ended(kit, TaskStatus.SUCCEEDED, (8 + n) * DAY) for n in range(5)]
     assert kit.store.prune("n1", CUTOFFS, 2) == Pruned(tasks=2, runs=2, more=True)

@@ -22,7 +22,13 @@ from django_htask.queues import QueueFilter, QueueStates
 from django_htask.retry import RetryPolicy
 from django_htask.store import Abandoned, RunOutcome, ScheduleRow, Serving, Store, get_store
 from django_htask.store.base import DEFAULT_RETRY, RETRY_COLUMNS, RetryColumns
-from django_htask.store.rules import BROKEN_MAX, claimed_task, ended_task, snoozed_task
+from django_htask.store.rules import (
+    BROKEN_MAX,
+    claimed_task,
+    ended_task,
+    snoozed_task,
+    writes_run,
+)
 from django_htask.testing import InMemoryStore
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -95,6 +101,14 @@ class Kit:
         from django_htask.models import Run
 
         return list(Run.objects.filter(**where).order_by("id"))
+
+    def attempts(self, task_id: int) -> list[Any]:
+        """A task's attempts: its runs, and its success from its row."""
+        if self.memory is not None:
+            return self.memory.attempts_of(task_id)
+        from django_htask.models import Run
+
+        return Run.objects.attempts_of(self.task(task_id))
 
     def cancel(self, task_id: int) -> bool:
         """Cancel a task not started, as ``cancel(token)`` does."""
@@ -376,8 +390,46 @@ def test_a_claim_writes_the_ends_of_the_tasks_the_node_still_runs_only(kit: Kit)
     assert kit.store.start_tasks("n1", later, 0, LEASE, finished=finished) == []
     assert kit.task(lost).status == TaskStatus.PENDING  # not written
     assert len(kit.runs(task_id=lost)) == runs_of_lost
-    assert kit.task(kept).status == TaskStatus.SUCCEEDED
-    assert len(kit.runs(task_id=kept)) == 1
+    assert (kit.task(kept).status, kit.task(kept).node) == (TaskStatus.SUCCEEDED, "n1")
+    assert kit.runs(task_id=kept) == []  # a success: on its row
+
+
+@pytest.mark.parametrize("every", [False, True], ids=["successes-on-rows", "every-attempt"])
+def test_which_ends_write_a_run_row(kit: Kit, settings: Any, every: bool) -> None:
+    """The rule every store writes by (``rules.writes_run``): a task's failed attempt,
+    retried or final, and its snooze write a run row; its success writes none (its row
+    holds it: its node, start and end, read back as its last attempt) unless
+    ``RECORD_EVERY_ATTEMPT`` is set. The readers' filter of those rows
+    (``task_success_run``) matches no row but a success's."""
+    if every:
+        settings.HTASK = {**settings.HTASK, "RECORD_EVERY_ATTEMPT": True}
+    kit.register("n1")
+    ok, retried, failed, snoozed = kit.add_tasks(4, max_attempts=2)
+    kit.store.start_tasks("n1", NOW, 4, LEASE)
+    later = NOW + timedelta(seconds=30)
+    finished = [
+        outcome({"task_id": ok}, duration=1.0, result=b"\x01"),
+        outcome({"task_id": retried}, status=RunStatus.FAILED, error="no", retry_at=later),
+        outcome({"task_id": failed}, status=RunStatus.FAILED, error="no"),
+        outcome({"task_id": snoozed}, status=RunStatus.SNOOZED, retry_at=later),
+    ]
+    kit.store.start_tasks("n1", NOW, 0, LEASE, finished=finished)
+    written = [len(kit.runs(task_id=o.task_id)) for o in finished]
+    assert written == [int(writes_run(o, every)) for o in finished] == [int(every), 1, 1, 1]
+    [success] = kit.attempts(ok)
+    assert (success.status, success.node, success.attempt, success.duration) == (
+        RunStatus.SUCCEEDED,
+        "n1",
+        1,
+        1.0,
+    )
+    assert (success.started_at, success.finished_at) == (NOW, NOW + timedelta(seconds=1))
+    assert [r.status for r in kit.attempts(failed)] == [RunStatus.FAILED]
+    if kit.memory is None:
+        from django_htask.models import Run
+        from django_htask.querysets import task_success_run
+
+        assert Run.objects.filter(task_success_run()).count() == int(every)
 
 
 def test_claims_serve_only_their_queues_and_backend(kit: Kit) -> None:
@@ -404,7 +456,7 @@ def test_results_are_written_with_the_next_claim_and_retries_wait(kit: Kit) -> N
     assert (kit.task(done).status, kit.task(done).locked_by) == (TaskStatus.SUCCEEDED, None)
     waiting = kit.task(retried)
     assert (waiting.status, waiting.run_at, waiting.last_error) == (TaskStatus.PENDING, later, "no")
-    assert len(kit.runs(task_id=done)) == len(kit.runs(task_id=retried)) == 1
+    assert (len(kit.runs(task_id=done)), len(kit.runs(task_id=retried))) == (0, 1)
 
 
 def test_a_finished_task_s_result_is_written_on_its_row_and_none_leaves_it_empty(
@@ -430,7 +482,7 @@ def test_a_finished_task_s_result_is_written_on_its_row_and_none_leaves_it_empty
     assert bytes(kit.task(valued).result) == stored
     assert kit.task(empty).result is None
     assert (kit.task(retried).status, kit.task(retried).result) == (TaskStatus.PENDING, None)
-    assert len(kit.runs(task_id=valued)) == 1
+    assert kit.runs(task_id=valued) == []
 
 
 def test_finished_tasks_whose_results_pass_a_statement_s_size_are_all_written(

@@ -661,6 +661,37 @@ def test_a_task_s_snoozes_show_on_its_page_and_in_the_list_and_its_runs_a_click_
     assert "column-snoozes" in admin_client_.get(f"{URL}task/").content.decode()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_task_page_shows_each_attempt_the_success_from_the_task_s_row(
+    admin_client_: Client, make_node: Any, fake_clock: FakeClock, calls: Any
+) -> None:
+    """A task failing twice then succeeding: three attempts on its page, the two failed
+    ones linking to their runs with their tracebacks, the success read from its row (it
+    wrote no run row), by the node that ran it."""
+    from django_htask import RetryPolicy
+
+    node = make_node()
+    made = schedule(tasks.flaky, "twice", 2, retry=RetryPolicy(1, kind="fixed", attempts=3))
+    for _ in range(3):
+        fake_clock.advance(1)
+    made.refresh_from_db()
+    assert (made.status, made.attempts, made.node) == (TaskStatus.SUCCEEDED, 3, node.node_id)
+    failed = list(Run.objects.filter(task=made).order_by("attempt"))
+    assert [(r.attempt, r.status) for r in failed] == [(1, "failed"), (2, "failed")]
+    page = admin_client_.get(f"{URL}task/{made.pk}/change/").content.decode()
+    table = page[page.index('<table class="htask-attempts">') :]
+    table = table[: table.index("</table>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]  # the header's first
+    assert len(rows) == 3
+    for run, row in zip(failed, rows, strict=False):
+        assert f'href="{URL}run/{run.pk}/change/"' in row
+        assert "<td>failed</td>" in row and "Traceback (most recent call last)" in row
+        assert f"ConnectionError: twice: call {run.attempt}" in row
+    assert "3 (the task's row)" in rows[2] and "<td>succeeded</td>" in rows[2]
+    assert f"<td>{node.node_id}</td>" in rows[2] and "<details>" not in rows[2]
+    assert f'<a href="{URL}run/?task__id__exact={made.pk}">its runs</a>' in page
+
+
 def test_the_task_and_run_lists_count_exactly_up_to_a_bound_then_estimate(
     admin_client_: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:

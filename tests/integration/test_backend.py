@@ -86,12 +86,33 @@ def test_an_enqueued_task_runs_on_the_node_with_signals(
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.is_finished
-    assert result.worker_ids == [node.node_id]
+    assert result.worker_ids == [node.node_id]  # from the task's row: no run row
+    assert not Run.objects.filter(task__token=result.id).exists()
     assert result.started_at == result.last_attempted_at == fake_clock.now()
     assert result.finished_at == fake_clock.now()
     assert result.return_value == 42
     # read back from the database, as another process would
     assert default_task_backend.get_result(result.id).return_value == 42
+
+
+def test_a_task_failing_twice_then_succeeding_has_three_attempts_and_two_errors(
+    make_node: MakeNode, fake_clock: FakeClock, calls: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its success wrote no run row: the result's last attempt and worker come from the
+    task's row, the two failures from their runs."""
+    monkeypatch.setattr(task_backends["default"], "max_attempts", 3)
+    node = make_node()
+    result = django_tasks.fails_twice.enqueue("a")
+    for seconds in (0, 1, 2):  # RETRY_BACKOFF 1 s, doubled
+        fake_clock.advance(seconds)
+    assert calls["fails_twice"] == ["a"] * 3
+    got = default_task_backend.get_result(result.id)
+    assert (got.status, got.return_value) == (TaskResultStatus.SUCCESSFUL, "a")
+    assert got.worker_ids == [node.node_id] * 3
+    assert [e.exception_class_path for e in got.errors] == ["builtins.ConnectionError"] * 2
+    assert got.last_attempted_at == fake_clock.now() and got.attempts == 3
+    row = Task.objects.get(token=result.id)
+    assert list(Run.objects.filter(task=row).values_list("status", flat=True)) == ["failed"] * 2
 
 
 def test_run_after_defers_the_task(make_node: MakeNode, fake_clock: FakeClock, calls: Any) -> None:
@@ -192,6 +213,7 @@ def test_a_snoozing_task_is_ready_meanwhile_and_its_snooze_is_no_error(
     assert finished == ["SUCCESSFUL"]
     assert done.worker_ids == [node.node_id] * 2  # the snoozed attempt ran there too
     row = Task.objects.get(token=result.id)
+    assert list(Run.objects.filter(task=row).values_list("status", flat=True)) == ["snoozed"]
     assert (row.attempts, row.snoozes) == (1, 1)
 
 

@@ -91,15 +91,21 @@ def test_a_schedule_fires_records_a_run_and_moves_next_run_at(
 def test_a_task_due_now_runs_once_and_is_recorded(
     make_node: MakeNode, fake_clock: FakeClock, calls: Any
 ) -> None:
-    make_node()
+    node = make_node()
     task = schedule(tasks.add, 2, b=3)
     fake_clock.advance(0)
     assert calls["add"] == [5]
     task.refresh_from_db()
     assert (task.status, task.attempts, task.locked_by) == (TaskStatus.SUCCEEDED, 1, None)
     assert task.finished_at == fake_clock.now()
-    run = Run.objects.get()
-    assert (run.task_id, run.status, run.name) == (task.pk, RunStatus.SUCCEEDED, ADD)
+    assert not Run.objects.exists()  # a success: on the task's row, with its node
+    [run] = Run.objects.attempts_of(task)
+    assert (run.task_id, run.status, run.name, run.node) == (
+        task.pk,
+        RunStatus.SUCCEEDED,
+        ADD,
+        node.node_id,
+    )
     fake_clock.advance(10)
     assert calls["add"] == [5]
 
@@ -201,10 +207,10 @@ def test_a_task_snoozing_twice_then_succeeding_made_one_attempt(
     fake_clock.advance(5)
     task.refresh_from_db()
     assert (task.status, task.attempts, task.snoozes) == (TaskStatus.SUCCEEDED, 1, 2)
-    assert list(Run.objects.order_by("id").values_list("status", "attempt")) == [
+    assert [(r.status, r.attempt) for r in Run.objects.attempts_of(task)] == [
         ("snoozed", 1),
         ("snoozed", 1),
-        ("succeeded", 1),
+        ("succeeded", 1),  # from the task's row: a success writes no run row
     ]
 
 

@@ -255,64 +255,88 @@ def window_start(now: datetime, hours: int = HOURS) -> datetime:
     return top - timedelta(hours=hours - 1)
 
 
-def last_hours(
-    now: datetime, hours: int = HOURS, *, using: str | None = None
-) -> tuple[list[Hour], bool]:
-    """The runs started in each of the last ``hours`` hours (the current one last),
-    by outcome, with lateness p50/p99; and whether the lateness was sampled."""
-    since = window_start(now, hours)
-    recent = Run.objects.using(using or scheduler_alias()).filter(started_at__gte=since)
-    recent = recent.order_by()
-    # The hour of each run as a number from a CASE over the hours' bounds (plain
-    # comparisons, no date function per row); grouped by it alone, the outcomes counted
-    # apart: grouped by status too, SQLite would scan the status index (the whole
-    # table) rather than the range of started_at.
-    hour = Case(
+def _hour_of(column: str, since: datetime, hours: int) -> Case:
+    """The hour of a row (0 to ``hours - 1`` from ``since``) by its ``column``, as a
+    number from a CASE over the hours' bounds: plain comparisons, no date function per
+    row."""
+    return Case(
         *[
-            When(started_at__lt=since + timedelta(hours=i + 1), then=Value(i))
+            When(**{f"{column}__lt": since + timedelta(hours=i + 1)}, then=Value(i))
             for i in range(hours - 1)
         ],
         default=Value(hours - 1),
         output_field=IntegerField(),
     )
+
+
+def _lateness(
+    rows: Any, hour: Case, due: str, count: int, lateness: dict[int, list[float]]
+) -> bool:
+    """Add to ``lateness`` (by hour) the seconds from column ``due`` to ``started_at``
+    of ``rows`` (``count`` of them): every k-th by id when there are more than
+    :data:`LATENESS_SAMPLE`; return whether they were sampled so."""
+    step = math.ceil(count / LATENESS_SAMPLE) if count > LATENESS_SAMPLE else 1
+    if step > 1:
+        rows = rows.alias(bucket=Mod("id", step)).filter(bucket=0)
+    for index, started_at, due_at in rows.annotate(hour=hour).values_list(
+        "hour", "started_at", due
+    ):
+        if started_at is None or due_at is None:  # excluded by the filter
+            continue
+        delay = max(0.0, (started_at - due_at).total_seconds())
+        lateness.setdefault(index, []).append(delay)
+    return step > 1
+
+
+def last_hours(
+    now: datetime, hours: int = HOURS, *, using: str | None = None
+) -> tuple[list[Hour], bool]:
+    """The runs started in each of the last ``hours`` hours (the current one last),
+    by outcome, with lateness p50/p99; and whether the lateness was sampled. Tasks'
+    successes, which write no run row, are read from the tasks, in the hour each ended
+    (:func:`~django_htask.querysets.task_success_run`)."""
+    using = using or scheduler_alias()
+    since = window_start(now, hours)
+    recent = Run.objects.using(using).filter(started_at__gte=since).without_task_successes()
+    successes = Task.objects.using(using).succeeded_since(since)
+    # Grouped by the hour alone, the outcomes counted apart: grouped by status too,
+    # SQLite would scan the status index (the whole table) rather than the range of
+    # started_at.
+    hour, ended = _hour_of("started_at", since, hours), _hour_of("finished_at", since, hours)
     counts: dict[int, Counter[str]] = {}
     per_hour = (
-        recent.annotate(hour=hour)
+        recent.order_by()
+        .annotate(hour=hour)
         .values("hour")
         .annotate(**{str(s): Count("id", filter=Q(status=s)) for s in OUTCOMES})
     )
     for row in per_hour:
         values: dict[str, Any] = dict(row)
         counts[values.pop("hour")] = Counter(values)
-    started = sum(c[s] for c in counts.values() for s in CALLED)
-    # Any: sampled, it is an aliased queryset of Run, which django-stubs types apart.
-    timed: Any = recent.filter(status__in=CALLED, scheduled_for__isnull=False)
-    step = math.ceil(started / LATENESS_SAMPLE) if started > LATENESS_SAMPLE else 1
-    if step > 1:
-        timed = timed.alias(bucket=Mod("id", step)).filter(bucket=0)
+    succeeded = 0
+    for index, n in successes.annotate(hour=ended).values_list("hour").annotate(n=Count("id")):
+        counts.setdefault(index, Counter())[RunStatus.SUCCEEDED] += n
+        succeeded += n
+    started = sum(c[s] for c in counts.values() for s in CALLED) - succeeded
     lateness: dict[int, list[float]] = {}
-    for index, started_at, scheduled_for in timed.annotate(hour=hour).values_list(
-        "hour", "started_at", "scheduled_for"
-    ):
-        if started_at is None or scheduled_for is None:  # excluded by the filter
-            continue
-        delay = max(0.0, (started_at - scheduled_for).total_seconds())
-        lateness.setdefault(index, []).append(delay)
+    timed = recent.filter(status__in=CALLED, scheduled_for__isnull=False)
+    sampled = _lateness(timed, hour, "scheduled_for", started, lateness)
+    timed_tasks = successes.filter(started_at__isnull=False)
+    sampled = _lateness(timed_tasks, ended, "run_at", succeeded, lateness) or sampled
     result = []
     for i in range(hours):
-        start = since + timedelta(hours=i)
         late = sorted(lateness.get(i, []))
         by_status = counts.get(i, Counter())
         result.append(
             Hour(
-                start=start,
+                start=since + timedelta(hours=i),
                 counts={status: by_status[status] for status in OUTCOMES},
                 p50=_percentile(late, 0.50),
                 p99=_percentile(late, 0.99),
                 lateness_runs=len(late),
             )
         )
-    return result, step > 1
+    return result, sampled
 
 
 def _percentile(ordered: Sequence[float], q: float) -> float | None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db.models import F, Min, QuerySet
 
+from django_htask.conf import get_settings
 from django_htask.models import (
     GATED_PREDICATE,
     Queue,
@@ -541,7 +542,8 @@ class TaskRows(FollowRows):
     def _record_runs(
         self, node_id: str, outcomes: list[RunOutcome], held: set[int] | None = None
     ) -> None:
-        """Write the runs and tasks of ``outcomes`` (in the caller's transaction).
+        """Write the runs and tasks of ``outcomes`` (in the caller's transaction): a run
+        row for each end that writes one (:func:`~django_htask.store.rules.writes_run`).
         ``held``: which of their tasks this node still runs, if known (read otherwise):
         the others were reaped meanwhile, and their outcome is not written."""
         runs = Run.objects.using(self.using)
@@ -560,7 +562,7 @@ class TaskRows(FollowRows):
                 )
         if ended:
             followed = self._end_tasks(node_id, ended)
-            self._insert_runs(ended)
+            self._insert_runs(rules.runs_written(ended, get_settings().record_every_attempt))
             self._follow_ends(followed, max(o.finished_at for o in ended))
 
     def _end_tasks(self, node_id: str, outcomes: list[RunOutcome]) -> list[int]:

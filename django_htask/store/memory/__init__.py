@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+from django_htask.conf import get_settings
 from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import StoreUnavailable
 from django_htask.querysets import (
@@ -373,7 +374,8 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 else:
                     changes = rules.ended_task(o)
                 self._write(task, changes, o.finished_at)
-                self._run(o)
+                if rules.writes_run(o, get_settings().record_every_attempt):
+                    self._run(o)
             elif o.run_id is not None:
                 run = self.runs.get(o.run_id)
                 if run is not None and run.status == RunStatus.RUNNING:

@@ -14,6 +14,7 @@ from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import DuplicateKey
 from django_htask.graph import AfterFailure
 from django_htask.keys import OnConflict, check_key, check_lock
+from django_htask.querysets import task_attempts
 from django_htask.queues import DEFAULT_QUEUE
 from django_htask.retention import FINAL_STATUSES
 from django_htask.store.base import DEFAULT_RETRY, RetryColumns, RunOutcome
@@ -283,6 +284,12 @@ class OutsideWrites(MemoryTables):
             if max_running is not _KEEP:
                 row.max_running = max_running
         self._notify("queue")
+
+    def attempts_of(self, task_id: int) -> list[RunOutcome]:
+        """The attempts of a task: its runs, and its success from its row (a success
+        writes no run row), as ``Run.objects.attempts_of(task)`` reads them."""
+        with self._lock:
+            return task_attempts(self.runs_of(task_id=task_id), self.tasks[task_id], RunOutcome)
 
     def runs_of(
         self, *, schedule_id: int | None = None, task_id: int | None = None

@@ -90,6 +90,7 @@ class TaskRecord:
     timeout: float | None = None
     retry: RetryColumns = DEFAULT_RETRY
     locked_by: str | None = None
+    node: str | None = None  # the node that ran its last attempt
     lease_expires_at: datetime | None = None
     abort_requested_at: datetime | None = None
     started_at: datetime | None = None

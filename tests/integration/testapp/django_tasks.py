@@ -67,3 +67,14 @@ def snoozes_once(label: str) -> str:
     if made == 1:
         raise Snooze(5)
     return label
+
+
+@task
+def fails_twice(label: str) -> str:
+    """Raise ConnectionError at the first two calls with ``label``, then return it."""
+    with lock:
+        calls["fails_twice"].append(label)
+        made = calls["fails_twice"].count(label)
+    if made <= 2:
+        raise ConnectionError(f"{label}: call {made}")
+    return label

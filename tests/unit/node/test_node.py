@@ -377,9 +377,10 @@ def test_a_dead_nodes_running_task_is_reaped_and_retried(
     clock.advance(1)
     task = store.tasks[tid]
     assert (task.status, task.attempts) == (TaskStatus.SUCCEEDED, 2)
-    crashed, retried = store.runs_of(task_id=tid)
+    crashed, retried = store.attempts_of(tid)  # the success from the task's row
     assert "(ghost) stopped answering during attempt 1 of 2" in crashed.error
-    assert (retried.status, retried.node) == ("succeeded", node.node_id)
+    assert (retried.status, retried.node, retried.attempt) == ("succeeded", node.node_id, 2)
+    assert [r.status for r in store.runs_of(task_id=tid)] == ["failed"]
 
 
 def test_the_standby_fires_what_a_dead_owner_left(

@@ -109,8 +109,9 @@ def test_results_wait_through_an_outage_and_are_written_after_it(
     assert store.tasks[tid].status == TaskStatus.SUCCEEDED
     assert len(results) == 0 and backoff.delay == 0
     assert actions(caplog) == ["db_back"]
-    [run] = [r for r in store.runs.values() if r.task_id == tid]
-    assert run.status == "succeeded"
+    [run] = store.attempts_of(tid)  # a success: from the task's row, no run row
+    assert (run.status, run.node) == ("succeeded", node.node_id)
+    assert [r for r in store.runs.values() if r.task_id == tid] == []
 
 
 def test_the_outage_is_logged_with_the_drivers_error_and_the_next_delay(

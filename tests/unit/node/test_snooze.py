@@ -128,7 +128,9 @@ def test_a_run_that_did_not_snooze_is_left_alone() -> None:
 
 # -- a node ------------------------------------------------------------------------------
 def runs(store: InMemoryStore, **where: int) -> list[tuple[str, int, Any]]:
-    return [(r.status, r.attempt, r.started_at) for r in store.runs_of(**where)]
+    """A schedule's runs, or a task's attempts (its success from its row)."""
+    rows = store.attempts_of(where["task_id"]) if "task_id" in where else store.runs_of(**where)
+    return [(r.status, r.attempt, r.started_at) for r in rows]
 
 
 def test_a_task_snoozing_twice_then_succeeding_made_one_attempt(

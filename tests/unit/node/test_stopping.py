@@ -77,7 +77,8 @@ def step(clock: FakeClock, node: Node, seconds: float, what: str, pending: int) 
 
 
 def task_runs(store: InMemoryStore, task_id: int) -> list[tuple[str, str]]:
-    return [(r.status, r.error) for r in store.runs_of(task_id=task_id)]
+    """The task's attempts: its runs, and its success from its row."""
+    return [(r.status, r.error) for r in store.attempts_of(task_id)]
 
 
 def test_a_task_past_its_timeout_is_interrupted_after_the_grace(

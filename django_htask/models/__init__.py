@@ -112,11 +112,14 @@ from .run import Run
 from .schedule import Schedule
 from .task import BATCH_INDEX as BATCH_INDEX
 from .task import CLAIM_INDEX as CLAIM_INDEX
+from .task import DUE_INDEX as DUE_INDEX
+from .task import ENDED_INDEX as ENDED_INDEX
 from .task import GATED as GATED
 from .task import GATED_INDEX as GATED_INDEX
 from .task import GATED_PREDICATE as GATED_PREDICATE
 from .task import HOLDER_INDEX as HOLDER_INDEX
 from .task import KEY_INDEX as KEY_INDEX
 from .task import KEY_PREDICATE as KEY_PREDICATE
+from .task import NOT_ENDED as NOT_ENDED
 from .task import PRUNE_INDEX as PRUNE_INDEX
 from .task import Task

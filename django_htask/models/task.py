@@ -41,8 +41,19 @@ from .managers import TaskManager
 logger = logging.getLogger(__name__)
 
 
-#: The index a claim of due tasks reads, in the claim's order.
+#: The tasks not ended (pending, waiting, running): few, beside a history of ended
+#: ones. Written as equalities joined by OR, which SQLite matches against one equality
+#: of a query (an ``IN`` list it does not); a query of several of them writes them so
+#: too (``TaskQuerySet.active``).
+NOT_ENDED = (
+    Q(status=TaskStatus.PENDING) | Q(status=TaskStatus.WAITING) | Q(status=TaskStatus.RUNNING)
+)
+#: The index a claim of due tasks reads, in the claim's order (partial: the pending
+#: tasks only).
 CLAIM_INDEX = "htask_task_claim"
+#: The tasks not ended by status and due time (partial): what the claim does not read,
+#: the oldest due, the tasks running, waiting, and their counts.
+DUE_INDEX = "htask_task_due"
 #: The partial unique index behind keys: one pending task per key, across queues; rows
 #: without a key are not in it. Its predicate, as SQL, is the conflict target's of
 #: ``INSERT … ON CONFLICT`` (store/inserts.py), which must match it word for word.
@@ -66,6 +77,11 @@ HOLDER_INDEX = "htask_task_holder"
 PRUNE_INDEX = "htask_task_prune"
 #: The members of each batch (partial: a task of no batch writes no entry).
 BATCH_INDEX = "htask_task_batch"
+#: The ended tasks by status and end: the successes of the last hour or day (a
+#: success writes no run row: the metrics and the overview count them here), the
+#: failures since a time (``htask retry --failed-since``), the admin's tasks of one
+#: final status.
+ENDED_INDEX = "htask_task_ended"
 
 
 class Task(models.Model):
@@ -131,8 +147,10 @@ class Task(models.Model):
     )
     function = models.CharField(max_length=300)
     payload = models.BinaryField(default=b"", editable=False)
+    # Indexed on its own: the admin's list of every task, by due time, and its filter
+    # by date.
     run_at = models.DateTimeField(db_index=True)
-    # Not indexed on its own: the indexes below begin with it (see Meta).
+    # Not indexed on its own: the indexes of tasks not ended and ended begin with it.
     status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
     max_attempts = _max_attempts("runs in all, retries included (1 to 1000)")
@@ -232,12 +250,23 @@ class Task(models.Model):
 
     class Meta:
         ordering = ("run_at", "id")
+        # Every status change writes a new version of the row, and PostgreSQL an entry
+        # for it in each index whose condition it meets: the indexes that begin with
+        # the status are partial, each over the few rows it serves (the work to do, not
+        # the history). On MySQL/MariaDB, which have no partial index, Django drops the
+        # conditions (InnoDB writes an index only where its columns change).
         indexes = (
-            models.Index(fields=("status", "run_at"), name="htask_task_due"),
+            # The tasks not ended, by status and due time: the oldest due, the pending
+            # ones in due order, the running and waiting ones, their counts.
+            models.Index(fields=("status", "run_at"), condition=NOT_ENDED, name=DUE_INDEX),
             # The claim's order after its status: a claim reads the few rows it takes,
             # not every pending one (a backlog of 100k tasks made each claim sort them
-            # all). Not a partial index: SQLite uses one only for a literal status.
-            models.Index(fields=("status", "-priority", "run_at", "id"), name=CLAIM_INDEX),
+            # all). Pending only: a started task leaves it.
+            models.Index(
+                fields=("status", "-priority", "run_at", "id"),
+                condition=Q(status=TaskStatus.PENDING),
+                name=CLAIM_INDEX,
+            ),
             # The aborts a node looks for, as for runs.
             models.Index(
                 fields=("locked_by",),
@@ -263,6 +292,14 @@ class Task(models.Model):
             # A batch's members (its page in the admin, the pruner's check that none is
             # left): partial, so a task of no batch writes no entry.
             models.Index(fields=("batch",), condition=Q(batch__isnull=False), name=BATCH_INDEX),
+            # The ended tasks by status and end: partial, so that a task queued or
+            # started writes no entry (``finished_at >= %s`` implies its condition for
+            # SQLite).
+            models.Index(
+                fields=("status", "finished_at"),
+                condition=Q(finished_at__isnull=False),
+                name=ENDED_INDEX,
+            ),
         )
         constraints = (
             _constraint("task", "max_attempts", 1, MAX_ATTEMPTS_MAX),

@@ -182,7 +182,9 @@ class SQLiteStore(DatabaseStore):
         """As the generic one, in one statement where SQLite has ``RETURNING`` (3.35).
 
         The candidates are read through the claim index, named: left to choose, SQLite
-        takes the due-time index and sorts every pending task to keep a few."""
+        may take the due-time index and sort every pending task to keep a few. Named so,
+        a partial index must have its condition implied by the statement's own text,
+        which states the status of a claimable task as it is (``CLAIMABLE_SQL``)."""
         conn = self.connection
         if not conn.features.can_return_columns_from_insert:
             return super()._start_in(c)

@@ -115,9 +115,9 @@ def each_task_once_but_the_killed_nodes(
     site: ClusterSite, tasks: int, killed_pid: int, killed_node: str
 ) -> None:
     """Each of the ``tasks`` ran at least once; one ran twice only if the killed
-    node's process ran it first, and then has a failed run of the attempt it cut
-    short; each succeeded on its row, by a node that lived (a success writes no run
-    row)."""
+    node's process ran it first, and then succeeded on another node; each succeeded
+    (on its row: a success writes no run row), and each run row of these tasks is an
+    attempt the kill cut short."""
     executions: dict[int, list[int]] = defaultdict(list)
     for line in site.log.read_text().splitlines():
         n, pid = line.split()
@@ -125,13 +125,13 @@ def each_task_once_but_the_killed_nodes(
     assert sorted(executions) == list(range(tasks))
     again = {n: pids for n, pids in executions.items() if len(pids) > 1}
     assert all(pids[:-1] == [killed_pid] * (len(pids) - 1) for pids in again.values()), again
-    ended = Counter(
-        (status, node == killed_node)
-        for status, node in site.sql(
-            f"SELECT status, node FROM django_htask_task WHERE function = '{JOB}'"
-        )
+    # Queued in their numbers' order (start_work): the n-th by id is job n.
+    rows = site.sql(
+        f"SELECT status, node FROM django_htask_task WHERE function = '{JOB}' ORDER BY id"
     )
-    assert ended == {("succeeded", False): tasks}, ended
+    assert Counter(status for status, _node in rows) == {"succeeded": tasks}
+    # Run by the killed node's process, then again: its success is another node's.
+    assert [n for n in again if rows[n][1] == killed_node] == [], again
     runs = site.sql(
         "SELECT r.status, r.node, r.error FROM django_htask_run r "
         f"JOIN django_htask_task t ON t.id = r.task_id WHERE t.function = '{JOB}'"

@@ -438,9 +438,10 @@ HOUR = 3600.0
 def task_success_run() -> Q:
     """The run rows of tasks' successes, as a filter of runs. A success writes none
     (its task's row holds it: :func:`django_htask.store.rules.writes_run`) unless
-    ``RECORD_EVERY_ATTEMPT`` is set, or it ran before that was so: what counts a
-    task's successes reads the tasks (:meth:`TaskQuerySet.succeeded_since`) and leaves
-    these rows out, so that the count is the same either way."""
+    ``RECORD_EVERY_ATTEMPT`` is set (or rows written before migration 0020): what
+    counts a task's successes reads the tasks (:meth:`TaskQuerySet.succeeded_since`)
+    and leaves these rows out, so that the count is the same either way
+    (``tests/contract/test_rules.py`` ties the two)."""
     return Q(task__isnull=False, status=RunStatus.SUCCEEDED)
 
 

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 
 from django_htask.engine import encode_call
-from django_htask.models import GATED, GATED_PREDICATE, Node, Run, Task
+from django_htask.models import GATED, GATED_PREDICATE, Node, Run, RunStatus, Task
 from django_htask.querysets import (
     CLAIMABLE_SQL,
     EXPIRED_RUN_SQL,
@@ -40,11 +40,14 @@ from django_htask.querysets import (
     task_is_lost,
     task_is_plain,
     task_is_served,
+    task_success_run,
 )
 from django_htask.queues import ALL, NONE, QueueFilter
 from django_htask.retention import FINAL_STATUSES, Cutoffs, TaskRetention
 from django_htask.store import get_store
+from django_htask.store.base import RunOutcome
 from django_htask.store.memory.records import TaskRecord
+from django_htask.store.rules import writes_run
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -298,3 +301,21 @@ def test_a_spent_batch_is_one_rule_in_its_three_forms() -> None:
     assert expected == {rows[2].pk}
     assert set(Batch.objects.filter(spent_batch()).values_list("pk", flat=True)) == expected
     assert _ids(SPENT_BATCH_SQL, Batch._meta.db_table, []) == expected
+
+
+def test_a_run_a_task_s_row_stands_for_is_one_rule_with_the_runs_not_written() -> None:
+    """The readers' filter of the run rows a task's row stands for
+    (``task_success_run``) picks exactly the ends the writers write no row for without
+    ``RECORD_EVERY_ATTEMPT`` (``rules.writes_run``), of every status, task's or
+    schedule's; those rows exist only when every attempt is recorded."""
+    task = Task.objects.create(function=ADD, run_at=NOW, payload=encode_call(ADD, (1,), {}))
+    kinds = {}
+    for status, on_task in itertools.product(RunStatus.values, (True, False)):
+        o = RunOutcome(
+            status, ADD, ADD, "n1", 1, NOW, NOW, NOW, task_id=task.pk if on_task else None
+        )
+        run = Run.objects.create(**o.columns())
+        kinds[run.pk] = o
+    stood_for = set(Run.objects.filter(task_success_run()).values_list("id", flat=True))
+    assert stood_for == {i for i, o in kinds.items() if not writes_run(o, False)}
+    assert len(stood_for) == 1 and all(writes_run(o, True) for o in kinds.values())

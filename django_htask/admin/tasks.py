@@ -81,6 +81,7 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         "queue_name",
         "backend",
         "locked_by",
+        "node",
         "started_at",
         "lease_expires_at",
         "abort_requested_at",

@@ -690,6 +690,7 @@ def test_the_task_page_shows_each_attempt_the_success_from_the_task_s_row(
     assert "3 (the task's row)" in rows[2] and "<td>succeeded</td>" in rows[2]
     assert f"<td>{node.node_id}</td>" in rows[2] and "<details>" not in rows[2]
     assert f'<a href="{URL}run/?task__id__exact={made.pk}">its runs</a>' in page
+    assert "field-node" in page  # the node of its last attempt, on its row
 
 
 def test_the_task_and_run_lists_count_exactly_up_to_a_bound_then_estimate(

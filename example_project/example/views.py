@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -22,13 +23,32 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from django_htask import cancel as cancel_task
 from django_htask import reschedule, schedule
-from django_htask.models import Run, Schedule
+from django_htask.models import Run, Schedule, Task, TaskStatus
 
 from .forms import ReminderForm
 from .models import Reminder
 from .tasks import fire_reminder
 
 SNOOZE = timedelta(minutes=5)
+
+
+class Attempt(NamedTuple):
+    name: str
+    status: str
+    started_at: datetime | None
+
+
+def latest_runs(n: int) -> list[Attempt]:
+    """The ``n`` latest attempts: the schedules' runs and the attempts that failed
+    (each a run row), and the tasks that succeeded (read from their own rows: a
+    success writes no run row unless ``RECORD_EVERY_ATTEMPT`` is set)."""
+    runs = [
+        Attempt(r.name, r.status, r.started_at) for r in Run.objects.exclude(started_at=None)[:n]
+    ]
+    done = Task.objects.filter(status=TaskStatus.SUCCEEDED).order_by("-finished_at")[:n]
+    tasks = [Attempt(t.function, t.status, t.started_at) for t in done]
+    both = sorted(runs + tasks, key=lambda a: a.started_at or datetime.min.replace(tzinfo=UTC))
+    return both[::-1][:n]
 
 
 @login_required
@@ -51,7 +71,7 @@ def home(request: HttpRequest) -> HttpResponse:
         "form": form,
         "reminders": reminders,
         "schedules": Schedule.objects.all(),
-        "runs": Run.objects.exclude(started_at=None)[:10],
+        "runs": latest_runs(10),
         "refresh": any(r.status == Reminder.Status.SCHEDULED for r in reminders),
     }
     return render(request, "example/home.html", context)

@@ -129,7 +129,7 @@ def test_reminders_create_snooze_cancel_and_fire(site: str, page: Page) -> None:
     # The page reloads itself every 2 s while reminders are scheduled.
     expect(fire_row.locator("td").nth(2)).to_contain_text("done at", timeout=RUN_WAIT)
     # A success writes no run row: the list reads it from the task's row.
-    fired = page.locator("#latest-runs tr", has_text="example.tasks.fire_reminder")
+    fired = page.locator("#latest-runs tr", has_text="example.tasks:fire_reminder")
     expect(fired.first).to_contain_text("succeeded")
     expect(snooze_row.locator("td").nth(2)).to_have_text("scheduled")
     expect(cancel_row.locator("td").nth(2)).to_have_text("cancelled")

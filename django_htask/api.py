@@ -209,27 +209,12 @@ def _schedule(
     return task
 
 
+#: Each option of :func:`schedule` (its keyword-only parameters, in order) and its
+#: default.
+_DEFAULTS: dict[str, Any] = schedule.__kwdefaults__ or {}
 #: The options of :func:`schedule`: in its short form, a keyword of one of these names
 #: is the option, never an argument of the task (:func:`using` keeps them apart).
-SCHEDULE_OPTIONS = (
-    "at",
-    "delay",
-    "max_attempts",
-    "queue_name",
-    "timeout",
-    "retry",
-    "key",
-    "on_conflict",
-    "lock",
-    "max_running",
-    "rate_limit",
-    "after",
-    "after_failure",
-)
-
-
-#: Each option's default, as :func:`schedule` has it.
-_DEFAULTS: dict[str, Any] = schedule.__kwdefaults__ or {}
+SCHEDULE_OPTIONS = tuple(_DEFAULTS)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -37,10 +37,12 @@ def deadlock_retried(fn: Callable[[], T], what: str) -> T:
     makes it a deadlock's victim (rolled back: it wrote nothing), :data:`DEADLOCK_TRIES`
     tries in all. Backing off would hold up for a whole delay a step that another try
     most likely passes: a heartbeat late to the other nodes, a task's end unwritten."""
-    for tries_left in range(DEADLOCK_TRIES - 1, -1, -1):
+    tries_left = DEADLOCK_TRIES
+    while True:
         try:
             return fn()
         except StoreUnavailable as exc:
+            tries_left -= 1
             if not (exc.deadlock and tries_left):
                 raise
             logger.info(
@@ -49,7 +51,6 @@ def deadlock_retried(fn: Callable[[], T], what: str) -> T:
                 exc.reason,
                 extra={"action": "deadlock_retried", "step": what},
             )
-    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def database_lost(

@@ -87,7 +87,9 @@ def not_migrated(exc: Exception, using: str | None = None) -> NotMigrated | None
         store = get_store(using)
     except ImproperlyConfigured:
         return None
-    if not isinstance(store, OrmStore) or store.missing_table(exc) not in _TABLES:
+    if not isinstance(store, OrmStore):
         return None
     table = store.missing_table(exc)
+    if table not in _TABLES:
+        return None
     return store._not_migrated(f"table {table}")

@@ -42,6 +42,7 @@ from .flow import RateLimit, check_rate_limit, per_key
 from .functions import (
     check_max_running,
     check_policy,
+    check_priority,
     check_timeout,
     function_name,
     task_lock,
@@ -49,6 +50,7 @@ from .functions import (
     task_max_snoozes,
     task_per,
     task_policy,
+    task_priority,
     task_rate_limit,
     task_retention,
     task_timeout,
@@ -122,6 +124,7 @@ def schedule(
     rate_limit: str | RateLimit | None = None,
     after: Any = None,
     after_failure: str = AfterFailure.CANCEL,
+    priority: int | None = None,
     **kwargs: Any,
 ) -> Task:
     """Run ``fn(*args, **kwargs)`` once, at ``at``, after ``delay`` seconds, or now, on a
@@ -155,6 +158,9 @@ def schedule(
     ``@task(per=...)``, both count the tasks of this call's value of that parameter
     apart (docs/howto-exactly-one.md). A value of it that cannot be a key raises
     ValueError naming it.
+
+    ``priority``: from -100 to 100; among tasks due together, a higher priority starts
+    first (default: the function's ``@task(priority=...)``, else 0).
 
     ``after``: the task waits (``waiting``, not claimed) until the tasks it names
     succeeded, then runs (no sooner than its ``at``/``delay``): a list of tasks or
@@ -196,6 +202,7 @@ def _schedule(
         o["retry"],
         o["max_running"],
         o["rate_limit"],
+        o["priority"],
     )
     conflict = OnConflict.of(o["on_conflict"])
     key, lock, after = o["key"], o["lock"], o["after"]
@@ -367,18 +374,19 @@ def schedule_many(
     after: Any = None,
     after_failure: str = AfterFailure.CANCEL,
     batch: Any = None,
+    priority: int | None = None,
 ) -> list[Task]:
     """Schedule many calls at once: ``calls`` is an iterable of ``(fn, args, kwargs)``,
     ``(fn, args, kwargs, key)`` or ``(fn, args, kwargs, key, lock)`` (``fn`` a
     registered function or its name, ``key`` a key or None, ``lock`` a lock or None:
     the function's ``@task(lock=...)``), each stored as :func:`schedule` would store
     it, with the same ``at``/``delay``, ``max_attempts``, ``queue_name``, ``timeout``,
-    ``retry``, ``on_conflict``, ``max_running`` and ``rate_limit`` for all. Every call is checked
-    before anything is stored: a bad one raises its error (``ArgumentError``,
-    ``FunctionNotRegistered``, ``PayloadError``) naming its place, ``calls[i]``, and
-    nothing is stored. Then the rows are inserted ``batch_size`` per statement, all or
-    none, inside the caller's transaction if there is one. Returns the stored tasks, in
-    the order of ``calls``.
+    ``retry``, ``on_conflict``, ``max_running``, ``rate_limit`` and ``priority`` for
+    all. Every call is checked before anything is stored: a bad one raises its error
+    (``ArgumentError``, ``FunctionNotRegistered``, ``PayloadError``) naming its place,
+    ``calls[i]``, and nothing is stored. Then the rows are inserted ``batch_size`` per
+    statement, all or none, inside the caller's transaction if there is one. Returns the
+    stored tasks, in the order of ``calls``.
 
     Calls of one batch with the same key are resolved as if they were made one after
     another: with ``"ignore"`` the first stands and the later ones return its task,
@@ -394,7 +402,7 @@ def schedule_many(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     options = _Options.of(
-        at, delay, max_attempts, queue_name, timeout, retry, max_running, rate_limit
+        at, delay, max_attempts, queue_name, timeout, retry, max_running, rate_limit, priority
     )
     conflict = OnConflict.of(on_conflict)
     refs = [] if after is None else parse_after(after)
@@ -466,6 +474,7 @@ class _Options:
     retry: RetryPolicy | None  # None: each function's own, else none
     max_running: int | None = None  # None: each function's own, else no limit
     rate_limit: RateLimit | None = None  # None: each function's own, else none
+    priority: int | None = None  # None: each function's own, else 0
 
     @classmethod
     def of(
@@ -478,6 +487,7 @@ class _Options:
         retry: RetryPolicy | None,
         max_running: int | None = None,
         rate_limit: str | RateLimit | None = None,
+        priority: int | None = None,
     ) -> _Options:
         if max_attempts is not None:
             if (
@@ -493,7 +503,9 @@ class _Options:
         seconds = check_timeout(timeout) if timeout is not None else None
         limit = None if max_running is None else check_max_running(max_running)
         rate = None if rate_limit is None else check_rate_limit(rate_limit)
-        return cls(run_at, max_attempts, check_queue(queue_name), seconds, retry, limit, rate)
+        rank = None if priority is None else check_priority(priority)
+        queue = check_queue(queue_name)
+        return cls(run_at, max_attempts, queue, seconds, retry, limit, rate, rank)
 
     def retry_columns(self, name: str) -> tuple[tuple[str, Any], ...]:
         """The ``max_attempts`` and retry columns of a task of the function ``name``:
@@ -510,6 +522,12 @@ class _Options:
         limit, else the function's, else none."""
         rate = self.rate_limit or task_rate_limit(name)
         return () if rate is None else (("rate_limit", rate.count), ("rate_period", rate.period))
+
+    def priority_columns(self, name: str) -> tuple[tuple[str, Any], ...]:
+        """The priority of a task of the function ``name``: the call's, else the
+        function's, else none (the column's default, 0)."""
+        rank = task_priority(name) if self.priority is None else self.priority
+        return () if rank is None else (("priority", rank),)
 
 
 #: Calls as :func:`_store` inserts them: each with the columns of its function and
@@ -586,7 +604,8 @@ def _rows(calls: list[_Call], options: _Options) -> _Rows:
             own = () if retention is None else (("retention", retention),)
             snoozes = ("max_snoozes", task_max_snoozes(name))
             rate = options.rate_columns(name)
-            policies[name] = (*options.retry_columns(name), snoozes, *own, *rate)
+            rank = options.priority_columns(name)
+            policies[name] = (*options.retry_columns(name), snoozes, *own, *rate, *rank)
             limit = options.max_running or task_max_running(name)
             gates[name] = (task_lock(name), limit, bool(rate) or limit is not None)
             if seconds is None:

@@ -285,7 +285,8 @@ class Graph:
         :func:`~django_htask.schedule` takes it, steps of this graph included); the
         options of :func:`~django_htask.schedule` (``at``, ``delay``, ``queue_name``,
         ``max_attempts``, ``timeout``, ``retry``, ``lock``, ``max_running``,
-        ``rate_limit``) are taken from ``kwargs``, the rest are the function's."""
+        ``rate_limit``, ``priority``) are taken from ``kwargs``, the rest are the
+        function's."""
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in _STEP_OPTIONS}
         step = self._add(fn_or_name, args, kwargs, options, after_failure)
         if after is not None:
@@ -361,6 +362,7 @@ def _step_options(step: Step) -> _Options:
         o.get("retry"),
         o.get("max_running"),
         o.get("rate_limit"),
+        o.get("priority"),
     )
 
 

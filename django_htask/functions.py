@@ -1,6 +1,6 @@
 """``@task``: the functions registered, and what each declares for the tasks
 ``schedule()`` makes of it (a timeout, a retry policy, a lock, a limit, a rate limit,
-the argument they count apart, how often it may snooze), with the checks
+the argument they count apart, how often it may snooze, a priority), with the checks
 of those options that ``schedule()`` and ``@periodic`` use too.
 
 ::
@@ -35,6 +35,7 @@ from .models import (
     MAX_ATTEMPTS_RANGE,
     MAX_RUNNING_RANGE,
     MAX_SNOOZES_RANGE,
+    PRIORITY_RANGE,
     RETRY_BACKOFF_RANGE,
     RETRY_CAP_RANGE,
     TIMEOUT_RANGE,
@@ -47,6 +48,7 @@ __all__ = [
     "check_max_running",
     "check_max_snoozes",
     "check_policy",
+    "check_priority",
     "check_timeout",
     "function_name",
     "register",
@@ -56,6 +58,7 @@ __all__ = [
     "task_max_snoozes",
     "task_per",
     "task_policy",
+    "task_priority",
     "task_rate_limit",
     "task_retention",
     "task_timeout",
@@ -83,6 +86,8 @@ _retentions: dict[str, int] = {}
 _snoozes: dict[str, int] = {}
 #: ``@task(rate_limit=...)``: registered name -> limit, what ``schedule()`` stores.
 _rates: dict[str, RateLimit] = {}
+#: ``@task(priority=...)``: registered name -> priority, what ``schedule()`` stores.
+_priorities: dict[str, int] = {}
 #: ``@task(per=...)``: registered name -> the parameter whose value ``schedule()``
 #: stores as each task's per key.
 _pers: dict[str, str] = {}
@@ -134,6 +139,21 @@ def check_max_snoozes(value: object) -> int:
         raise ValueError(f"max_snoozes must be an int >= 0, got {value!r}")
     MAX_SNOOZES_RANGE.check(value)
     return value
+
+
+def check_priority(value: object) -> int:
+    """``priority=`` as ``@task`` and ``schedule()`` take it: an int from -100 to 100,
+    higher first among tasks due together (a ValueError naming the value otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"priority must be an int from -100 to 100, got {value!r}")
+    PRIORITY_RANGE.check(value)
+    return value
+
+
+def task_priority(name: str) -> int | None:
+    """The priority ``@task(priority=...)`` declared for the function registered as
+    ``name``, if any."""
+    return _priorities.get(name)
 
 
 def task_lock(name: str) -> str | None:
@@ -257,6 +277,7 @@ def task(
     max_snoozes: int | None = None,
     rate_limit: str | RateLimit | None = None,
     per: str | None = None,
+    priority: int | None = None,
 ) -> Callable[[F], F]: ...
 def task(
     fn: F | None = None,
@@ -271,6 +292,7 @@ def task(
     max_snoozes: int | None = None,
     rate_limit: str | RateLimit | None = None,
     per: str | None = None,
+    priority: int | None = None,
 ) -> F | Callable[[F], F]:
     """Register ``fn`` so that :func:`django_htask.schedule` can run it later.
 
@@ -295,6 +317,10 @@ def task(
     each value apart (``@task(max_running=3, per="account_id")``: at most 3 running for
     each account). Both stored on each task ``schedule()`` makes
     (docs/howto-exactly-one.md, "Limits per key and rate limits").
+
+    ``priority``: from -100 to 100 (default 0); among tasks due together, a higher
+    priority starts first. Stored on each task ``schedule()`` makes without a priority
+    of its own.
     """
     seconds = None if timeout is None else check_timeout(timeout)
     policy = None if retry is None else check_policy(retry)
@@ -304,6 +330,7 @@ def task(
     snoozes = None if max_snoozes is None else check_max_snoozes(max_snoozes)
     rate = None if rate_limit is None else check_rate_limit(rate_limit)
     per_name = None if per is None else check_per(per)
+    rank = None if priority is None else check_priority(priority)
 
     def decorate(f: F) -> F:
         if per_name is not None:
@@ -318,6 +345,7 @@ def task(
             _declare_option(_snoozes, registered, snoozes)
             _declare_option(_rates, registered, rate)
             _declare_option(_pers, registered, per_name)
+            _declare_option(_priorities, registered, rank)
         return f
 
     return decorate if fn is None else decorate(fn)

@@ -12,6 +12,7 @@ from django.db import transaction
 
 from django_htask import (
     AbortResult,
+    Graph,
     aabort,
     acancel,
     aget_task,
@@ -21,7 +22,9 @@ from django_htask import (
     get_task,
     reschedule,
     schedule,
+    schedule_many,
     task,
+    using,
 )
 from django_htask.api import MAX_DELAY
 from django_htask.engine import ArgumentError, FakeClock, FunctionNotRegistered, PayloadError
@@ -269,6 +272,55 @@ def test_a_bad_timeout_is_a_value_error_naming_it(
     with pytest.raises(ValueError, match="timeout must") as info:
         schedule(tasks.add, 1, timeout=timeout)
     assert str(info.value) == message
+    assert not Task.objects.exists()
+
+
+@task(priority=7)
+def urgent(n: int) -> None:
+    """A task whose runs go before others due with them."""
+
+
+def test_a_priority_is_stored_from_the_call_or_the_task_decorator(fake_clock: FakeClock) -> None:
+    assert schedule(tasks.add, 1).priority == 0
+    assert schedule(tasks.add, 1, priority=-100).priority == -100
+    assert schedule(urgent, 1).priority == 7
+    assert schedule(urgent, 1, priority=0).priority == 0  # the call's own wins
+    assert [t.priority for t in schedule_many([(urgent, (1,), {}), (tasks.add, (2,), {})])] == [
+        7,
+        0,
+    ]
+    many = schedule_many([(urgent, (1,), {}), (tasks.add, (2,), {})], priority=100)
+    assert [t.priority for t in many] == [100, 100]
+    assert using(priority=3).schedule(tasks.add, 1).priority == 3
+    graph = Graph()
+    graph.add(tasks.add, 1, priority=-3)
+    graph.add(urgent, 2)
+    assert [t.priority for t in graph.schedule()] == [-3, 7]
+    stored = Task.objects.order_by("id").values_list("priority", flat=True)
+    assert list(stored) == [0, -100, 7, 0, 7, 0, 100, 100, 3, -3, 7]
+
+
+@pytest.mark.parametrize(
+    ("priority", "message"),
+    [
+        (101, "priority must be from -100 to 100, got 101"),
+        (-101, "priority must be from -100 to 100, got -101"),
+        (1.5, "priority must be an int from -100 to 100, got 1.5"),
+        ("high", "priority must be an int from -100 to 100, got 'high'"),
+        (True, "priority must be an int from -100 to 100, got True"),
+    ],
+)
+def test_a_bad_priority_is_a_value_error_naming_it(
+    fake_clock: FakeClock, priority: Any, message: str
+) -> None:
+    for call in (
+        lambda: schedule(tasks.add, 1, priority=priority),
+        lambda: schedule_many([(tasks.add, (1,), {})], priority=priority),
+        lambda: task(priority=priority),
+    ):
+        with pytest.raises(ValueError, match="priority must") as info:
+            call()
+        assert str(info.value) == message
     assert not Task.objects.exists()
 
 

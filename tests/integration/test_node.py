@@ -128,8 +128,7 @@ def test_tasks_due_together_start_in_priority_order(
 ) -> None:
     priorities = {1: 0, 2: 10, 3: -5, 4: 10}
     for value, priority in priorities.items():
-        task = schedule(tasks.add, value, delay=5)
-        Task.objects.filter(pk=task.pk).update(priority=priority)
+        schedule(tasks.add, value, delay=5, priority=priority)
     make_node(workers=1)
     fake_clock.advance(5)
     assert calls["add"] == [2, 4, 1, 3]  # priority first, then the order they were due

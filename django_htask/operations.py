@@ -22,17 +22,18 @@ Running now comes in two kinds:
 
 from __future__ import annotations
 
+import enum
 import logging
 import re
 import zoneinfo
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from functools import partial
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -44,14 +45,17 @@ from .querysets import live_node, node_is_live
 from .retention import Cutoffs, TaskRetention
 from .store import Pruned, get_store, notify_nodes
 from .store.database import put_back
+from .store.rules import LOST_TASK_PREFIX, TIMED_OUT_PREFIX
 
 __all__ = [
     "FOLLOWED_NOT_SENT",
+    "Failure",
     "SentAgain",
     "Upcoming",
     "abort_runs",
     "describe_schedule",
     "edited_runs",
+    "failed_tasks",
     "live_nodes",
     "node_alive",
     "node_state",
@@ -378,6 +382,57 @@ _SENT_AGAIN: dict[str, Any] = {
     "result": None,
     "abort_requested_at": None,  # an aborted task sent again runs afresh
 }
+
+
+class Failure(enum.StrEnum):
+    """What ended a failed task's last attempt."""
+
+    #: Its function raised (or its worker process died under it).
+    ERROR = "error"
+    #: It ran past its timeout and was stopped.
+    TIMED_OUT = "timed-out"
+    #: Its node died while it ran.
+    LOST = "lost"
+    #: An abort was asked for (``cancel(token, abort=True)``, the admin's *Abort*).
+    ABORTED = "aborted"
+
+    def matches(self) -> Q:
+        """The failed tasks whose last attempt ended so."""
+        aborted = Q(abort_requested_at__isnull=False)
+        timed_out = Q(last_error__startswith=TIMED_OUT_PREFIX)
+        lost = Q(last_error__startswith=LOST_TASK_PREFIX)
+        return {
+            Failure.ABORTED: aborted,
+            Failure.TIMED_OUT: ~aborted & timed_out,
+            Failure.LOST: ~aborted & lost,
+            Failure.ERROR: ~aborted & ~timed_out & ~lost,
+        }[self]
+
+
+def failed_tasks(
+    since: datetime,
+    *,
+    kinds: Collection[Failure] = tuple(Failure),
+    functions: Collection[str] = (),
+    error: str = "",
+    using: str | None = None,
+) -> QuerySet[Task]:
+    """The tasks failed since ``since`` whose last attempt ended as one of ``kinds``;
+    of ``functions`` only (registered names), if given; with ``error`` in their error,
+    if given (case-insensitive)."""
+    rows = Task.objects.using(using or scheduler_alias()).filter(
+        status=TaskStatus.FAILED, finished_at__gte=since
+    )
+    if set(kinds) != set(Failure):
+        matches = Q(pk__in=[])
+        for kind in kinds:
+            matches |= kind.matches()
+        rows = rows.filter(matches)
+    if functions:
+        rows = rows.filter(function__in=sorted(functions))
+    if error:
+        rows = rows.filter(last_error__icontains=error)
+    return rows
 
 
 def abort_runs(

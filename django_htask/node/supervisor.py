@@ -35,6 +35,7 @@ from collections.abc import Callable
 from django_htask.engine import Scheduler as EngineScheduler
 from django_htask.engine import SchedulerClosed, TimerHandle
 from django_htask.store import RunOutcome
+from django_htask.store.rules import ABORTED, timed_out
 
 from .context import NodeContext
 from .execution import Call
@@ -47,13 +48,6 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between the exception raised in a job's thread and giving the thread up.
 FORCE_WAIT = 0.5
-#: The error of an aborted run.
-ABORTED = "Aborted: an abort was asked for (cancel(token, abort=True) or the admin)"
-
-
-def timed_out(timeout: float) -> str:
-    """The error of a run stopped by its timeout."""
-    return f"TimedOut: the run took longer than its timeout of {timeout:g}s"
 
 
 class Supervisor:

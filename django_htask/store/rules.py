@@ -59,9 +59,12 @@ from django_htask.retry import RetryPolicy
 from .values import Abandoned, RetryColumns, RunOutcome
 
 __all__ = [
+    "ABORTED",
     "BROKEN_MAX",
     "LOST_TASK",
+    "LOST_TASK_PREFIX",
     "RUN_LOST",
+    "TIMED_OUT_PREFIX",
     "UNLOCKED",
     "BatchFacts",
     "BatchMove",
@@ -88,6 +91,7 @@ __all__ = [
     "snoozed_task",
     "status_not_older",
     "superseded_task",
+    "timed_out",
     "writes_run",
 ]
 
@@ -99,6 +103,19 @@ LOST_TASK = (
     "the node running it ({holder}) stopped answering during attempt {attempt} of "
     "{max_attempts}: killed, crashed or out of memory"
 )
+#: The start of :data:`LOST_TASK`, which no other error has.
+LOST_TASK_PREFIX = LOST_TASK.partition("{")[0]
+#: The error of a run stopped because its abort was asked for (never retried).
+ABORTED = "Aborted: an abort was asked for (cancel(token, abort=True) or the admin)"
+#: The start of the error of a run stopped by its timeout (:func:`timed_out`).
+TIMED_OUT_PREFIX = "TimedOut: "
+
+
+def timed_out(timeout: float) -> str:
+    """The error of a run stopped by its timeout."""
+    return f"{TIMED_OUT_PREFIX}the run took longer than its timeout of {timeout:g}s"
+
+
 #: The longest reason kept on a broken schedule (the rest is cut).
 BROKEN_MAX = 2000
 #: A task no node holds.

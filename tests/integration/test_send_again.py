@@ -16,6 +16,7 @@ from django_htask import schedule
 from django_htask.engine import FakeClock
 from django_htask.models import Run, RunStatus, Task, TaskStatus
 from django_htask.operations import send_again, since_time
+from django_htask.store import rules
 from tests.integration.testapp import tasks
 
 ADD = "tests.integration.testapp.tasks:add"
@@ -25,16 +26,16 @@ URL = "/admin/django_htask/task/"
 def failed_task(now: datetime, attempts: int = 2, finished: float = 60.0, **kw: Any) -> Task:
     """A task that failed ``attempts`` times, ``finished`` seconds before ``now``."""
     task = schedule(tasks.add, 1, b=2, max_attempts=attempts, queue_name="mail")
-    Task.objects.filter(pk=task.pk).update(
-        status=TaskStatus.FAILED,
-        attempts=attempts,
-        last_error="RuntimeError: boom",
-        traceback="Traceback …",
-        finished_at=now - timedelta(seconds=finished),
-        started_at=now - timedelta(seconds=finished + 1),
-        priority=5,
-        **kw,
-    )
+    fields = {
+        "status": TaskStatus.FAILED,
+        "attempts": attempts,
+        "last_error": "RuntimeError: boom",
+        "traceback": "Traceback …",
+        "finished_at": now - timedelta(seconds=finished),
+        "started_at": now - timedelta(seconds=finished + 1),
+        "priority": 5,
+    }
+    Task.objects.filter(pk=task.pk).update(**{**fields, **kw})
     for attempt in range(1, attempts + 1):
         Run.objects.create(
             task=task,
@@ -205,6 +206,59 @@ def test_retry_failed_since_a_duration_or_a_date(fake_clock: FakeClock) -> None:
     assert "no task failed since" in out
 
 
+def failed_as(now: datetime, kind: str, fn: str = ADD) -> Task:
+    """A task failed 60 s before ``now`` with the error a node writes for ``kind``."""
+    errors = {
+        "error": ("RuntimeError: boom", None),
+        "timed-out": (rules.timed_out(30), None),
+        "lost": (rules.lost_task_error("n1", 1, 1), None),
+        "aborted": (rules.ABORTED, now - timedelta(seconds=61)),
+    }
+    error, abort = errors[kind]
+    return failed_task(now, last_error=error, abort_requested_at=abort, function=fn)
+
+
+@pytest.mark.django_db
+def test_retry_since_leaves_out_timed_out_and_aborted_tasks_unless_asked(
+    fake_clock: FakeClock,
+) -> None:
+    now = fake_clock.now()
+    made = {kind: failed_as(now, kind) for kind in ("error", "timed-out", "lost", "aborted")}
+    out, err = htask("retry", "--failed-since", "1h", "--dry-run")
+    assert out == (
+        f"would send again: 2 task(s) ({made['error'].pk}, {made['lost'].pk}); nothing sent\n"
+    )
+    assert "left out: 1 timed-out task(s) (--status timed-out to send them)" in err
+    assert "left out: 1 aborted task(s) (--status aborted to send them)" in err
+    assert not Task.objects.filter(status=TaskStatus.PENDING).exists()  # a dry run
+    out, _ = htask("retry", "--failed-since", "1h", "--status", "aborted")
+    assert out == f"sent again: 1 task(s) ({made['aborted'].pk})\n"
+    resent = Task.objects.get(pk=made["aborted"].pk)
+    assert (resent.status, resent.abort_requested_at) == (TaskStatus.PENDING, None)
+    out, _ = htask("retry", "--failed-since", "1h")
+    assert out == f"sent again: 2 task(s) ({made['error'].pk}, {made['lost'].pk})\n"
+    assert Task.objects.get(pk=made["timed-out"].pk).status == TaskStatus.FAILED
+    out, _ = htask("retry", str(made["timed-out"].pk))  # named: sent whatever ended it
+    assert out == f"sent again: 1 task(s) ({made['timed-out'].pk})\n"
+
+
+@pytest.mark.django_db
+def test_retry_filters_by_function_and_error(fake_clock: FakeClock) -> None:
+    now = fake_clock.now()
+    boom = failed_as(now, "error")
+    other = failed_as(now, "error", fn="tests.integration.testapp.tasks:flaky")
+    Task.objects.filter(pk=other.pk).update(last_error="ConnectionError: refused")
+    out, _ = htask("retry", "--failed-since", "1h", "--function", ADD, "--dry-run")
+    assert f"({boom.pk})" in out
+    out, _ = htask("retry", "--failed-since", "1h", "--error", "connectionerror", "--dry-run")
+    assert f"would send again: 1 task(s) ({other.pk})" in out
+    out, _ = htask("retry", "--failed-since", "1h", "--function", "x:y")
+    assert out == "no task failed since 2029-12-31 23:00:00 UTC of x:y\n"
+    out, _ = htask("retry", str(boom.pk), str(other.pk), "--error", "boom")
+    assert out == f"sent again: 1 task(s) ({boom.pk})\n"
+    assert Task.objects.get(pk=other.pk).status == TaskStatus.FAILED
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("args", "message"),
@@ -219,6 +273,12 @@ def test_retry_usage_errors_exit_2(args: tuple[str, ...], message: str) -> None:
     with pytest.raises(CommandError, match=message) as caught:
         htask(*args)
     assert caught.value.returncode == 2
+
+
+@pytest.mark.django_db
+def test_an_unknown_status_is_refused_naming_the_choices() -> None:
+    with pytest.raises(CommandError, match="invalid choice: 'hung' \\(choose from 'error', "):
+        htask("retry", "--failed-since", "1h", "--status", "hung")
 
 
 @pytest.mark.django_db

@@ -21,9 +21,11 @@
 ``htask import-celery-beat [--dry-run] [--map CELERY_NAME=module:function …]``
     create a schedule for each of django-celery-beat's periodic tasks, listing what
     is not carried over and why (see :mod:`django_htask.celery_beat`).
-``htask retry ID… | --failed-since WHEN``
+``htask retry ID… | --failed-since WHEN [--function F] [--status S] [--error E] [--dry-run]``
     send failed one-off tasks again (the admin's *Send again*): a fresh attempt count,
-    their run history kept (see :func:`django_htask.operations.send_again`).
+    their run history kept (see :func:`django_htask.operations.send_again`). Since
+    WHEN, only those whose function raised or whose node died, unless ``--status``
+    names others (``timed-out``, ``aborted``); ``--dry-run`` lists them.
 ``htask queue pause NAME | resume NAME | limit NAME N|none | list``
     pause or resume a queue on every node, limit how many of its tasks run at once
     across the nodes, or list the queues (see :mod:`django_htask.queue_control`).
@@ -35,7 +37,7 @@ an unknown schedule name.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -50,7 +52,9 @@ from django_htask.management.database import add_database_option, database_of
 from django_htask.models import Node, Queue, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.operations import (
     FOLLOWED_NOT_SENT,
+    Failure,
     describe_schedule,
+    failed_tasks,
     node_state,
     prune_now,
     run_schedule_inline,
@@ -86,6 +90,19 @@ PROGRESS_ROWS = 100_000
 #: start registers a new node id, so the rows of stopped nodes pile up until pruned, and
 #: a status is read in a terminal. The counts above the list count them all.
 NODES_LISTED = 50
+#: What ``htask retry --failed-since`` sends again unless ``--status`` says: the tasks
+#: whose function raised or whose node died. A task that timed out may hang again (a
+#: call stuck in C holds a worker until the node replaces it), and an aborted one was
+#: stopped on purpose.
+RETRIED = (Failure.ERROR.value, Failure.LOST.value)
+
+
+def _filters(functions: list[str], error: str) -> str:
+    """The filters of ``htask retry``, as words after what they filter."""
+    words = [f" of {', '.join(functions)}"] if functions else []
+    if error:
+        words.append(f" with {error!r} in the error")
+    return "".join(words)
 
 
 class Command(BaseCommand):
@@ -149,7 +166,29 @@ class Command(BaseCommand):
             "--failed-since",
             default=None,
             metavar="WHEN",
-            help="every task failed since WHEN: a duration back (2h, 1d) or ISO 8601",
+            help="the tasks failed since WHEN: a duration back (2h, 1d) or ISO 8601",
+        )
+        retry.add_argument(
+            "--function",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help="only the tasks of this registered function (again for more)",
+        )
+        retry.add_argument(
+            "--status",
+            action="append",
+            default=[],
+            choices=[kind.value for kind in Failure],
+            help="only the tasks whose last attempt ended so (again for more); with "
+            f"--failed-since the default is {' and '.join(RETRIED)}: a timed-out or "
+            "aborted task is sent again only when asked for, or named by its id",
+        )
+        retry.add_argument(
+            "--error", default="", metavar="TEXT", help="only the tasks whose error has TEXT"
+        )
+        retry.add_argument(
+            "--dry-run", action="store_true", help="list what would be sent, send nothing"
         )
 
     def rows(self, model: type[ModelT]) -> QuerySet[ModelT]:
@@ -373,24 +412,40 @@ class Command(BaseCommand):
         self.stdout.write(verdict.line())
 
     # -- retry -----------------------------------------------------------------------
-    def do_retry(self, ids: list[int], failed_since: str | None, **options: Any) -> None:
+    def do_retry(
+        self,
+        ids: list[int],
+        failed_since: str | None,
+        function: list[str],
+        status: list[str],
+        error: str,
+        dry_run: bool,
+        **options: Any,
+    ) -> None:
         if bool(ids) == (failed_since is not None):
             raise CommandError("give task ids or --failed-since WHEN (not both)", returncode=USAGE)
+        kinds = [Failure(kind) for kind in status]
         if failed_since is not None:
             try:
                 cutoff = since_time(failed_since)
             except ValueError as exc:
                 raise CommandError(f"--failed-since: {exc}", returncode=USAGE) from exc
+            chosen = failed_tasks(
+                cutoff,
+                kinds=kinds or [Failure(kind) for kind in RETRIED],
+                functions=function,
+                error=error,
+                using=self.using,
+            )
             # A range of the ended tasks' index, sorted here: asked to sort by id,
             # SQLite would rather read the whole table in id order.
-            ids = sorted(
-                self.rows(Task)
-                .filter(status=TaskStatus.FAILED, finished_at__gte=cutoff)
-                .order_by()
-                .values_list("pk", flat=True)
-            )
+            ids = sorted(chosen.order_by().values_list("pk", flat=True))
+            if not kinds:
+                self._left_out(cutoff, function, error)
             if not ids:
-                self.stdout.write(f"no task failed since {cutoff:%Y-%m-%d %H:%M:%S %Z}")
+                self.stdout.write(
+                    f"no task failed since {cutoff:%Y-%m-%d %H:%M:%S %Z}{_filters(function, error)}"
+                )
                 return
         else:
             known = set(self.rows(Task).filter(pk__in=ids).values_list("pk", flat=True))
@@ -400,9 +455,22 @@ class Command(BaseCommand):
                     f"no task with id {', '.join(map(str, unknown))}: nothing sent",
                     returncode=USAGE,
                 )
+            if kinds or function or error:
+                named = failed_tasks(
+                    datetime.min.replace(tzinfo=UTC),
+                    kinds=kinds or tuple(Failure),
+                    functions=function,
+                    error=error,
+                    using=self.using,
+                )
+                ids = sorted(named.filter(pk__in=ids).values_list("pk", flat=True))
+        if dry_run:
+            shown = ", ".join(map(str, ids)) or "none"
+            self.stdout.write(f"would send again: {len(ids)} task(s) ({shown}); nothing sent")
+            return
         result = send_again(ids, using=self.using)
-        for pk, status in sorted(result.not_failed.items()):
-            self.stderr.write(f"task {pk} is {status}, not failed: left alone")
+        for pk, status_ in sorted(result.not_failed.items()):
+            self.stderr.write(f"task {pk} is {status_}, not failed: left alone")
         for pk in result.superseded:
             self.stderr.write(
                 f"task {pk}: a newer pending task has its key: cancelled, superseded by it"
@@ -411,6 +479,19 @@ class Command(BaseCommand):
             self.stderr.write(f"task {pk}: {FOLLOWED_NOT_SENT}: left alone")
         sent = ", ".join(map(str, result.sent)) or "none"
         self.stdout.write(f"sent again: {len(result.sent)} task(s) ({sent})")
+
+    def _left_out(self, cutoff: datetime, functions: list[str], error: str) -> None:
+        """Say how many tasks the default of ``--status`` left out, and how to send them."""
+        for kind in Failure:
+            if kind.value in RETRIED:
+                continue
+            n = failed_tasks(
+                cutoff, kinds=[kind], functions=functions, error=error, using=self.using
+            ).count()
+            if n:
+                self.stderr.write(
+                    f"left out: {n} {kind.value} task(s) (--status {kind.value} to send them)"
+                )
 
     # -- queue -----------------------------------------------------------------------
     def do_queue(self, queue_action: str, **options: Any) -> None:

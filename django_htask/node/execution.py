@@ -104,11 +104,18 @@ def retry_delay(
     a lost run raised nothing of its own: only attempts and backoff apply). One the
     filters refuse has the reason added to its error (``not retried: ValueError is in
     give_up_on``). ``policy`` is called only for a failure that may be retried."""
-    if (
-        result.status != RunStatus.FAILED
-        or not result.extra.get("retryable", False)
-        or attempt >= max_attempts
-    ):
+    if result.status != RunStatus.FAILED or not result.extra.get("retryable", False):
+        return None  # not run, or stopped on purpose: logged where it ended
+    delay = _retry_delay(result, attempt, max_attempts, policy)
+    _log_failure(result, attempt, max_attempts, delay)
+    return delay
+
+
+def _retry_delay(
+    result: RunOutcome, attempt: int, max_attempts: int, policy: Callable[[], RetryPolicy]
+) -> float | None:
+    """:func:`retry_delay` of a failure that may be retried."""
+    if attempt >= max_attempts:
         return None
     try:
         chosen = policy()
@@ -121,6 +128,39 @@ def retry_delay(
             return chosen.delay(attempt)
     result.error = f"{result.error}; {why}" if result.error else why
     return None
+
+
+def _log_failure(result: RunOutcome, attempt: int, most: int, delay: float | None) -> None:
+    """Log a failed attempt once its fate is known: a warning when it is retried
+    (when, and which attempt comes next), an error when it is not."""
+    extra = {"action": "run_failed", "attempt": attempt, "max_attempts": most}
+    if delay is not None:
+        logger.warning(
+            "%s failed: %s; retrying in %s, attempt %d of %d",
+            result.name,
+            result.error,
+            _seconds(delay),
+            attempt + 1,
+            most,
+            extra={**extra, "retry_in": delay},
+        )
+    else:
+        logger.error(
+            "%s failed: %s (attempt %d of %d, not retried)",
+            result.name,
+            result.error,
+            attempt,
+            most,
+            extra=extra,
+        )
+
+
+def _seconds(delay: float) -> str:
+    """``delay`` in words: ``1s``, ``2.5s``, ``1m 30s``."""
+    if delay < 60:
+        return f"{delay:.3g}s"
+    minutes, seconds = divmod(round(delay), 60)
+    return f"{minutes}m {seconds}s" if seconds else f"{minutes}m"
 
 
 def snooze_delay(result: RunOutcome, snoozes: int, most: int, bound: str) -> float | None:
@@ -214,9 +254,7 @@ def execute(
         error = f"{type(exc).__name__}: {exc}"
         errors = error_names(type(exc))
         tb = traceback.format_exc()
-        if guard is None or guard.reason is None:
-            level = logging.WARNING if isinstance(exc, Exception) else logging.ERROR
-            logger.log(level, "%s failed: %s", name, error, extra={"action": "run_failed"})
+        # Logged by retry_delay, which says whether it is retried.
     finally:
         if refresh is not None:
             refresh()
@@ -224,7 +262,8 @@ def execute(
         # Stopped (it raised once asked to, or was asked before it began): the reason.
         status, error, retryable = RunStatus.FAILED, guard.reason, guard.retryable
         errors = None  # stopped: what it raised then is not its own error
-        logger.warning("%s stopped: %s", name, error, extra={"action": "run_stopped"})
+        if not retryable:  # an abort; a timeout is retried, and retry_delay logs it
+            logger.warning("%s stopped: %s", name, error, extra={"action": "run_stopped"})
     result = None
     if value is not None and status == RunStatus.SUCCEEDED and call.task_id is not None:
         result, error = _encoded(name, value, max_result)

@@ -316,17 +316,29 @@ def test_with_worker_processes_a_round_waits_for_the_calls_just_handed_out(
 
 
 def test_a_failing_task_is_retried_with_backoff_then_fails(
-    make_node: MakeNode, clock: FakeClock, store: InMemoryStore, calls: Any
+    make_node: MakeNode,
+    clock: FakeClock,
+    store: InMemoryStore,
+    calls: Any,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     tid = store.add_task(BOOM, "no", max_attempts=3)
-    make_node()
-    retry = RetryPolicy(1.0, 3600.0)  # RETRY_BACKOFF is 1 s in the test settings
-    clock.advance(retry.delay(1))
-    clock.advance(retry.delay(2))
+    with caplog.at_level(logging.WARNING, logger="django_htask.node"):
+        make_node()
+        retry = RetryPolicy(1.0, 3600.0)  # RETRY_BACKOFF is 1 s in the test settings
+        clock.advance(retry.delay(1))
+        clock.advance(retry.delay(2))
     task = store.tasks[tid]
     assert (task.status, task.attempts) == (TaskStatus.FAILED, 3)
     assert calls["boom"] == ["no"] * 3
     assert [r.attempt for r in store.runs_of(task_id=tid)] == [1, 2, 3]
+    # Each attempt's failure is logged once, saying whether and when it is retried.
+    failed = [r for r in caplog.records if getattr(r, "action", None) == "run_failed"]
+    assert [(r.levelname, r.getMessage()) for r in failed] == [
+        ("WARNING", f"{BOOM} failed: RuntimeError: no; retrying in 1s, attempt 2 of 3"),
+        ("WARNING", f"{BOOM} failed: RuntimeError: no; retrying in 2s, attempt 3 of 3"),
+        ("ERROR", f"{BOOM} failed: RuntimeError: no (attempt 3 of 3, not retried)"),
+    ]
 
 
 def test_a_task_due_later_waits_on_a_timer_nothing_claimed(

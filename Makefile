@@ -1,11 +1,13 @@
 # django-htask developer commands. Each target installs what it needs into .venv first.
-#   make example   run the example project (SQLite) with the scheduler
+#   make example   run the example project (SQLite) with the scheduler: Python only
 #   make test      every check CI runs: lint, types, migrations, docs, all tests,
 #                  then the tests again on Django 6.0 (SQLite) and 6.1 (PostgreSQL)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# What `make example` needs: the package alone, no system package (see below).
+EXAMPLE_STAMP := $(VENV)/.example-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # Interpreters for the Django 6 runs (Django 6 needs Python >= 3.12).
 PYENV_ROOT ?= $(HOME)/.pyenv
 TOX_PYTHONS := $(wildcard $(PYENV_ROOT)/versions/3.12.*/bin/python3 $(PYENV_ROOT)/versions/3.13.*/bin/python3)
@@ -20,20 +22,34 @@ $(STAMP): pyproject.toml | system-deps
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-# Debian packages the tests need: Chromium for the browser tests, the PostgreSQL server
-# for the multi-node tests, the MariaDB server for the MariaDB pass (and its client
-# library and pkg-config, which mysqlclient builds against). Installed only when missing
-# (needs root or sudo).
+# The example runs on SQLite with the package's own dependencies (pure Python wheels):
+# no root, no apt, no compiler. A .venv made by the target above has them already.
+$(EXAMPLE_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	rm -f $(VENV)/.example-*
+	touch $(EXAMPLE_STAMP)
+
+# Debian packages the tests need (not `make example`): Chromium for the browser tests,
+# the PostgreSQL server for the multi-node tests, the MariaDB server for the MariaDB pass
+# (and its client library and pkg-config, which mysqlclient builds against). Installed
+# only when missing (needs root or sudo, and apt).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
 	@command -v chromium >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 	  && command -v mariadbd mariadb-install-db pkg-config >/dev/null \
 	  && pkg-config --exists libmariadb || { \
+	  command -v apt-get >/dev/null || { \
+	    echo "make test needs Chromium, the PostgreSQL server, the MariaDB server, the"; \
+	    echo "MariaDB client library and pkg-config (README: Quick start); without apt-get,"; \
+	    echo "install them with your system's packages (make example needs none of them)."; \
+	    exit 1; }; \
 	  $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium postgresql \
 	    mariadb-server libmariadb-dev pkg-config; }
 
-example: $(STAMP)
+example: $(EXAMPLE_STAMP)
 	$(BIN)/python example_project/run.py
 
 lint: $(STAMP)

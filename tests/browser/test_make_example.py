@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -200,3 +202,114 @@ def test_killing_run_py_takes_both_processes_down(tmp_path: Path) -> None:
             "the web server and the scheduler did not stop after run.py was killed",
             started,
         )
+
+
+#: Seconds for ``make example`` to make its venv and install the package from the index.
+INSTALL_TIMEOUT = 600.0
+#: The account a test run as root runs ``make example`` as: no root, no sudo.
+NOBODY = 65534
+#: The commands ``make example`` may find on the PATH: make, a shell, the ones its
+#: recipes call, and Python.
+NEEDED = ("make", "sh", "cat", "cksum", "cut", "rm", "touch", "test", "python3")
+
+
+def _copy_tree(to: Path) -> None:
+    """The repository's files as a fresh clone has them (the tracked ones, as they are in
+    the working tree), to ``to``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (to / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, to / name)
+
+
+def _as_nobody() -> None:
+    """In the child, before exec: the stop signals at their defaults, and, under root,
+    the unprivileged ``nobody``."""
+    _default_signals()
+    if os.geteuid() == 0:
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+
+
+def test_make_example_runs_without_root_nor_apt(tmp_path: Path) -> None:
+    """From a copy of the repository, with no ``.venv``, as a user who is not root and
+    whose ``apt-get`` and ``sudo`` fail: the venv is made, the package installed, the
+    site and the scheduler run, and neither was called."""
+    if shutil.which("make") is None or not Path("/usr/bin/python3").exists():
+        pytest.fail("this test needs make and a system python3 (/usr/bin/python3)")
+    work = Path(tempfile.mkdtemp(prefix="htask-make-example-"))
+    try:
+        work.chmod(0o755)  # nobody goes through it (pytest's own tmp dirs are private)
+        clone, shims, home = work / "clone", work / "shims", work / "home"
+        for path in (clone, shims, home):
+            path.mkdir()
+        _copy_tree(clone)
+        called = work / "called"
+        for name in ("apt-get", "sudo"):
+            shim = shims / name
+            shim.write_text(f'#!/bin/sh\necho "{name} $*" >> {called}\nexit 1\n')
+            shim.chmod(0o755)
+        # The PATH holds only these: none of the system packages make test needs
+        # (chromium, the servers, pkg-config) is found, as on a machine without them.
+        for name in NEEDED:
+            found = shutil.which(name, path="/usr/local/bin:/usr/bin:/bin")
+            assert found is not None, f"{name} is not installed"
+            (shims / name).symlink_to(found)
+        if os.geteuid() == 0:
+            for path in [work, *work.rglob("*")]:
+                os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+        address = f"127.0.0.1:{free_port()}"
+        marker = str(work / "db.sqlite3")
+        env = {
+            "PATH": str(shims),
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "PYTHON": "/usr/bin/python3",
+            "HTASK_EXAMPLE_DB": marker,
+            "HTASK_EXAMPLE_ADDRESS": address,
+            "PYTHONUNBUFFERED": "1",
+            # The machine's package index, as pip finds it for any user.
+            **{k: v for k, v in os.environ.items() if k.startswith("PIP_")},
+        }
+        log = work / "make.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                ["make", "example"],
+                cwd=clone,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_as_nobody,  # noqa: PLW1509 - a single-threaded test process
+            )
+        started = Example(process, log, address, marker)
+        try:
+            wait_until(
+                lambda: (
+                    process.poll() is not None
+                    or ("sign in as" in started.output() and "\n  node:" in started.output())
+                ),
+                INSTALL_TIMEOUT,
+                "make example did not start the site and the scheduler",
+                started,
+            )
+            assert process.poll() is None, f"make example exited:\n{started.output()}"
+            url = f"http://{address}/accounts/login/"
+            with urllib.request.urlopen(url, timeout=10) as page:
+                assert page.status == 200
+            assert not called.exists(), called.read_text()
+            if os.geteuid() == 0:
+                owners = {Path(f"/proc/{pid}").stat().st_uid for pid in started.processes()}
+                assert owners == {NOBODY}
+            os.killpg(process.pid, signal.SIGINT)  # Ctrl-C in the terminal
+            process.wait(STOP_TIMEOUT)
+            assert "\nstopped." in started.output(), started.output()
+        finally:
+            kill_all(started)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -24,6 +24,11 @@ id                     level    when
 ``django_htask.W010``  warning  ``HTASK["DATABASE"]`` is set but the routers send
                                 django_htask's models (or migrate their tables) elsewhere:
                                 add ``django_htask.routers.HtaskRouter``.
+``django_htask.W011``  warning  the scheduler's SQLite database (or another alias of the
+                                same file) lacks ``"transaction_mode": "IMMEDIATE"`` in its
+                                ``OPTIONS``: a request's transaction that reads, then
+                                writes, while a node writes fails at once with "database
+                                is locked".
 =====================  =======  ===========================================================
 
 W003 and W004 read the database, so they run with the ``database`` tag:
@@ -55,6 +60,7 @@ __all__ = [
     "check_periodic_declarations",
     "check_settings",
     "check_sqlite_nodes",
+    "check_sqlite_transactions",
     "check_use_tz",
 ]
 
@@ -185,6 +191,57 @@ def _unrouted(database: str) -> list[Any]:
             id="django_htask.W010",
         )
     ]
+
+
+@checks.register()
+@_never_raises
+def check_sqlite_transactions(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[Any]:
+    """W011: SQLite transactions that do not take the write lock when they begin.
+
+    SQLite lets one connection write at a time. A transaction begun the default way
+    (``DEFERRED``) reads under a shared lock and asks for the write lock at its first
+    write; if another connection holds it then (a node recording its tasks), SQLite
+    cannot wait, since the two could wait on each other, and the write fails at once:
+    "database is locked", whatever the ``timeout``. Begun ``IMMEDIATE``, it takes the
+    write lock first, and waits up to the timeout for it."""
+    from .db import scheduler_alias  # noqa: PLC0415
+
+    try:
+        alias = scheduler_alias()
+    except ImproperlyConfigured:
+        return []  # E009
+    return sqlite_deferred(alias, settings.DATABASES)
+
+
+def sqlite_deferred(alias: str, databases: dict[str, Any]) -> list[Any]:
+    """W011 for ``databases`` (``DATABASES``), the scheduler's being ``alias``."""
+    sqlite = "django.db.backends.sqlite3"
+    scheduler = databases.get(alias, {})
+    if scheduler.get("ENGINE") != sqlite:
+        return []
+    name = scheduler.get("NAME")
+    found = []
+    for other, options in databases.items():
+        if options.get("ENGINE") != sqlite or (other != alias and options.get("NAME") != name):
+            continue
+        mode = str((options.get("OPTIONS") or {}).get("transaction_mode", "")).upper()
+        if mode in ("IMMEDIATE", "EXCLUSIVE"):
+            continue
+        found.append(
+            checks.Warning(
+                f"the SQLite database {other!r} ({options.get('NAME')}) begins its "
+                "transactions DEFERRED: while a scheduler node writes, a request's "
+                "transaction that reads, then writes, fails at once with 'database is "
+                "locked' (SQLite cannot wait for the write lock there)",
+                hint='add "transaction_mode": "IMMEDIATE" (and a "timeout" of a few '
+                "seconds) to its OPTIONS (docs/databases.md, 'SQLite')",
+                obj=f"settings.DATABASES[{other!r}]",
+                id="django_htask.W011",
+            )
+        )
+    return found
 
 
 @checks.register()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from .fields import ConditionsKnown
 from .managers import SchedulerManager
 from .task import Task
 
@@ -26,7 +27,7 @@ def _callback(role: str) -> models.ForeignKey[Task | None, Task | None]:
     )
 
 
-class Batch(models.Model):
+class Batch(ConditionsKnown):
     """Tasks grouped to be called back once (``django_htask.batch()``): ``on_failure``
     at the first member that fails for good, ``on_success`` and ``on_finish`` once every
     member ended. Its counters move in the transaction that records each member's end,

@@ -30,6 +30,34 @@ TIMEOUT_MIN, TIMEOUT_MAX = 0.001, 31_536_000.0  # seconds a run may take (or emp
 MAX_SNOOZES_MAX = 100_000  # snoozes of one task (min 0, or empty: MAX_SNOOZES)
 
 
+#: Django's warnings that MySQL and MariaDB ignore the condition of a unique constraint
+#: (models.W036) or of an index (models.W037). django_htask's partial indexes and its
+#: pending key are written for it: on those databases the store does without the
+#: conditions (docs/databases.md), so the warnings would only repeat at every command.
+CONDITIONS_IGNORED = frozenset({"models.W036", "models.W037"})
+
+
+class ConditionsKnown(models.Model):
+    """A model whose conditional indexes and constraints are meant to lose their
+    condition where the database ignores it: :data:`CONDITIONS_IGNORED` are left out
+    of its checks (the abstract base changes no migration)."""
+
+    class Meta:
+        abstract = True
+
+    @classmethod
+    def _check_indexes(cls, databases: Any) -> list[Any]:
+        return _known(super()._check_indexes(databases))  # type: ignore[misc]
+
+    @classmethod
+    def _check_constraints(cls, databases: Any) -> list[Any]:
+        return _known(super()._check_constraints(databases))  # type: ignore[misc]
+
+
+def _known(messages: list[Any]) -> list[Any]:
+    return [m for m in messages if getattr(m, "id", None) not in CONDITIONS_IGNORED]
+
+
 #: ``path``: where the migrations find it (the package, as before its split).
 @deconstructible(path="django_htask.models.InRange")
 class InRange:

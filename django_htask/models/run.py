@@ -7,13 +7,13 @@ from django.db.models import Q
 
 from django_htask.enums import RunStatus
 
-from .fields import _abort_requested_at
+from .fields import ConditionsKnown, _abort_requested_at
 from .managers import RunManager
 from .schedule import Schedule
 from .task import Task
 
 
-class Run(models.Model):
+class Run(ConditionsKnown):
     """One execution (or a missed or skipped occurrence) of a schedule or a task."""
 
     objects = RunManager()

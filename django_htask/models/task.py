@@ -27,6 +27,7 @@ from .fields import (
     RETRY_BACKOFF_RANGE,
     TIMEOUT_MAX,
     TIMEOUT_MIN,
+    ConditionsKnown,
     _abort_requested_at,
     _constraint,
     _max_attempts,
@@ -84,7 +85,7 @@ BATCH_INDEX = "htask_task_batch"
 ENDED_INDEX = "htask_task_ended"
 
 
-class Task(models.Model):
+class Task(ConditionsKnown):
     """A one-off call, scheduled for a time, cancellable by its public token."""
 
     objects = TaskManager()

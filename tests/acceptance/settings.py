@@ -23,7 +23,10 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("HTASK_ACCEPTANCE_DB", "acceptance.sqlite3"),
-        "OPTIONS": {"timeout": float(os.environ.get("HTASK_ACCEPTANCE_TIMEOUT", "5"))},
+        "OPTIONS": {
+            "timeout": float(os.environ.get("HTASK_ACCEPTANCE_TIMEOUT", "5")),
+            "transaction_mode": "IMMEDIATE",
+        },
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import Scheduler, wait_until
+from .conftest import ROOT, Scheduler, _env, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -36,6 +38,29 @@ def test_banner_and_clean_exit_on_sigterm(
     assert "node banner-node stopped" in scheduler.stderr  # the log is flushed
     # It ends without tearing the interpreter down, but the project's exit handlers run.
     assert exit_file.read_text() == "exit handler ran"
+
+
+def test_the_banner_names_the_node_before_the_start_logs(db_file: Path) -> None:
+    """The start logs (at info: the node registered, the schedules synced) come after
+    the banner's first lines, which say which node and which database they are about;
+    what it loaded comes once it has."""
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "runscheduler", "--batch", "--node-id", "first"],
+        env=_env(db_file),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one stream, in the order written
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("django-htask ") and lines[0].endswith(" scheduler"), lines
+    assert lines[1:3] == ["  node:      first", f"  database:  sqlite {db_file}"], lines
+    started = lines.index("node first started: 0 schedules, 0 pending tasks")  # its log
+    loaded = next(i for i, line in enumerate(lines) if line.startswith("  loaded:"))
+    assert 2 < started < loaded, lines
 
 
 def test_a_schedule_created_by_another_process_fires_within_the_poll_interval(

@@ -215,6 +215,9 @@ class Command(BaseCommand):
             node.request_stop()
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        # Who and where first: the start logs (the sync, a reap of nodes gone) come after.
+        self.stdout.write(self._heading(node))
+        self.stdout.flush()
         try:
             try:
                 stats = node.start(
@@ -329,9 +332,19 @@ class Command(BaseCommand):
             )
 
     @staticmethod
+    def _heading(node: Node) -> str:
+        """The banner's first lines, printed before the node starts."""
+        return (
+            f"django-htask {__version__} scheduler\n"
+            f"  node:      {node.node_id}\n"
+            f"  database:  {node.store.describe()}"
+        )
+
+    @staticmethod
     def _banner(
         node: Node, workers: int, poll: float, stats: NodeStats, metrics: MetricsServer | None
     ) -> str:
+        """The rest of the banner, once the node has started: what it loaded."""
         serving = node.serving
         queues = "every queue" if serving.queues.serves_all else str(serving.queues)
         if serving.backend is not None:
@@ -347,9 +360,6 @@ class Command(BaseCommand):
             if on
         )
         return (
-            f"django-htask {__version__} scheduler\n"
-            f"  node:      {node.node_id}\n"
-            f"  database:  {node.store.describe()}\n"
             f"  workers:   {Command._workers(node, workers)}\n"
             f"  queues:    {queues}{mode}\n"
             f"  poll:      every {poll:g}s\n"

@@ -1,6 +1,8 @@
 """A worker process of the process pool (``runscheduler --pool process``): run as
-``python -m django_htask.node.child DATA_FD CONTROL_FD`` by
-:class:`~django_htask.node.processes.ProcessPool`, never by hand.
+``python -m django_htask.node.child NODE_ID DATA_FD CONTROL_FD`` by
+:class:`~django_htask.node.processes.ProcessPool`, never by hand. It names itself
+``htask-worker`` (what ``top`` and ``ps -o comm`` show); ``ps`` shows that command line,
+its node's id in it.
 
 It sets Django up once, then makes the calls its node sends it, one at a time, each
 with :func:`~django_htask.node.execution.execute` as a worker thread would, and sends
@@ -25,6 +27,8 @@ the whole group, is for the node, which decides when its runs end.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import ctypes
 import os
 import resource
 import signal
@@ -35,7 +39,7 @@ from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
 
-from .messages import Broken, Cancel, Done, Force, Hello, Ready, Run
+from .messages import OWN_PYTHONPATH, Broken, Cancel, Done, Force, Hello, Ready, Run
 
 __all__ = ["main", "run"]
 
@@ -60,12 +64,15 @@ class _State:
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    data = Connection(int(argv[1]))
-    control = Connection(int(argv[2]))
+    _name_process()
+    _put_back_pythonpath()
+    data = Connection(int(argv[2]))
+    control = Connection(int(argv[3]))
     hello = data.recv()
     if not isinstance(hello, Hello):
         return 2
     config = hello.config
+    sys.path[:] = config["sys_path"]  # the node's, exactly
     try:
         _set_up(config)
     except BaseException:  # any failure is reported to the node
@@ -87,6 +94,30 @@ def main(argv: list[str]) -> int:
     signal.signal(FORCE_SIGNAL, force)
     data.send(Ready(os.getpid()))
     return _serve(data, state, config)
+
+
+#: The name a worker process gives itself (at most 15 bytes: the kernel's limit).
+PROCESS_NAME = b"htask-worker"
+#: ``prctl``'s option that sets the calling thread's name.
+_PR_SET_NAME = 15
+
+
+def _name_process() -> None:
+    """Call this process ``htask-worker`` where the kernel names it (Linux; elsewhere
+    nothing): its main thread's name is what ``top`` and ``ps -o comm`` show."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_NAME, PROCESS_NAME, 0, 0, 0)
+
+
+def _put_back_pythonpath() -> None:
+    """The node's own PYTHONPATH, for what this process starts (the pool set it to the
+    node's path to start this one: :func:`~django_htask.node.processes.child_environment`)."""
+    own = os.environ.pop(OWN_PYTHONPATH, None)
+    if own is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = own
 
 
 def _set_up(config: dict[str, Any]) -> None:

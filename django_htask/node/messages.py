@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-__all__ = ["Broken", "Cancel", "Done", "Exit", "Force", "Hello", "Ready", "Run"]
+__all__ = ["OWN_PYTHONPATH", "Broken", "Cancel", "Done", "Exit", "Force", "Hello", "Ready", "Run"]
+
+#: The environment variable where a worker process finds its node's own PYTHONPATH,
+#: if it had one: the pool starts the child with the node's ``sys.path`` there.
+OWN_PYTHONPATH = "HTASK_OWN_PYTHONPATH"
 
 
 class Hello(NamedTuple):

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -44,7 +45,7 @@ from django_htask.store import RunOutcome
 from django_htask.store import processes as django_side
 
 from .execution import RUN_FIELDS, Call, ended_outside
-from .messages import Broken, Cancel, Done, Exit, Force, Hello, Run
+from .messages import OWN_PYTHONPATH, Broken, Cancel, Done, Exit, Force, Hello, Run
 from .running import Key
 
 __all__ = ["ProcessPool", "WorkerProcessBroken", "describe_exit"]
@@ -72,22 +73,37 @@ def describe_exit(code: int | None) -> str:
     return f"exit status {code}"
 
 
+#: What a worker process runs (``python -m``).
+CHILD_MODULE = "django_htask.node.child"
+
+
+def child_environment(environ: Mapping[str, str], path: list[str]) -> dict[str, str]:
+    """The environment of a worker process: the node's, with ``path`` (the node's
+    ``sys.path``) as its PYTHONPATH, so that ``python -m`` finds django_htask wherever
+    the node found it; the node's own PYTHONPATH kept aside, for the child to put back
+    (:func:`~django_htask.node.child.main`)."""
+    env = dict(environ)
+    if "PYTHONPATH" in env:
+        env[OWN_PYTHONPATH] = env["PYTHONPATH"]
+    env["PYTHONPATH"] = os.pathsep.join(p or os.curdir for p in path)
+    return env
+
+
 class Child:
     """One worker process and its two channels (see :mod:`~django_htask.node.child`)."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], node_id: str) -> None:
         data, data_end = socket.socketpair()
         control, control_end = socket.socketpair()
-        code = (
-            f"import sys; sys.path[:] = {sys.path!r}; "
-            "from django_htask.node.child import run; run(sys.argv)"
-        )
         ends = (data_end.fileno(), control_end.fileno())
         try:
+            # A short command line that says what it is in ps: the node's path reaches
+            # the child through PYTHONPATH (its own, if any, is put back there).
             self.process = subprocess.Popen(
-                [sys.executable, "-c", code, *map(str, ends)],
+                [sys.executable, "-m", CHILD_MODULE, node_id, *map(str, ends)],
                 pass_fds=ends,
                 stdin=subprocess.DEVNULL,
+                env=child_environment(os.environ, sys.path),
             )
         finally:
             data_end.close()
@@ -218,12 +234,13 @@ class ProcessPool:
             "max_tasks": self.max_tasks,
             "max_memory": self.max_memory,
             "max_result": self.max_result,
+            "sys_path": list(sys.path),
         }
 
     def _spawn(self) -> Child:
         if self._child_config is None:
             self._child_config = self._config()
-        child = Child(self._child_config)
+        child = Child(self._child_config, self.node_id)
         with self._lock:
             self.started += 1
         return child

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -111,6 +112,7 @@ def test_an_exit_is_described(code: int | None, words: str) -> None:
 # -- a pool of one worker process, driven as a node's worker thread drives it -------------
 NAP = "tests.integration.testapp.tasks:nap"
 ECHO = "tests.integration.testapp.tasks:echo"
+ENVIRON = "tests.integration.testapp.tasks:environ"
 
 
 def call_of(function: str, *args: Any) -> Call:
@@ -158,6 +160,40 @@ def test_a_call_is_made_in_the_worker_process_and_the_process_is_reused(
     assert (first.status, second.status) == ("succeeded", "succeeded")
     assert (first.task_id, first.function, first.node) == (None, NAP, "n")
     assert (pool.started, pool.died, pool.recycled) == (1, 0, 0)
+
+
+def test_a_worker_process_is_named_with_its_node_and_a_short_command_line(
+    pool: ProcessPool,
+) -> None:
+    """``ps`` shows ``python -m django_htask.node.child <node> <fd> <fd>``, ``top`` and
+    ``ps -o comm`` ``htask-worker`` (it was a 400-character ``python -c`` line)."""
+    [child] = pool._idle
+    argv = Path(f"/proc/{child.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    assert argv[:4] == [sys.executable, "-m", "django_htask.node.child", "n"], argv
+    assert len(" ".join(argv)) < len(sys.executable) + 60
+    assert Path(f"/proc/{child.pid}/comm").read_text().strip() == "htask-worker"
+
+
+def test_a_worker_process_has_the_nodes_path_and_its_own_pythonpath(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The path the child imports from is the node's, exactly; the PYTHONPATH the
+    node was started with is the child's again (for what a task starts)."""
+    if connections["default"].vendor == "sqlite":
+        monkeypatch.setitem(connections["default"].settings_dict, "NAME", str(tmp_path / "db"))
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.syspath_prepend(str(tmp_path))  # only the node has it
+    started = ProcessPool("n", SystemClock(), 1)
+    started.start()
+    try:
+        call = dataclasses.replace(call_of(ENVIRON), task_id=1)
+        outcome = started.execute(("task", 1), call, RunGuard())
+    finally:
+        started.close()
+    assert outcome.status == "succeeded", outcome.error
+    path, pythonpath = decode_result(outcome.result)
+    assert path == sys.path
+    assert pythonpath == "/elsewhere"
 
 
 def test_a_task_s_result_is_encoded_in_its_worker_process_and_comes_back(

@@ -134,6 +134,15 @@ def echo(value: Any) -> Any:
 
 
 @task
+def environ() -> tuple[list[str], str | None]:
+    """The process's import path and its PYTHONPATH (what a worker process inherits)."""
+    import os
+    import sys
+
+    return list(sys.path), os.environ.get("PYTHONPATH")
+
+
+@task
 def blob(size: int) -> bytes:
     return b"x" * size
 

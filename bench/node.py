@@ -11,12 +11,15 @@ Measures, in one run:
   function, until all have run and been recorded, against django-tasks' database
   backend (``django-tasks-db``, its ``db_worker --batch``) on the same SQLite file with
   the same function;
+* **rows written** per task: a pass of its own with triggers counting each table's
+  inserts, updates and deletes (SQLite keeps no counter of them);
 * **pick-up latency** of an edit made by another process (``UPDATE`` through the
   ``sqlite3`` module in a child process): from its commit to the run starting.
 
     python bench/node.py            # 100k schedules, 10k tasks
     python bench/node.py --quick    # 20k schedules, 2k tasks
     python bench/node.py --wal      # the file in WAL mode with synchronous=NORMAL
+    python bench/node.py --only tasks writes   # some sections only
 
 SQLite's default journal costs a few milliseconds per commit on most disks; a node
 commits once per batch of tasks its workers start (never more than it has free
@@ -42,6 +45,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 WORKERS = 4
+#: What ``--only`` may name, in the order they run.
+SECTIONS = ["schedules", "tasks", "writes", "latency"]
 
 
 def noop(n: int = 0) -> None:
@@ -190,7 +195,7 @@ def bench_htask_tasks(count: int) -> dict[str, float]:
     from django.db import connection
 
     from django_htask import schedule
-    from django_htask.models import Run, Task, TaskStatus
+    from django_htask.models import Task, TaskStatus
     from django_htask.node import Node
 
     t0 = time.perf_counter()
@@ -202,13 +207,65 @@ def bench_htask_tasks(count: int) -> dict[str, float]:
     t0 = time.perf_counter()
     node = Node(node_id="bench-tasks", poll_interval=1.0)
     node.start()
+    # A success writes no run row (RECORD_EVERY_ATTEMPT off): its task row says it all.
     done = Task.objects.filter(status=TaskStatus.SUCCEEDED)
-    while done.count() < count or Run.objects.filter(task__isnull=False).count() < count:
+    while done.count() < count:
         time.sleep(0.05)
     run_s = time.perf_counter() - t0
     node.stop(timeout=5)
     connection.close()
     return {"enqueue_s": enqueue_s, "run_s": run_s}
+
+
+#: Counts every row inserted, updated or deleted in django-htask's tables.
+WRITES = "bench_writes"
+
+
+def count_writes() -> list[str]:
+    """Triggers adding one to :data:`WRITES` per row each of django-htask's tables
+    inserts, updates or deletes (SQLite keeps no such counter, as PostgreSQL's
+    ``pg_stat_user_tables`` does); the tables counted."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE {WRITES} (tbl TEXT PRIMARY KEY, n INTEGER NOT NULL)")
+        cursor.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'django_htask_%'"
+        )
+        tables = [name for (name,) in cursor.fetchall()]
+        for table in tables:
+            cursor.execute(f"INSERT INTO {WRITES} VALUES (%s, 0)", [table])
+            for event in ("INSERT", "UPDATE", "DELETE"):
+                cursor.execute(
+                    f"CREATE TRIGGER bench_{table}_{event.lower()} AFTER {event} ON {table} "
+                    f"BEGIN UPDATE {WRITES} SET n = n + 1 WHERE tbl = '{table}'; END"
+                )
+    return tables
+
+
+def bench_htask_writes(count: int) -> dict[str, float]:
+    """Rows written per task by a node running ``count`` trivial tasks queued
+    beforehand, by table (the queueing not counted); a pass of its own, as the triggers
+    that count cost writes too."""
+    from django.db import connection
+
+    from django_htask import schedule_many
+    from django_htask.models import Task, TaskStatus
+    from django_htask.node import Node
+
+    Task.objects.all().delete()
+    schedule_many([(noop, (i,), {}) for i in range(count)])
+    count_writes()
+    connection.close()
+    node = Node(node_id="bench-writes", poll_interval=1.0)
+    node.start()
+    done = Task.objects.filter(status=TaskStatus.SUCCEEDED)
+    while done.count() < count:
+        time.sleep(0.05)
+    node.stop(timeout=5)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT tbl, n FROM {WRITES} WHERE n > 0 ORDER BY tbl")
+        return {table: n / count for table, n in cursor.fetchall()}
 
 
 def bench_django_tasks(count: int) -> dict[str, float]:
@@ -289,6 +346,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20k schedules, 2k tasks")
     parser.add_argument("--wal", action="store_true", help="WAL journal, synchronous=NORMAL")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=SECTIONS,
+        default=SECTIONS,
+        help="the sections to run (default: all)",
+    )
     options = parser.parse_args()
     schedules, tasks = (20_000, 2_000) if options.quick else (100_000, 10_000)
 
@@ -302,40 +366,51 @@ def main() -> None:
 
         journal = "WAL, synchronous=NORMAL" if options.wal else "default journal"
         print(f"django-htask node on SQLite ({journal}), {WORKERS} workers, {os.cpu_count()} cores")
-        s = bench_schedules(schedules, function)
-        print(f"\n{schedules:,} enabled schedules")
-        print(
-            f"  ready:        {s['ready_s']:.2f} s   (bare ORM read of the same rows: "
-            f"{s['reference_s']:.2f} s, ratio {s['ready_s'] / s['reference_s']:.1f}x)"
-        )
-        print(
-            f"  memory:       {s['node_bytes']:.0f} B per schedule held   "
-            f"(plain dict of the rows: {s['plain_bytes']:.0f} B, "
-            f"ratio {s['node_bytes'] / s['plain_bytes']:.1f}x)"
-        )
-        print(f"  idle CPU:     {s['idle_cpu'] * 100:.2f} % of one core (polling every 1 s)")
+        if "schedules" in options.only:
+            s = bench_schedules(schedules, function)
+            print(f"\n{schedules:,} enabled schedules")
+            print(
+                f"  ready:        {s['ready_s']:.2f} s   (bare ORM read of the same rows: "
+                f"{s['reference_s']:.2f} s, ratio {s['ready_s'] / s['reference_s']:.1f}x)"
+            )
+            print(
+                f"  memory:       {s['node_bytes']:.0f} B per schedule held   "
+                f"(plain dict of the rows: {s['plain_bytes']:.0f} B, "
+                f"ratio {s['node_bytes'] / s['plain_bytes']:.1f}x)"
+            )
+            print(f"  idle CPU:     {s['idle_cpu'] * 100:.2f} % of one core (polling every 1 s)")
 
-        h = bench_htask_tasks(tasks)
-        d = bench_django_tasks(tasks)
-        h_rate, d_rate = tasks / h["run_s"], tasks / d["run_s"]
-        print(f"\n{tasks:,} one-off tasks due now, trivial function, same SQLite file")
-        print(
-            f"  django-htask: {h_rate:8.0f} tasks/s  (run {h['run_s']:.2f} s; "
-            f"schedule() {tasks / h['enqueue_s']:.0f}/s)"
-        )
-        print(
-            f"  django-tasks-db db_worker: {d_rate:8.0f} tasks/s  (run {d['run_s']:.2f} s; "
-            f"enqueue() {tasks / d['enqueue_s']:.0f}/s)"
-        )
-        print(f"  ratio:        {h_rate / d_rate:.1f}x")
+        if "tasks" in options.only:
+            h = bench_htask_tasks(tasks)
+            d = bench_django_tasks(tasks)
+            h_rate, d_rate = tasks / h["run_s"], tasks / d["run_s"]
+            print(f"\n{tasks:,} one-off tasks due now, trivial function, same SQLite file")
+            print(
+                f"  django-htask: {h_rate:8.0f} tasks/s  (run {h['run_s']:.2f} s; "
+                f"schedule() {tasks / h['enqueue_s']:.0f}/s)"
+            )
+            print(
+                f"  django-tasks-db db_worker: {d_rate:8.0f} tasks/s  (run {d['run_s']:.2f} s; "
+                f"enqueue() {tasks / d['enqueue_s']:.0f}/s)"
+            )
+            print(f"  ratio:        {h_rate / d_rate:.1f}x")
 
-        poll = 1.0
-        lat = bench_latency(db, function, poll, samples=9 if not options.quick else 5)
-        print(f"\npick-up of an edit by another process (poll interval {poll:g} s)")
-        print(
-            f"  median {statistics.median(lat) * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms "
-            f"(target: <= {(poll + 0.1) * 1000:.0f} ms)"
-        )
+        if "writes" in options.only:
+            per_task = bench_htask_writes(tasks)
+            by_table = ", ".join(
+                f"{t.removeprefix('django_htask_')} {n:.2f}" for t, n in per_task.items()
+            )
+            print(f"\n{tasks:,} tasks queued, then run by a node: rows written per task")
+            print(f"  {sum(per_task.values()):.2f} ({by_table}; counted by triggers)")
+
+        if "latency" in options.only:
+            poll = 1.0
+            lat = bench_latency(db, function, poll, samples=9 if not options.quick else 5)
+            print(f"\npick-up of an edit by another process (poll interval {poll:g} s)")
+            print(
+                f"  median {statistics.median(lat) * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms "
+                f"(target: <= {(poll + 0.1) * 1000:.0f} ms)"
+            )
 
 
 if __name__ == "__main__":

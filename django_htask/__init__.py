@@ -21,6 +21,7 @@ __all__ = [
     "Graph",
     "QueueInfo",
     "Result",
+    "ResultTimeout",
     "RetryPolicy",
     "Snooze",
     "TaskNotFound",
@@ -33,6 +34,7 @@ __all__ = [
     "areschedule",
     "aschedule",
     "aschedule_many",
+    "await_result",
     "batch",
     "call",
     "cancel",
@@ -53,6 +55,7 @@ __all__ = [
     "schedule_many",
     "task",
     "using",
+    "wait_result",
 ]
 
 _LAZY = {
@@ -68,6 +71,7 @@ _LAZY = {
     "get_batch": "django_htask.compose",
     "RetryPolicy": "django_htask.engine.backoff",
     "TaskNotFound": "django_htask.exceptions",
+    "ResultTimeout": "django_htask.exceptions",
     "Snooze": "django_htask.exceptions",
     "aabort": "django_htask.scheduled",
     "abort": "django_htask.scheduled",
@@ -80,6 +84,8 @@ _LAZY = {
     "get_task": "django_htask.scheduled",
     "get_result": "django_htask.scheduled",
     "aget_result": "django_htask.scheduled",
+    "wait_result": "django_htask.scheduled",
+    "await_result": "django_htask.scheduled",
     "Result": "django_htask.scheduled",
     "aschedule": "django_htask.api",
     "acancel": "django_htask.scheduled",
@@ -112,7 +118,7 @@ if TYPE_CHECKING:
     )
     from .engine import current_token
     from .engine.backoff import RetryPolicy
-    from .exceptions import Snooze, TaskNotFound
+    from .exceptions import ResultTimeout, Snooze, TaskNotFound
     from .functions import task
     from .queue_control import QueueInfo, limit_queue, list_queues, pause_queue, resume_queue
     from .scheduled import (
@@ -124,10 +130,12 @@ if TYPE_CHECKING:
         aget_result,
         aget_task,
         areschedule,
+        await_result,
         cancel,
         get_result,
         get_task,
         reschedule,
+        wait_result,
     )
 
 

@@ -64,6 +64,7 @@ __all__ = [  # noqa: PLE0604
     "JobSkipped",
     "NodeFenced",
     "NotMigrated",
+    "ResultTimeout",
     "RunInterrupted",
     "Snooze",
     "StartAborted",
@@ -168,6 +169,21 @@ class TaskNotFound(HtaskError, LookupError):
     def __init__(self, token: str, message: str) -> None:
         self.token = token
         super().__init__(message)
+
+
+class ResultTimeout(HtaskError, TimeoutError):
+    """``wait_result`` waited ``timeout`` seconds and the task with the token
+    :attr:`token` had not ended: it was :attr:`status` (``pending``, ``waiting`` or
+    ``running``) at the last look. The task is left as it is."""
+
+    def __init__(self, token: str, status: str, timeout: float) -> None:
+        self.token = token
+        self.status = status
+        self.timeout = timeout
+        super().__init__(
+            f"task {token} has not ended within {timeout:g}s: it is {status} "
+            "(wait_result leaves it as it is; cancel(token) stops it)"
+        )
 
 
 class DependencyCycle(HtaskError, ValueError):

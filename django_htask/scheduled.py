@@ -1,29 +1,33 @@
 """What a caller does with a one-off task once it is scheduled, by its token:
-``cancel``, ``abort``, ``reschedule``, ``get_task``, ``get_result`` and their async twins
-(:mod:`django_htask.api` schedules it; both are re-exported there and by the package
-root)::
+``cancel``, ``abort``, ``reschedule``, ``get_task``, ``get_result``, ``wait_result``
+and their async twins (:mod:`django_htask.api` schedules it; both are re-exported
+there and by the package root)::
 
-    from django_htask import cancel, get_result
+    from django_htask import cancel, get_result, wait_result
 
     cancel(task.token)
     result = get_result(task.token)   # TaskNotFound if no task has this token
+    result = wait_result(task.token, timeout=30)   # once it ended; ResultTimeout if not
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import math
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
+from django.db import connections, transaction
 
 from . import clock, notices
 from .conf import get_settings
 from .db import scheduler_alias
 from .due import due_time
-from .exceptions import TaskNotFound
+from .exceptions import ResultTimeout, TaskNotFound
 from .models import Task, TaskStatus
 from .retention import gone_reason
 from .store.composed import cancelled
@@ -37,10 +41,12 @@ __all__ = [
     "aget_result",
     "aget_task",
     "areschedule",
+    "await_result",
     "cancel",
     "get_result",
     "get_task",
     "reschedule",
+    "wait_result",
 ]
 
 
@@ -174,6 +180,103 @@ def get_result(token: str) -> Result:
     status = TaskStatus(row.status)
     value = row.result_value() if status == TaskStatus.SUCCEEDED else None
     return Result(row.token, status, value, row.last_error, row.attempts, row.finished_at)
+
+
+#: A task that has ended: :func:`wait_result` returns then.
+ENDED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+#: :func:`wait_result`'s looks: the first pause this long, each later one this much
+#: longer than the one before, up to ``poll`` seconds.
+FIRST_PAUSE, PAUSE_GROWTH = 0.01, 1.5
+
+
+def wait_result(
+    token: str, timeout: float | timedelta | None = None, *, poll: float = 0.5
+) -> Result:
+    """Wait until the task with this token has ended (succeeded, failed, or was
+    cancelled), and return its :class:`Result` (as :func:`get_result` reads it).
+
+    ``timeout``: seconds (or a timedelta) to wait at most; None waits as long as it
+    takes. Past it, :class:`~django_htask.exceptions.ResultTimeout` (a
+    ``TimeoutError``) names the task and the status it was in; the task is left as it
+    is. It reads the task's row, again after 10 ms, then less and less often, at most
+    ``poll`` seconds apart: a short task is seen ending within milliseconds, a long
+    wait costs a read every ``poll`` seconds. Raises
+    :class:`~django_htask.exceptions.TaskNotFound` as :func:`get_result` does, and
+    ``RuntimeError`` inside a transaction on the scheduler's database, where the
+    task's end, committed by a node, might never be seen (nor a task scheduled in that
+    transaction, which no node can see before it commits)."""
+    wait = _Wait.of(token, timeout, poll)
+    _outside_transaction(token)
+    while True:
+        result = get_result(token)
+        pause = wait.pause_after(result)
+        if pause is None:
+            return result
+        time.sleep(pause)
+
+
+class _Wait:
+    """When :func:`wait_result` and :func:`await_result` look again, and when they
+    stop."""
+
+    def __init__(self, token: str, limit: float, poll: float) -> None:
+        self.token = token
+        self.limit = limit
+        self.poll = poll
+        self.deadline = time.monotonic() + limit
+        self.pause = min(FIRST_PAUSE, poll)
+
+    @classmethod
+    def of(cls, token: str, timeout: float | timedelta | None, poll: float) -> _Wait:
+        """A wait of ``timeout`` (None: no end), checked."""
+        if isinstance(timeout, timedelta):
+            timeout = timeout.total_seconds()
+        limit = math.inf if timeout is None else timeout
+        if isinstance(limit, bool) or not isinstance(limit, int | float) or not limit >= 0:
+            raise ValueError(f"timeout must be seconds >= 0, a timedelta or None, got {timeout!r}")
+        if isinstance(poll, bool) or not isinstance(poll, int | float) or not 0 < poll < math.inf:
+            raise ValueError(f"poll must be seconds > 0, got {poll!r}")
+        return cls(token, float(limit), float(poll))
+
+    def pause_after(self, result: Result) -> float | None:
+        """None when ``result`` says the task ended; else the seconds to wait before
+        the next look (:class:`~django_htask.exceptions.ResultTimeout` past the
+        deadline)."""
+        if result.status in ENDED:
+            return None
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise ResultTimeout(self.token, result.status, self.limit)
+        pause, self.pause = self.pause, min(self.pause * PAUSE_GROWTH, self.poll)
+        return min(pause, left)
+
+
+def _outside_transaction(token: str) -> None:
+    """RuntimeError when the caller is inside a transaction on the scheduler's
+    database (see :func:`wait_result`)."""
+    using = scheduler_alias()
+    if connections[using].in_atomic_block:
+        raise RuntimeError(
+            f"wait_result({token!r}) inside a transaction on the database {using!r}: a "
+            "node commits the task's end in its own transaction, which this one may never "
+            "see, and no node sees a task scheduled in it before it commits; wait after "
+            "the transaction (transaction.on_commit, or outside atomic())"
+        )
+
+
+async def await_result(
+    token: str, timeout: float | timedelta | None = None, *, poll: float = 0.5
+) -> Result:
+    """:func:`wait_result` for async code: it pauses with ``asyncio.sleep``, so the
+    event loop goes on while it waits; each look is :func:`aget_result`."""
+    wait = _Wait.of(token, timeout, poll)
+    await sync_to_async(_outside_transaction)(token)
+    while True:
+        result = await aget_result(token)
+        pause = wait.pause_after(result)
+        if pause is None:
+            return result
+        await asyncio.sleep(pause)
 
 
 # The async twins run the sync function in Django's thread for sync code

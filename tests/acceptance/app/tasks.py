@@ -116,3 +116,10 @@ def flaky(label: str, failures: int, error: str, log: str) -> None:
     )
     if made <= failures:
         raise getattr(builtins, error)(f"{label}: call {made}")
+
+
+@task
+def add_after(a: int, b: int, seconds: float) -> int:
+    """``a + b``, after ``seconds``."""
+    time.sleep(seconds)
+    return a + b

@@ -1,0 +1,56 @@
+"""``wait_result``: a web process schedules a task and waits for its result while a
+``runscheduler`` process runs it, as a view would (nothing shared but the database)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .conftest import Scheduler
+
+pytestmark = pytest.mark.slow
+
+ADD = "tests.acceptance.app.tasks:add_after"
+
+
+def test_a_web_process_waits_for_the_result_another_process_computes(
+    start_scheduler: Callable[..., Scheduler], django_code: Callable[[str], str]
+) -> None:
+    start_scheduler("--workers", "2")
+    out = django_code(
+        "import asyncio, time\n"
+        "from django_htask import await_result, schedule, wait_result\n"
+        f"task = schedule({ADD!r}, 2, 3, 0.5)\n"
+        "t0 = time.monotonic()\n"
+        "result = wait_result(task.token, timeout=30)\n"
+        "print(result.status, result.value, result.attempts, time.monotonic() - t0 >= 0.5)\n"
+        f"other = schedule({ADD!r}, 40, 2, 0.2)\n"
+        "result = asyncio.run(await_result(other.token, timeout=30))\n"
+        "print(result.status, result.value)\n"
+    )
+    assert out.splitlines() == ["succeeded 5 1 True", "succeeded 42"]
+
+
+def test_a_task_no_node_runs_times_out_naming_its_status(
+    django_code: Callable[[str], str], tmp_path: Path
+) -> None:
+    out = django_code(
+        "import time\n"
+        "from django_htask import ResultTimeout, schedule, wait_result\n"
+        f"task = schedule({ADD!r}, 1, 1, 0)\n"
+        "t0 = time.monotonic()\n"
+        "try:\n"
+        "    wait_result(task.token, timeout=0.3)\n"
+        "except ResultTimeout as exc:\n"
+        "    waited = time.monotonic() - t0\n"
+        "    print(waited >= 0.3, exc.status, isinstance(exc, TimeoutError))\n"
+        "    print(exc)\n"
+    )
+    first, message = out.splitlines()
+    assert first == "True pending True"
+    assert message.endswith(
+        "has not ended within 0.3s: it is pending (wait_result leaves it as it is; "
+        "cancel(token) stops it)"
+    )

@@ -146,6 +146,32 @@ class ScheduleAdmin(SchedulerDatabaseAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return _ScheduleChangeList
 
+    def has_delete_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
+        """Not a schedule its code still declares: the next sync would make it again,
+        under a new id and without its runs (disable it here, or remove its
+        ``@periodic``). An orphaned one (its declaration gone) may go."""
+        if obj is not None and _declared(obj):
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        """What *Delete selected schedules* lists: not the ones the code declares
+        (:meth:`delete_queryset` keeps them, and says so)."""
+        return super().get_deleted_objects([o for o in objs if not _declared(o)], request)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        """*Delete selected schedules*: those the code declares are kept, and counted."""
+        declared = queryset.filter(origin=Origin.CODE, orphaned=False)
+        kept = declared.count()
+        super().delete_queryset(request, queryset.exclude(pk__in=declared.values("pk")))
+        if kept:
+            self.message_user(
+                request,
+                f"{kept} schedule(s) defined in the code kept: the next sync would make "
+                "them again; disable them, or remove their @periodic",
+                messages.WARNING,
+            )
+
     # -- columns and read-only values --------------------------------------------------
     @admin.display(description=f"last {STRIP} runs")
     def last_runs(self, obj: Schedule) -> SafeString:
@@ -266,6 +292,12 @@ class ScheduleAdmin(SchedulerDatabaseAdmin):
         self.message_user(request, f"{done} schedule(s) {word}", messages.SUCCESS)
 
 
+def _declared(obj: Schedule) -> bool:
+    """Whether ``obj`` is a schedule its code still declares (defined by
+    ``@periodic``, not orphaned)."""
+    return obj.origin == Origin.CODE and not obj.orphaned
+
+
 def code_note(obj: Schedule) -> SafeString:
     """What a code-defined schedule's page says above its read-only fields: the change
     belongs in the code, and where that code is."""
@@ -275,7 +307,8 @@ def code_note(obj: Schedule) -> SafeString:
     return format_html(
         "Defined in the code, by {} on {}: change it there; the scheduler takes the new "
         "definition when it starts (or at <code>manage.py htask sync</code>). Only "
-        "<b>Enabled</b> can be changed here.",
+        "<b>Enabled</b> can be changed here, and it cannot be deleted here (the next "
+        "sync would make it again).",
         format_html("<code>{}</code>", "@periodic"),
         where,
     )

@@ -46,6 +46,7 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
     list_display = (
         "function",
         "short_key",
+        "short_lock",
         "status",
         "due",
         "queue_name",
@@ -152,6 +153,26 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         if obj is not None and obj.status == TaskStatus.PENDING:
             return self._info
         return ("run_at", *self._info)
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Task | None = None,
+    ) -> Any:
+        """No *Save* buttons on the page of a task that is not pending: nothing on it
+        can be changed (its actions are in the list)."""
+        if obj is not None and obj.status != TaskStatus.PENDING:
+            context.update(show_save=False, show_save_and_continue=False)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    @admin.display(description="lock", ordering="lock", empty_value="")
+    def short_lock(self, obj: Task) -> str | None:
+        """The lock, cut to fit a column (the change page shows all of it)."""
+        return None if obj.lock is None else first_line(obj.lock, 40)
 
     @admin.display(description="key", ordering="key", empty_value="")
     def short_key(self, obj: Task) -> str | None:

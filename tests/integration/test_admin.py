@@ -737,3 +737,48 @@ def test_the_queue_filter_offers_the_queues_in_use_without_reading_every_task(
     assert "?queue_name=reports" not in page  # only finished tasks have it
     filtered = admin_client_.get(f"{URL}task/?queue_name=reports").content.decode()
     assert "1 task" in filtered and "?queue_name=reports" in filtered  # chosen: offered
+
+
+# -- what cannot be changed shows no way to change it -----------------------------------
+def test_a_code_defined_schedule_cannot_be_deleted_an_orphaned_one_can(
+    admin_client_: Client,
+) -> None:
+    code, orphan, mine = make("code", origin=Origin.CODE), make("orphan"), make("mine")
+    Schedule.objects.filter(pk=orphan.pk).update(origin=Origin.CODE, orphaned=True)
+    page = admin_client_.get(f"{URL}schedule/{code.pk}/change/").content.decode()
+    assert "deletelink" not in page
+    assert "cannot be deleted here (the next sync would make it again)" in page
+    assert (
+        admin_client_.post(f"{URL}schedule/{code.pk}/delete/", {"post": "yes"}).status_code == 403
+    )
+    assert "deletelink" in admin_client_.get(f"{URL}schedule/{orphan.pk}/change/").content.decode()
+    response = admin_client_.post(
+        f"{URL}schedule/",
+        {
+            "action": "delete_selected",
+            "_selected_action": [code.pk, orphan.pk, mine.pk],
+            "post": "yes",
+        },
+        follow=True,
+    )
+    assert "1 schedule(s) defined in the code kept" in response.content.decode()
+    assert list(Schedule.objects.values_list("name", flat=True)) == ["code"]
+
+
+def test_a_task_that_is_not_pending_has_no_save_buttons(
+    admin_client_: Client, fake_clock: FakeClock
+) -> None:
+    pending = schedule(tasks.add, 1, b=2, delay=60)
+    done = schedule(tasks.add, 1, b=2)
+    Task.objects.filter(pk=done.pk).update(status=TaskStatus.SUCCEEDED)
+    page = admin_client_.get(f"{URL}task/{pending.pk}/change/").content.decode()
+    assert 'name="_save"' in page and 'name="_continue"' in page  # its time can be moved
+    page = admin_client_.get(f"{URL}task/{done.pk}/change/").content.decode()
+    assert 'name="_save"' not in page and 'name="_continue"' not in page
+
+
+def test_the_task_list_has_a_lock_column(admin_client_: Client, fake_clock: FakeClock) -> None:
+    schedule(tasks.add, 1, b=2, lock="crm-api")
+    schedule(tasks.add, 2, b=2)
+    page = admin_client_.get(f"{URL}task/?o=-1").content.decode()  # newest first
+    assert cells(page, "short_lock") == ["", "crm-api"]

@@ -34,6 +34,7 @@ __all__ = [
     "areschedule",
     "aschedule",
     "aschedule_many",
+    "aset_progress",
     "await_result",
     "batch",
     "call",
@@ -53,6 +54,7 @@ __all__ = [
     "resume_queue",
     "schedule",
     "schedule_many",
+    "set_progress",
     "task",
     "using",
     "wait_result",
@@ -94,6 +96,8 @@ _LAZY = {
     "schedule_many": "django_htask.api",
     "aschedule_many": "django_htask.api",
     "using": "django_htask.api",
+    "set_progress": "django_htask.progress",
+    "aset_progress": "django_htask.progress",
     "Using": "django_htask.api",
     "QueueInfo": "django_htask.queue_control",
     "limit_queue": "django_htask.queue_control",
@@ -120,6 +124,7 @@ if TYPE_CHECKING:
     from .engine.backoff import RetryPolicy
     from .exceptions import ResultTimeout, Snooze, TaskNotFound
     from .functions import task
+    from .progress import aset_progress, set_progress
     from .queue_control import QueueInfo, limit_queue, list_queues, pause_queue, resume_queue
     from .scheduled import (
         AbortResult,

@@ -380,6 +380,7 @@ _SENT_AGAIN: dict[str, Any] = {
     "traceback": "",
     "return_value": None,
     "result": None,
+    "progress": None,
     "abort_requested_at": None,  # an aborted task sent again runs afresh
 }
 

@@ -159,6 +159,9 @@ class Result:
     attempts: int
     #: When it succeeded, failed or was cancelled; None before.
     finished_at: datetime | None
+    #: What its function last reported with :func:`~django_htask.set_progress` (None:
+    #: nothing yet).
+    progress: Any = None
 
 
 def get_result(token: str) -> Result:
@@ -171,7 +174,7 @@ def get_result(token: str) -> Result:
     fields = ("token", "function", "status", "result", "return_value", "last_error")
     row = (
         Task.objects.using(scheduler_alias())
-        .only(*fields, "attempts", "finished_at")
+        .only(*fields, "attempts", "finished_at", "progress")
         .filter(token=token)
         .first()
     )
@@ -179,7 +182,9 @@ def get_result(token: str) -> Result:
         raise TaskNotFound(token, gone_reason(token, get_settings().task_retention_days))
     status = TaskStatus(row.status)
     value = row.result_value() if status == TaskStatus.SUCCEEDED else None
-    return Result(row.token, status, value, row.last_error, row.attempts, row.finished_at)
+    return Result(
+        row.token, status, value, row.last_error, row.attempts, row.finished_at, row.progress
+    )
 
 
 #: A task that has ended: :func:`wait_result` returns then.

@@ -88,6 +88,7 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         "abort_requested_at",
         "last_error",
         "traceback_text",
+        "reported",
         "returned",
         "created_at",
         "finished_at",
@@ -192,6 +193,14 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         return (
             f"args={json.dumps(list(args), default=str)} kwargs={json.dumps(kwargs, default=str)}"
         )
+
+    @admin.display(description="progress")
+    def reported(self, obj: Task) -> SafeString | str:
+        """What its function last reported with ``set_progress()``, as JSON (its keys
+        sorted: PostgreSQL keeps them in an order of its own)."""
+        if obj.progress is None:
+            return "-"
+        return format_html("<pre>{}</pre>", json.dumps(obj.progress, indent=1, sort_keys=True))
 
     @admin.display(description="result")
     def returned(self, obj: Task) -> SafeString | str:

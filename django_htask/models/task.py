@@ -223,6 +223,12 @@ class Task(ConditionsKnown):
         editable=False,
         help_text="what the function returned (msgpack), once it succeeded; empty if None",
     )
+    progress = models.JSONField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="what its function last reported with set_progress() (JSON)",
+    )
     # No constraint in the database, as for a run's task: the pruner deletes a batch's
     # row once its members are gone (django_htask.store.compose).
     batch = models.ForeignKey(

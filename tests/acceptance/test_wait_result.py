@@ -54,3 +54,19 @@ def test_a_task_no_node_runs_times_out_naming_its_status(
         "has not ended within 0.3s: it is pending (wait_result leaves it as it is; "
         "cancel(token) stops it)"
     )
+
+
+def test_progress_reported_in_a_worker_process_is_read_by_the_waiting_process(
+    start_scheduler: Callable[..., Scheduler], django_code: Callable[[str], str]
+) -> None:
+    scheduler = start_scheduler("--pool", "process", "--workers", "1")
+    out = django_code(
+        "import os\n"
+        "from django_htask import schedule, wait_result\n"
+        "task = schedule('tests.acceptance.app.tasks:counts', 4)\n"
+        "result = wait_result(task.token, timeout=60)\n"
+        "p = result.progress\n"
+        f"node = {scheduler.process.pid}\n"
+        "print(result.status, result.value, p['done'], p['of'], p['pid'] != node)\n"
+    )
+    assert out.strip() == "succeeded 4 4 4 True"  # written from the worker process

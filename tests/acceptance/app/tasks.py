@@ -123,3 +123,13 @@ def add_after(a: int, b: int, seconds: float) -> int:
     """``a + b``, after ``seconds``."""
     time.sleep(seconds)
     return a + b
+
+
+@task
+def counts(n: int) -> int:
+    """Report each count with set_progress; return ``n``."""
+    from django_htask import set_progress
+
+    for done in range(1, n + 1):
+        set_progress({"done": done, "of": n, "pid": os.getpid()})
+    return n

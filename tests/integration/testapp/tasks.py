@@ -263,3 +263,24 @@ def spawn(n: int) -> int:
         assert batch is not None
         batch.schedule(spawn, n - 1)
     return n
+
+
+@task
+def reports(steps: int, extra: Any = None) -> int:
+    """Report each step done with set_progress (then ``extra``, if given), and return
+    how many."""
+    from django_htask import set_progress
+
+    for done in range(1, steps + 1):
+        set_progress({"done": done, "of": steps})
+    if extra is not None:
+        set_progress(extra)
+    return steps
+
+
+@task
+async def areports(label: str) -> None:
+    """Report ``label`` from an async function."""
+    from django_htask import aset_progress
+
+    await aset_progress(["async", label])

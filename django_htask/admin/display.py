@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 import zoneinfo
 from datetime import datetime, tzinfo
 
@@ -90,3 +91,20 @@ def defined_at(function: str) -> str:
     except TypeError:
         path = code.co_filename
     return f"{what} in {path}, line {code.co_firstlineno}"
+
+
+#: Where a dotted name may wrap in a narrow column: after its dots, colons and
+#: underscores, never inside a word.
+_BREAKS = re.compile(r"([.:_])")
+
+
+def breakable(name: str) -> SafeString:
+    """``name`` (a function, a schedule's name) escaped, with a place to wrap
+    (``<wbr>``) after each dot, colon and underscore: a narrow column breaks
+    ``myapp.tasks:send_reminder`` at ``myapp.tasks:`` / ``send_reminder``, not in a
+    word (the lists' cells wrap only there and at spaces)."""
+    out = SafeString("")
+    for part in _BREAKS.split(name):
+        wrap = "{}<wbr>" if _BREAKS.fullmatch(part) else "{}"
+        out += format_html(wrap, part)
+    return out

@@ -13,7 +13,7 @@ from django_htask.models import Run, Schedule
 from django_htask.operations import abort_runs
 
 from .common import ReadOnly, Traceback, first_line
-from .display import times
+from .display import breakable, times
 from .paging import LargeTablePaginator
 
 __all__ = ["RunAdmin"]
@@ -22,7 +22,7 @@ __all__ = ["RunAdmin"]
 @admin.register(Run)
 class RunAdmin(ReadOnly, Traceback, SchedulerDatabaseAdmin):
     list_display = (
-        "name",
+        "run_name",
         "status",
         "due",
         "started",
@@ -76,6 +76,12 @@ class RunAdmin(ReadOnly, Traceback, SchedulerDatabaseAdmin):
 
     class Media:
         css = {"all": ("django_htask/admin.css",)}
+
+    @admin.display(description="name", ordering="name")
+    def run_name(self, obj: Run) -> SafeString:
+        """The schedule's name or the task's function, wrapping only after its dots,
+        colons and underscores."""
+        return breakable(obj.name)
 
     @admin.display(description="due", ordering="scheduled_for")
     def due(self, obj: Run) -> SafeString:

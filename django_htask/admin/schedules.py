@@ -23,7 +23,7 @@ from django_htask.models import Origin, Schedule
 from django_htask.operations import describe_schedule, run_schedule_soon
 
 from .common import RETRY_FIELDS, YesNoFilter, first_line
-from .display import defined_at, times
+from .display import breakable, defined_at, times
 from .forms import ScheduleForm, safe_call
 from .preview import preview, preview_box
 from .strip import STRIP, RunMark, recent_runs, run_strip
@@ -194,8 +194,9 @@ class ScheduleAdmin(SchedulerDatabaseAdmin):
     def name_and_function(self, obj: Schedule) -> SafeString:
         """The name, and below it the function when the name is not the function's."""
         if obj.name == obj.function:
-            return format_html("{}", obj.name)
-        return format_html('{}<br><span class="htask-quiet">{}</span>', obj.name, obj.function)
+            return breakable(obj.name)
+        quiet = format_html('<br><span class="htask-quiet">{}</span>', breakable(obj.function))
+        return breakable(obj.name) + quiet
 
     @admin.display(description="next run", ordering="next_run_at")
     def next_run(self, obj: Schedule) -> SafeString:

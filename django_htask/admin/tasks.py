@@ -27,7 +27,7 @@ from django_htask.operations import FOLLOWED_NOT_SENT, send_again
 from .attempts import attempts_of
 from .common import RETRY_FIELDS, QueueListFilter, Traceback, first_line
 from .compose import batch_of, graph_of
-from .display import times
+from .display import breakable, times
 from .forms import TaskForm
 from .overview.waiting import why_waiting
 from .paging import LargeTablePaginator
@@ -44,9 +44,8 @@ RESULT_SHOWN = 2000
 class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
     form = TaskForm
     list_display = (
-        "function",
-        "short_key",
-        "short_lock",
+        "function_name",
+        "key_and_lock",
         "status",
         "due",
         "queue_name",
@@ -170,15 +169,25 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
             context.update(show_save=False, show_save_and_continue=False)
         return super().render_change_form(request, context, add, change, form_url, obj)
 
+    @admin.display(description="function", ordering="function")
+    def function_name(self, obj: Task) -> SafeString:
+        """The function, wrapping only after its dots, colons and underscores."""
+        return breakable(obj.function)
+
     @admin.display(description="lock", ordering="lock", empty_value="")
     def short_lock(self, obj: Task) -> str | None:
         """The lock, cut to fit a column (the change page shows all of it)."""
         return None if obj.lock is None else first_line(obj.lock, 40)
 
-    @admin.display(description="key", ordering="key", empty_value="")
-    def short_key(self, obj: Task) -> str | None:
-        """The key, cut to fit a column (the change page shows all of it)."""
-        return None if obj.key is None else first_line(obj.key, 40)
+    @admin.display(description="key, lock", ordering="key")
+    def key_and_lock(self, obj: Task) -> SafeString | str:
+        """The key, and under it the lock, each cut to fit the column (the change page
+        shows all of them): one column, so that the list still fits a 1366 px screen."""
+        key = "" if obj.key is None else first_line(obj.key, 40)
+        if obj.lock is None:
+            return key
+        lock = format_html('<span class="htask-quiet">lock: {}</span>', first_line(obj.lock, 40))
+        return format_html("{}<br>{}", key, lock) if key else lock
 
     @admin.display(description="last error")
     def short_error(self, obj: Task) -> str:

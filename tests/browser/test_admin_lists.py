@@ -87,6 +87,10 @@ def a_site(fake_clock: FakeClock, settings: Settings) -> None:
     Task.objects.filter(pk__in=list(Task.objects.values_list("pk", flat=True)[:3])).update(
         status=TaskStatus.FAILED, last_error=ERROR, attempts=5
     )
+    last = Task.objects.order_by("-pk").values_list("pk", flat=True)[0]
+    Task.objects.filter(pk=last).update(
+        status=TaskStatus.RUNNING, locked_by=NODE, lock="crm-api.eu-west-1.accounts-sync"
+    )
     Node.objects.create(
         id=NODE,
         hostname="web-3.eu-west-1.prod.example.com",
@@ -130,6 +134,42 @@ def assert_fits(page: Page, what: str) -> None:
     assert inner[0] <= inner[1], f"{what}: the list scrolls sideways: {inner}"
 
 
+#: The cells of a list column whose text wraps inside a word: a line that starts
+#: after a letter or a digit of the same text node (the page's places to wrap, <br>
+#: and <wbr>, end a text node).
+BROKEN_WORDS = """(column) => {
+  const broken = [];
+  for (const cell of document.querySelectorAll(`#result_list .field-${column}`)) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    let top = null, before = "";
+    while (walker.nextNode()) {
+      const text = walker.currentNode;
+      before = "";  // a new text node: after a <br>, a <wbr> or a tag
+      for (let i = 0; i < text.length; i++) {
+        const range = document.createRange();
+        range.setStart(text, i);
+        range.setEnd(text, i + 1);
+        const rects = range.getClientRects();
+        if (!rects.length) continue;
+        const now = rects[0].top, char = text.data[i], word = /[A-Za-z0-9]/;
+        if (top !== null && now > top + 2 && word.test(before) && word.test(char)) {
+          broken.push(cell.innerText);
+        }
+        top = now;
+        before = char;
+      }
+    }
+  }
+  return broken;
+}"""
+
+
+def broken_words(page: Page, column: str) -> list[str]:
+    """The cells of ``column`` that wrap inside a word ("runnin g", "lab.ta sks")."""
+    found: list[str] = page.evaluate(BROKEN_WORDS, column)
+    return found
+
+
 def times_in(page: Page, column: str) -> list[list[str]]:
     cells = page.locator(f"#result_list td.field-{column}")
     return [cells.nth(i).locator(".htask-time").all_inner_texts() for i in range(cells.count())]
@@ -144,6 +184,7 @@ def test_the_lists_fit_a_laptop_screen_with_times_to_the_second_and_zone(
     page.goto(f"{live_server.url}/admin/django_htask/schedule/")
     expect(page.locator("#result_list tbody tr")).to_have_count(6)
     assert_fits(page, "schedules")
+    assert broken_words(page, "name_and_function") == []
     headers = page.locator("#result_list thead th").all_inner_texts()
     assert [h.strip().upper() for h in headers[1:]] == [
         "NAME",
@@ -173,6 +214,8 @@ def test_the_lists_fit_a_laptop_screen_with_times_to_the_second_and_zone(
     page.goto(f"{live_server.url}/admin/django_htask/run/")
     expect(page.locator("#result_list tbody tr")).to_have_count(24)
     assert_fits(page, "runs")
+    for column in ("run_name", "status"):
+        assert broken_words(page, column) == [], column
     expect(page.locator("#result_list")).to_contain_text("ConnectionError")
     started = times_in(page, "started")
     assert all(TIME.match(text) for cell in started for text in cell), started
@@ -182,6 +225,9 @@ def test_the_lists_fit_a_laptop_screen_with_times_to_the_second_and_zone(
     page.goto(f"{live_server.url}/admin/django_htask/task/")
     expect(page.locator("#result_list tbody tr")).to_have_count(6)
     assert_fits(page, "tasks")
+    expect(page.locator("#result_list")).to_contain_text("crm-api.eu-west-1")  # the lock
+    for column in ("function_name", "status"):
+        assert broken_words(page, column) == [], column
     due = times_in(page, "due")
     assert all(len(cell) == 1 and cell[0].endswith(("CET", "CEST")) for cell in due), due
 

@@ -619,7 +619,7 @@ def test_the_task_list_shows_keys_and_finds_a_task_by_its_key(admin_client_: Cli
     schedule(tasks.add, 2, key="invoice:7")
     schedule(tasks.add, 3)
     page = admin_client_.get(f"{URL}task/").content.decode()
-    assert "reminder:42" in page and "invoice:7" in page and "column-short_key" in page
+    assert "reminder:42" in page and "invoice:7" in page and "column-key_and_lock" in page
     found = admin_client_.get(f"{URL}task/", {"q": "reminder:42"}).content.decode()
     assert "reminder:42" in found and "invoice:7" not in found
     assert "1 result" in found
@@ -777,8 +777,17 @@ def test_a_task_that_is_not_pending_has_no_save_buttons(
     assert 'name="_save"' not in page and 'name="_continue"' not in page
 
 
-def test_the_task_list_has_a_lock_column(admin_client_: Client, fake_clock: FakeClock) -> None:
+def test_the_task_list_shows_the_key_and_the_lock(
+    admin_client_: Client, fake_clock: FakeClock
+) -> None:
     schedule(tasks.add, 1, b=2, lock="crm-api")
     schedule(tasks.add, 2, b=2)
-    page = admin_client_.get(f"{URL}task/?o=-1").content.decode()  # newest first
-    assert cells(page, "short_lock") == ["", "crm-api"]
+    schedule(tasks.add, 3, b=2, key="invoice-7", lock="crm-api")
+    schedule(tasks.add, 4, b=2, key="invoice-8")
+    page = admin_client_.get(f"{URL}task/").content.decode()
+    assert sorted(cells(page, "key_and_lock")) == [
+        "-",  # the admin's empty value
+        "invoice-7 | lock: crm-api",
+        "invoice-8",
+        "lock: crm-api",
+    ]

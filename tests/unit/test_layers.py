@@ -146,6 +146,7 @@ LAYERS = [
     (
         "api",
         "scheduled",
+        "progress",
         "decorators",
         "functions",
         "code_schedules",

@@ -269,8 +269,9 @@ def test_the_backend_check_needs_the_app_installed() -> None:
 def test_a_bad_option_is_a_check_error() -> None:
     backend = HtaskBackend("default", {"OPTIONS": {"MAX_ATTEMPTS": 0}})
     assert [m.id for m in backend.check()] == ["django_htask.E006"]
-    found = checks.run_checks()
-    assert not [m for m in found if m.id and m.id.startswith("django_htask.")]
+    found = checks.run_checks()  # W011 on the suite's SQLite: silenced by its settings
+    shown = [m for m in found if m.id and m.id.startswith("django_htask.")]
+    assert not [m for m in shown if not m.is_silenced()]
 
 
 @pytest.mark.parametrize(

@@ -411,19 +411,19 @@ class Failure(enum.StrEnum):
 
 
 def failed_tasks(
-    since: datetime,
+    since: datetime | None,
     *,
     kinds: Collection[Failure] = tuple(Failure),
     functions: Collection[str] = (),
     error: str = "",
     using: str | None = None,
 ) -> QuerySet[Task]:
-    """The tasks failed since ``since`` whose last attempt ended as one of ``kinds``;
-    of ``functions`` only (registered names), if given; with ``error`` in their error,
-    if given (case-insensitive)."""
-    rows = Task.objects.using(using or scheduler_alias()).filter(
-        status=TaskStatus.FAILED, finished_at__gte=since
-    )
+    """The tasks failed since ``since`` (None: whenever) whose last attempt ended as one
+    of ``kinds``; of ``functions`` only (registered names), if given; with ``error`` in
+    their error, if given (case-insensitive)."""
+    rows = Task.objects.using(using or scheduler_alias()).filter(status=TaskStatus.FAILED)
+    if since is not None:
+        rows = rows.filter(finished_at__gte=since)
     if set(kinds) != set(Failure):
         matches = Q(pk__in=[])
         for kind in kinds:

@@ -49,13 +49,12 @@ def set_progress(value: Any) -> bool:
             "schedule's run keeps no progress)"
         )
     try:
-        text = json.dumps(value, allow_nan=False)
+        size = len(json.dumps(value, allow_nan=False).encode())
     except (TypeError, ValueError) as exc:
         raise ValueError(f"set_progress() takes what JSON holds, got {value!r}: {exc}") from exc
-    if len(text.encode()) > PROGRESS_MAX_BYTES:
+    if size > PROGRESS_MAX_BYTES:
         raise ValueError(
-            f"set_progress() takes at most {PROGRESS_MAX_BYTES} bytes of JSON, got "
-            f"{len(text.encode())}"
+            f"set_progress() takes at most {PROGRESS_MAX_BYTES} bytes of JSON, got {size}"
         )
     rows = Task.objects.using(scheduler_alias()).filter(pk=task_id, status=TaskStatus.RUNNING)
     return rows.update(progress=value) == 1

@@ -174,11 +174,6 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         """The function, wrapping only after its dots, colons and underscores."""
         return breakable(obj.function)
 
-    @admin.display(description="lock", ordering="lock", empty_value="")
-    def short_lock(self, obj: Task) -> str | None:
-        """The lock, cut to fit a column (the change page shows all of it)."""
-        return None if obj.lock is None else first_line(obj.lock, 40)
-
     @admin.display(description="key, lock", ordering="key")
     def key_and_lock(self, obj: Task) -> SafeString | str:
         """The key, and under it the lock, each cut to fit the column (the change page

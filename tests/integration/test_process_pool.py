@@ -166,7 +166,7 @@ def test_a_worker_process_is_named_with_its_node_and_a_short_command_line(
     pool: ProcessPool,
 ) -> None:
     """``ps`` shows ``python -m django_htask.node.child <node> <fd> <fd>``, ``top`` and
-    ``ps -o comm`` ``htask-worker`` (it was a 400-character ``python -c`` line)."""
+    ``ps -o comm`` ``htask-worker``: a short line that names its node."""
     [child] = pool._idle
     argv = Path(f"/proc/{child.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
     assert argv[:4] == [sys.executable, "-m", "django_htask.node.child", "n"], argv

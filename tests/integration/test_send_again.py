@@ -254,8 +254,9 @@ def test_retry_filters_by_function_and_error(fake_clock: FakeClock) -> None:
     assert f"would send again: 1 task(s) ({other.pk})" in out
     out, _ = htask("retry", "--failed-since", "1h", "--function", "x:y")
     assert out == "no task failed since 2029-12-31 23:00:00 UTC of x:y\n"
-    out, _ = htask("retry", str(boom.pk), str(other.pk), "--error", "boom")
+    out, err = htask("retry", str(boom.pk), str(other.pk), "--error", "boom")
     assert out == f"sent again: 1 task(s) ({boom.pk})\n"
+    assert err == f"task {other.pk}: not failed as the filters ask: left alone\n"
     assert Task.objects.get(pk=other.pk).status == TaskStatus.FAILED
 
 

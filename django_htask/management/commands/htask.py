@@ -37,7 +37,7 @@ an unknown schedule name.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -94,7 +94,7 @@ NODES_LISTED = 50
 #: whose function raised or whose node died. A task that timed out may hang again (a
 #: call stuck in C holds a worker until the node replaces it), and an aborted one was
 #: stopped on purpose.
-RETRIED = (Failure.ERROR.value, Failure.LOST.value)
+RETRIED = (Failure.ERROR, Failure.LOST)
 
 
 def _filters(functions: list[str], error: str) -> str:
@@ -432,7 +432,7 @@ class Command(BaseCommand):
                 raise CommandError(f"--failed-since: {exc}", returncode=USAGE) from exc
             chosen = failed_tasks(
                 cutoff,
-                kinds=kinds or [Failure(kind) for kind in RETRIED],
+                kinds=kinds or RETRIED,
                 functions=function,
                 error=error,
                 using=self.using,
@@ -457,13 +457,16 @@ class Command(BaseCommand):
                 )
             if kinds or function or error:
                 named = failed_tasks(
-                    datetime.min.replace(tzinfo=UTC),
+                    None,
                     kinds=kinds or tuple(Failure),
                     functions=function,
                     error=error,
                     using=self.using,
                 )
-                ids = sorted(named.filter(pk__in=ids).values_list("pk", flat=True))
+                chosen_ids = set(named.filter(pk__in=ids).values_list("pk", flat=True))
+                for pk in sorted(set(ids) - chosen_ids):
+                    self.stderr.write(f"task {pk}: not failed as the filters ask: left alone")
+                ids = sorted(chosen_ids)
         if dry_run:
             shown = ", ".join(map(str, ids)) or "none"
             self.stdout.write(f"would send again: {len(ids)} task(s) ({shown}); nothing sent")
@@ -483,7 +486,7 @@ class Command(BaseCommand):
     def _left_out(self, cutoff: datetime, functions: list[str], error: str) -> None:
         """Say how many tasks the default of ``--status`` left out, and how to send them."""
         for kind in Failure:
-            if kind.value in RETRIED:
+            if kind in RETRIED:
                 continue
             n = failed_tasks(
                 cutoff, kinds=[kind], functions=functions, error=error, using=self.using

@@ -18,7 +18,7 @@ import logging
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django_htask.current import running_task
@@ -38,7 +38,7 @@ from django_htask.engine.tokens import _set_current
 from django_htask.enums import RunStatus
 from django_htask.exceptions import Snooze, TooManySnoozes, snoozed_for
 from django_htask.signals import run_finished, run_started
-from django_htask.store import RunOutcome
+from django_htask.store import RunOutcome, StartedTask
 
 __all__ = [
     "RUN_FIELDS",
@@ -49,6 +49,8 @@ __all__ = [
     "given_up",
     "retry_delay",
     "snooze_delay",
+    "task_call",
+    "task_ended",
 ]
 
 logger = logging.getLogger(__name__)
@@ -90,6 +92,41 @@ class Call:
 
 #: What a run is, as the run signals send it and the run row holds it.
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(Call))[1:]
+
+
+def task_call(task: StartedTask, node_id: str) -> Call:
+    """The call of a task ``node_id`` started (claimed)."""
+    function = task.function
+    return Call(
+        task.payload, function, function, node_id, task.attempts, task.run_at, task_id=task.id
+    )
+
+
+def task_ended(
+    task: StartedTask, result: RunOutcome, default: RetryPolicy, max_snoozes: int
+) -> RunOutcome:
+    """``result``, the end of an attempt of ``task``, made ready to record: when the
+    task runs again (its snooze, else its retry by its policy, ``default`` where it
+    has none; ``max_snoozes``: the ``MAX_SNOOZES`` setting), and what its end may
+    release (its lock or limit, what follows it)."""
+    delay = None
+    if result.status == RunStatus.SNOOZED:
+        most, bound = task.max_snoozes, "its max_snoozes"
+        if most is None:
+            most, bound = max_snoozes, "MAX_SNOOZES"
+        delay = snooze_delay(result, task.snoozes, most, bound)
+    if delay is None:
+        delay = retry_delay(
+            result,
+            task.attempts,
+            task.max_attempts,
+            lambda: task.retry.policy(default.backoff, default.max_delay, default),
+        )
+    if delay is not None:
+        result.retry_at = result.finished_at + timedelta(seconds=delay)
+    result.gated = task.gated
+    result.follow = task.follow
+    return result
 
 
 def retry_delay(

@@ -22,12 +22,11 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django_htask.engine import TimerHandle
-from django_htask.enums import RunStatus
 from django_htask.exceptions import StoreUnavailable
 from django_htask.store import RunOutcome, Started, StartedTask
 
 from .context import NodeContext
-from .execution import Call, retry_delay, snooze_delay
+from .execution import task_call, task_ended
 from .supervisor import Supervisor
 
 __all__ = ["TaskDispatch"]
@@ -232,41 +231,16 @@ class TaskDispatch:
 
     def _job(self, task: StartedTask) -> None:
         """A worker runs one task."""
-        ctx = self.ctx
-        call = Call(
-            task.payload,
-            task.function,
-            task.function,
-            ctx.node_id,
-            task.attempts,
-            task.run_at,
-            task_id=task.id,
-        )
         finish = functools.partial(self._finish, task)
-        self.supervisor.run(("task", task.id), call, task.timeout, finish)
+        self.supervisor.run(
+            ("task", task.id), task_call(task, self.ctx.node_id), task.timeout, finish
+        )
 
     def _finish(self, task: StartedTask, result: RunOutcome) -> None:
         """Record how the task's attempt ended (on its worker, or by the supervisor):
         its retry, or its snooze, waits in the database as a pending task."""
         ctx = self.ctx
-        default = ctx.task_retry
-        delay = None
-        if result.status == RunStatus.SNOOZED:
-            most, bound = task.max_snoozes, "its max_snoozes"
-            if most is None:
-                most, bound = ctx.settings.max_snoozes, "MAX_SNOOZES"
-            delay = snooze_delay(result, task.snoozes, most, bound)
-        if delay is None:
-            delay = retry_delay(
-                result,
-                task.attempts,
-                task.max_attempts,
-                lambda: task.retry.policy(default.backoff, default.max_delay, default),
-            )
-        if delay is not None:
-            result.retry_at = result.finished_at + timedelta(seconds=delay)
-        result.gated = task.gated
-        result.follow = task.follow
+        task_ended(task, result, ctx.task_retry, ctx.settings.max_snoozes)
         ctx.running.task_done(task.id)
         self._calls.pop(task.id, None)
         self.finished += 1

@@ -36,7 +36,7 @@ from django_htask.engine.errors import ArgumentError, FunctionNotRegistered, Pay
 
 from . import clock, notices
 from .conf import get_settings
-from .db import scheduler_alias
+from .db import after_commit, scheduler_alias
 from .due import MAX_DELAY, due_time
 from .flow import RateLimit, check_rate_limit, per_key
 from .functions import (
@@ -658,7 +658,7 @@ def _signal(using: str, tasks: list[Task]) -> None:
             task_scheduled.send_robust(sender=Task, task=task)
         notices.notify_local_change()
 
-    transaction.on_commit(committed, using=using, robust=True)
+    after_commit(committed, using)
 
 
 def _composed_rows(

@@ -60,6 +60,12 @@ class HtaskConfig(AppConfig):
     def ready(self) -> None:
         post_migrate.connect(_install, sender=self, dispatch_uid="django_htask.install")
         from . import checks  # noqa: F401, PLC0415  (registers the system checks)
+        from .eager import run_when_scheduled  # noqa: PLC0415
+        from .signals import task_scheduled  # noqa: PLC0415
+
+        # Always connected: HTASK["EAGER"] is read at each task, so that a test may
+        # turn it on and off (override_settings).
+        task_scheduled.connect(run_when_scheduled, dispatch_uid="django_htask.eager")
 
         if uses_htask_backend():
             # Registers the runner of Django's tasks in every process, runscheduler's

@@ -45,7 +45,6 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
 from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task as DjangoTask
@@ -59,7 +58,7 @@ from django_htask.engine import registry
 
 from . import clock, exceptions, notices
 from .conf import get_settings, is_dotted_name
-from .db import scheduler_alias
+from .db import after_commit, scheduler_alias
 from .due import due_time
 from .exceptions import RunInterrupted, Snooze, TaskCancelled, UnknownDjangoTask
 from .functions import task as htask_task
@@ -255,7 +254,7 @@ class HtaskBackend(BaseTaskBackend):
             notices.notify_local_change()
             task_enqueued.send(type(self), task_result=result)
 
-        transaction.on_commit(committed, using=using, robust=True)
+        after_commit(committed, using)
         return result
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:

@@ -107,6 +107,10 @@ class HtaskSettings:
     prune_batch: int = 5_000
     #: Import each installed app's ``tasks`` module when Django starts.
     autodiscover: bool = True
+    #: For tests: run a task in the process that schedules it, once its transaction
+    #: commits and when it is due, instead of leaving it to a node
+    #: (:mod:`django_htask.testing`, docs/testing.md). ``runscheduler`` refuses to start.
+    eager: bool = False
     #: Seconds between two attempts to reach a database that went away (doubled up to
     #: ``db_retry_max``).
     db_retry: float = 0.5

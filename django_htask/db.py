@@ -10,14 +10,17 @@ django_htask that reads or writes its tables (``schedule()``, the admin,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import router
+from django.db import connections, router, transaction
 
 from .conf import get_settings
 
 __all__ = [
+    "after_commit",
     "configured_alias",
     "database_option",
     "holds_tables",
@@ -78,3 +81,21 @@ def holds_tables(alias: str) -> bool:
     """Whether the scheduler's tables are migrated on ``alias`` (the routers'
     ``allow_migrate`` for django_htask there): the trigger install runs only there."""
     return bool(router.allow_migrate_model(alias, apps.get_model(APP_LABEL, "Schedule")))
+
+
+def after_commit(fn: Callable[[], object], using: str) -> None:
+    """Call ``fn`` once the caller's transaction on ``using`` commits (at once outside
+    one), robustly (``transaction.on_commit``): what was written then shows to other
+    processes. With ``HTASK["EAGER"]``, also at once when the only transaction open is a
+    Django ``TestCase``'s own: it never commits, and for the test's code what was
+    written outside its own transactions is committed."""
+    if get_settings().eager and _only_a_test_case_transaction(using):
+        fn()
+    else:
+        transaction.on_commit(fn, using=using, robust=True)
+
+
+def _only_a_test_case_transaction(using: str) -> bool:
+    connection = connections[using]
+    blocks = connection.atomic_blocks
+    return connection.in_atomic_block and all(getattr(b, "_from_testcase", False) for b in blocks)

@@ -467,3 +467,11 @@ def test_the_app_registers_the_runner_when_tasks_uses_the_backend(
     with override_settings(TASKS=tasks):
         assert uses_htask_backend() is uses
     assert RUNNER in registry  # tests.settings uses the backend: imported by ready()
+
+
+def test_in_eager_mode_an_enqueued_task_runs_at_once(
+    htask_eager: None, fake_clock: FakeClock
+) -> None:
+    result = django_tasks.double.enqueue(21)
+    again = django_tasks.double.get_result(result.id)
+    assert (again.status, again.return_value) == (TaskResultStatus.SUCCESSFUL, 42)

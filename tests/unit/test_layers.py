@@ -160,6 +160,8 @@ LAYERS = [
         "apps",
         "tasks",
         "testing",
+        "eager",
+        "pytest_plugin",
         "health",
         "metrics",
         "views",

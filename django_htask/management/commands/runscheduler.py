@@ -146,6 +146,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if get_settings().eager:
+            raise CommandError(
+                "HTASK['EAGER'] is on: tasks run in the processes that schedule them, and "
+                "a node would take them from there; turn it off to run a scheduler"
+            )
         workers: int = options["workers"]
         poll: float = options["poll_interval"]
         if workers < 0:

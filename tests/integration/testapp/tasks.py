@@ -284,3 +284,31 @@ async def areports(label: str) -> None:
     from django_htask import aset_progress
 
     await aset_progress(["async", label])
+
+
+# -- the eager mode (tests/integration/test_eager.py) -----------------------------------
+@task
+def chain(n: int) -> int:
+    """Schedule ``add(n)``, and ``chain(n - 1)`` while ``n`` > 0, to run at once."""
+    from django_htask import schedule
+
+    schedule(add, n)
+    if n > 0:
+        schedule(chain, n - 1)
+    return n
+
+
+@task
+def again() -> None:
+    """Schedule itself to run at once, for ever."""
+    from django_htask import schedule
+
+    schedule(again)
+
+
+@task
+def spin(seconds: float) -> None:
+    """Busy for ``seconds`` in Python (a forced stop's exception reaches it)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass

@@ -256,64 +256,96 @@ def execute(
         refresh()
     started_at = clock.now()
     info: dict[str, Any] = {name: getattr(call, name) for name in RUN_FIELDS}
-    name, function = call.name, call.function
     run_started.send_robust(sender=Run, **info)
     t0 = clock.monotonic()
     on_start()
-    status = RunStatus.SUCCEEDED
-    error = tb = ""
-    retryable = False
-    errors: tuple[str, ...] | None = None  # the classes of what the function raised
-    entered = True
-    value: Any = None
-    snooze: float | None = None  # the seconds it asked to wait (raise Snooze)
     try:
-        try:
-            args, kwargs = call_of(call.payload)
-            fn, bound_args, bound_kwargs = registry.bind(function, args, kwargs)
-        except CALL_ERRORS as exc:
-            status = RunStatus.FAILED
-            error = f"{type(exc).__name__}: {exc}"
-            logger.error("%s cannot run: %s", name, error, extra={"action": "run_unrunnable"})
-        else:
-            with running_task(call.task_id):
-                if guard is None:
-                    value = _call(fn, bound_args, bound_kwargs, None)
-                else:
-                    value, entered = _guarded(fn, bound_args, bound_kwargs, guard)
-    except Snooze as exc:  # not a failure: it runs again later (snooze_delay decides)
-        status, snooze = RunStatus.SNOOZED, exc.seconds
-        error = snoozed_for(snooze)
-        logger.info("%s %s", name, error, extra={"action": "run_snoozed"})
-    except BaseException as exc:  # a task's SystemExit ends that run only
-        status = RunStatus.FAILED
-        retryable = True
-        error = f"{type(exc).__name__}: {exc}"
-        errors = error_names(type(exc))
-        tb = traceback.format_exc()
-        # Logged by retry_delay, which says whether it is retried.
+        end = _made(call, guard)
     finally:
         if refresh is not None:
             refresh()
-    if guard is not None and guard.reason is not None and (status != "succeeded" or not entered):
-        # Stopped (it raised once asked to, or was asked before it began): the reason.
-        status, error, retryable = RunStatus.FAILED, guard.reason, guard.retryable
-        errors = None  # stopped: what it raised then is not its own error
-        if not retryable:  # an abort; a timeout is retried, and retry_delay logs it
-            logger.warning("%s stopped: %s", name, error, extra={"action": "run_stopped"})
+    if guard is not None and guard.reason is not None:
+        _stopped_by(end, guard, call.name)
     result = None
-    if value is not None and status == RunStatus.SUCCEEDED and call.task_id is not None:
-        result, error = _encoded(name, value, max_result)
-        if error:
-            status, retryable = RunStatus.FAILED, False  # the function ran: not again
+    if end.value is not None and end.status == RunStatus.SUCCEEDED and call.task_id is not None:
+        result, end.error = _encoded(call.name, end.value, max_result)
+        if end.error:
+            end.status, end.retryable = RunStatus.FAILED, False  # the function ran: not again
     duration = clock.monotonic() - t0
     outcome = _finished(
-        call, info, status, error, tb, retryable, started_at, clock.now(), duration, errors
+        call,
+        info,
+        end.status,
+        end.error,
+        end.tb,
+        end.retryable,
+        started_at,
+        clock.now(),
+        duration,
+        end.errors,
     )
     outcome.result = result
-    if status == RunStatus.SNOOZED:
-        outcome.extra["snooze"] = snooze
+    if end.status == RunStatus.SNOOZED:
+        outcome.extra["snooze"] = end.snooze
     return outcome
+
+
+@dataclass(slots=True)
+class _Ending:
+    """How a call ended, as :func:`execute` builds its outcome."""
+
+    status: str = RunStatus.SUCCEEDED
+    error: str = ""
+    tb: str = ""
+    retryable: bool = False
+    #: The classes of what the function raised (None: it raised nothing of its own).
+    errors: tuple[str, ...] | None = None
+    #: Whether the function was called (not when its guard stopped it before).
+    entered: bool = True
+    value: Any = None
+    #: The seconds it asked to wait (``raise Snooze``).
+    snooze: float | None = None
+
+
+def _made(call: Call, guard: RunGuard | None) -> _Ending:
+    """Bind ``call``'s arguments and call its function (under ``guard``); never raises."""
+    end = _Ending()
+    name = call.name
+    try:
+        try:
+            args, kwargs = call_of(call.payload)
+            fn, bound_args, bound_kwargs = registry.bind(call.function, args, kwargs)
+        except CALL_ERRORS as exc:
+            end.status, end.error = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
+            logger.error("%s cannot run: %s", name, end.error, extra={"action": "run_unrunnable"})
+            return end
+        with running_task(call.task_id):
+            if guard is None:
+                end.value = _call(fn, bound_args, bound_kwargs, None)
+            else:
+                end.value, end.entered = _guarded(fn, bound_args, bound_kwargs, guard)
+    except Snooze as exc:  # not a failure: it runs again later (snooze_delay decides)
+        end.status, end.snooze = RunStatus.SNOOZED, exc.seconds
+        end.error = snoozed_for(exc.seconds)
+        logger.info("%s %s", name, end.error, extra={"action": "run_snoozed"})
+    except BaseException as exc:  # a task's SystemExit ends that run only
+        end.status, end.retryable = RunStatus.FAILED, True
+        end.error = f"{type(exc).__name__}: {exc}"
+        end.errors = error_names(type(exc))
+        end.tb = traceback.format_exc()
+        # Logged by retry_delay, which says whether it is retried.
+    return end
+
+
+def _stopped_by(end: _Ending, guard: RunGuard, name: str) -> None:
+    """A call its guard asked to stop that then raised, or that never began, ends with
+    the guard's reason (what it raised then is not its own error)."""
+    if end.status == RunStatus.SUCCEEDED and end.entered:
+        return  # it returned before it saw the request
+    end.status, end.error, end.retryable = RunStatus.FAILED, guard.reason or "", guard.retryable
+    end.errors = None
+    if not end.retryable:  # an abort; a timeout is retried, and retry_delay logs it
+        logger.warning("%s stopped: %s", name, end.error, extra={"action": "run_stopped"})
 
 
 def _guarded(fn: Any, args: Any, kwargs: dict[str, Any], guard: RunGuard) -> tuple[Any, bool]:

@@ -342,50 +342,8 @@ def sync_schedules(using: str | None = None) -> SyncResult:
     with transaction.atomic(using=using):
         existing = {s.name: s for s in Schedule.objects.using(using).filter(name__in=declared)}
         for spec in declared.values():
-            row = existing.get(spec.name)
-            wanted: dict[str, Any] = {
-                "function": spec.function,
-                "schedule": spec.schedule,
-                "timezone": spec.timezone or default_tz,
-                "overlap": spec.overlap,
-                "catch_up": spec.catch_up,
-                "grace": spec.grace,
-                "max_attempts": spec.max_attempts,
-                "retry_backoff": spec.retry_backoff,
-                **_retry_columns(spec.retry),
-                "timeout": spec.timeout,
-                "queue_name": spec.queue_name,
-                "origin": Origin.CODE,
-                "orphaned": False,
-            }
-            if row is None:
-                row = Schedule(name=spec.name, **wanted)
-                row.set_call(spec.args, spec.kwargs)
-                row.save(using=using)
-                result.created.append(spec.name)
-                continue
-            if row.origin != Origin.CODE:
-                logger.warning(
-                    "schedule %r was made in the admin; code now defines it",
-                    spec.name,
-                    extra={"action": "sync_takeover"},
-                )
-            changed = [k for k, v in wanted.items() if getattr(row, k) != v]
-            if row.orphaned:
-                row.enabled = True
-                changed.append("enabled")
-            if row.broken:  # saved again below: the mark is cleared, the node tries again
-                changed.append("broken")
-            if bytes(row.payload) != encode_call(spec.function, spec.args, spec.kwargs):
-                changed.append("payload")
-            if not changed:
-                result.unchanged.append(spec.name)
-                continue
-            for key, value in wanted.items():
-                setattr(row, key, value)
-            row.set_call(spec.args, spec.kwargs)
-            row.save(using=using)
-            result.updated.append(spec.name)
+            outcome = _sync_one(spec, existing.get(spec.name), default_tz, using)
+            getattr(result, outcome).append(spec.name)
         gone = Schedule.objects.using(using).filter(origin=Origin.CODE, orphaned=False)
         gone = gone.exclude(name__in=declared)
         result.orphaned = list(gone.values_list("name", flat=True))
@@ -402,3 +360,49 @@ def sync_schedules(using: str | None = None) -> SyncResult:
                 extra={"action": f"sync_{label}"},
             )
     return result
+
+
+def _sync_one(spec: PeriodicSpec, row: Schedule | None, default_tz: str, using: str) -> str:
+    """Write ``spec``'s row (``row``: the one that exists, if any) where it differs;
+    say what was done: ``created``, ``updated`` or ``unchanged``."""
+    wanted: dict[str, Any] = {
+        "function": spec.function,
+        "schedule": spec.schedule,
+        "timezone": spec.timezone or default_tz,
+        "overlap": spec.overlap,
+        "catch_up": spec.catch_up,
+        "grace": spec.grace,
+        "max_attempts": spec.max_attempts,
+        "retry_backoff": spec.retry_backoff,
+        **_retry_columns(spec.retry),
+        "timeout": spec.timeout,
+        "queue_name": spec.queue_name,
+        "origin": Origin.CODE,
+        "orphaned": False,
+    }
+    if row is None:
+        row = Schedule(name=spec.name, **wanted)
+        row.set_call(spec.args, spec.kwargs)
+        row.save(using=using)
+        return "created"
+    if row.origin != Origin.CODE:
+        logger.warning(
+            "schedule %r was made in the admin; code now defines it",
+            spec.name,
+            extra={"action": "sync_takeover"},
+        )
+    changed = [k for k, v in wanted.items() if getattr(row, k) != v]
+    if row.orphaned:
+        row.enabled = True
+        changed.append("enabled")
+    if row.broken:  # saved again below: the mark is cleared, the node tries again
+        changed.append("broken")
+    if bytes(row.payload) != encode_call(spec.function, spec.args, spec.kwargs):
+        changed.append("payload")
+    if not changed:
+        return "unchanged"
+    for key, value in wanted.items():
+        setattr(row, key, value)
+    row.set_call(spec.args, spec.kwargs)
+    row.save(using=using)
+    return "updated"

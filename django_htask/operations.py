@@ -316,37 +316,13 @@ def send_again(
     superseded: list[int] = []
     followed: list[int] = []
     statuses: dict[int, str] = {}
-    tasks = Task.objects.using(using)
     with transaction.atomic(using=using):
         for i in range(0, len(ids), _CHUNK):
-            chunk = ids[i : i + _CHUNK]
-            rows = tasks.filter(pk__in=chunk).values_list("pk", "status", "followed")
-            for pk, status, is_followed in rows:
-                statuses[pk] = str(status)
-                if is_followed and status == TaskStatus.FAILED:
-                    followed.append(pk)
-            failed = [
-                pk for pk in chunk if statuses.get(pk) == TaskStatus.FAILED and pk not in followed
-            ]
-            if not failed:
-                continue
-            again = tasks.filter(pk__in=failed, status=TaskStatus.FAILED)
-            _written, dropped = put_back(
-                using,
-                failed,
-                TaskStatus.FAILED,
-                now,
-                partial(again.update, **_SENT_AGAIN, run_at=now),
+            chunk_sent, chunk_superseded = _send_chunk(
+                using, ids[i : i + _CHUNK], now, statuses, followed
             )
-            gone = set()
-            if dropped:
-                gone = set(
-                    tasks.filter(pk__in=failed, status=TaskStatus.CANCELLED).values_list(
-                        "pk", flat=True
-                    )
-                )
-            sent.extend(pk for pk in failed if pk not in gone)
-            superseded.extend(pk for pk in failed if pk in gone)
+            sent += chunk_sent
+            superseded += chunk_superseded
         if sent:
             transaction.on_commit(notices.notify_local_change, using=using)
     handled = set(sent) | set(superseded) | set(followed)
@@ -365,6 +341,30 @@ def send_again(
             extra={"action": "send_again"},
         )
     return result
+
+
+def _send_chunk(
+    using: str, chunk: list[int], now: datetime, statuses: dict[int, str], followed: list[int]
+) -> tuple[list[int], list[int]]:
+    """:func:`send_again` for the ids of ``chunk``: the ids sent, and those superseded;
+    each id's status goes to ``statuses``, the failed ones followed up to ``followed``."""
+    tasks = Task.objects.using(using)
+    rows = tasks.filter(pk__in=chunk).values_list("pk", "status", "followed")
+    for pk, status, is_followed in rows:
+        statuses[pk] = str(status)
+        if is_followed and status == TaskStatus.FAILED:
+            followed.append(pk)
+    failed = [pk for pk in chunk if statuses.get(pk) == TaskStatus.FAILED and pk not in followed]
+    if not failed:
+        return [], []
+    again = tasks.filter(pk__in=failed, status=TaskStatus.FAILED)
+    update = partial(again.update, **_SENT_AGAIN, run_at=now)
+    _written, dropped = put_back(using, failed, TaskStatus.FAILED, now, update)
+    gone: set[int] = set()
+    if dropped:
+        cancelled = tasks.filter(pk__in=failed, status=TaskStatus.CANCELLED)
+        gone = set(cancelled.values_list("pk", flat=True))
+    return [pk for pk in failed if pk not in gone], [pk for pk in failed if pk in gone]
 
 
 #: What :func:`send_again` writes to a failed task (and ``run_at``).

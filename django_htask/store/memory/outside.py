@@ -27,6 +27,25 @@ from .records import BatchRecord, MemoryTables, QueueRecord, ScheduleRecord, Tas
 _KEEP: Any = object()
 
 
+#: What a task moved to a new call by ``on_conflict="replace"`` takes from it.
+_REPLACED = (
+    "function",
+    "payload",
+    "run_at",
+    "max_attempts",
+    "priority",
+    "queue_name",
+    "timeout",
+    "retry",
+    "lock",
+    "max_running",
+    "max_snoozes",
+    "per_key",
+    "rate_limit",
+    "rate_period",
+)
+
+
 class OutsideWrites(MemoryTables):
     """The helpers for tests: rows as another process would write them."""
 
@@ -143,36 +162,29 @@ class OutsideWrites(MemoryTables):
                 rate_limit=rate_limit,
                 rate_period=rate_period,
             )
-            held = self._pending_with(task.key)
-            if held is None:
-                self.tasks[task.id] = task
-            elif conflict is OnConflict.RAISE:
-                raise DuplicateKey(held.key or "", held.token)
-            elif conflict is OnConflict.IGNORE:
-                return held.id
-            else:
-                for name in (
-                    "function",
-                    "payload",
-                    "run_at",
-                    "max_attempts",
-                    "timeout",
-                    "retry",
-                    "lock",
-                    "max_running",
-                    "max_snoozes",
-                    "per_key",
-                    "rate_limit",
-                    "rate_period",
-                ):
-                    setattr(held, name, getattr(task, name))
-                held.queue_name, held.priority, held.attempts = queue_name, priority, 0
-                held.snoozes = 0
-                held.locked_by = held.lease_expires_at = None
-                held.last_error = held.traceback = ""
-                task = held
+            kept = self._keep(task, conflict)
+            if kept is not task:
+                return kept.id
         self._notify("task")
         return task.id
+
+    def _keep(self, task: TaskRecord, conflict: OnConflict) -> TaskRecord:
+        """Keep the new ``task`` (returned), unless a pending task holds its key:
+        ``conflict`` decides (that task returned, moved to this call by ``replace``;
+        DuplicateKey raised). Under the lock."""
+        held = self._pending_with(task.key)
+        if held is None:
+            self.tasks[task.id] = task
+            return task
+        if conflict is OnConflict.RAISE:
+            raise DuplicateKey(held.key or "", held.token)
+        if conflict is OnConflict.REPLACE:
+            for name in _REPLACED:
+                setattr(held, name, getattr(task, name))
+            held.attempts = held.snoozes = 0
+            held.locked_by = held.lease_expires_at = None
+            held.last_error = held.traceback = ""
+        return held
 
     def _add_composed(
         self,

@@ -203,33 +203,8 @@ class HtaskBackend(BaseTaskBackend):
             )
         call_args: list[Any] = normalize_json(list(args))  # type: ignore[assignment]
         call_kwargs: dict[str, Any] = normalize_json(dict(kwargs))  # type: ignore[assignment]
-        token = new_token()
-        runner_kwargs = {
-            "result_id": token,
-            "backend": self.alias,
-            "priority": task.priority,
-            "queue_name": task.queue_name,
-            "takes_context": task.takes_context,
-            "deferred": task.run_after is not None,
-        }
-        payload = registry.check_call(
-            RUNNER, [task.module_path, call_args, call_kwargs], runner_kwargs
-        )
-        now = clock.now()
-        try:  # a past run_after runs at once; one more than 100 years ahead is refused
-            run_at = now if task.run_after is None else due_time(task.run_after, None)
-        except ValueError as exc:
-            raise InvalidTask(f"run_after: {exc}") from exc
-        row = Task(
-            token=token,
-            function=RUNNER,
-            payload=payload,
-            run_at=run_at,
-            max_attempts=self.max_attempts,
-            priority=task.priority,
-            queue_name=task.queue_name,
-            backend=self.alias,
-        )
+        row = self._row(task, call_args, call_kwargs)
+        token = row.token
         using = scheduler_alias()
         row.save(using=using)
         result: TaskResult[Any, Any] = TaskResult(
@@ -256,6 +231,35 @@ class HtaskBackend(BaseTaskBackend):
 
         after_commit(committed, using)
         return result
+
+    def _row(self, task: DjangoTask[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Task:
+        """The task row that runs ``task(*args, **kwargs)`` through the runner (not
+        saved). InvalidTask for a ``run_after`` out of range."""
+        token = new_token()
+        runner_kwargs = {
+            "result_id": token,
+            "backend": self.alias,
+            "priority": task.priority,
+            "queue_name": task.queue_name,
+            "takes_context": task.takes_context,
+            "deferred": task.run_after is not None,
+        }
+        payload = registry.check_call(RUNNER, [task.module_path, args, kwargs], runner_kwargs)
+        now = clock.now()
+        try:  # a past run_after runs at once; one more than 100 years ahead is refused
+            run_at = now if task.run_after is None else due_time(task.run_after, None)
+        except ValueError as exc:
+            raise InvalidTask(f"run_after: {exc}") from exc
+        return Task(
+            token=token,
+            function=RUNNER,
+            payload=payload,
+            run_at=run_at,
+            max_attempts=self.max_attempts,
+            priority=task.priority,
+            queue_name=task.queue_name,
+            backend=self.alias,
+        )
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         row = Task.objects.filter(token=result_id, function=RUNNER).first()

@@ -426,47 +426,11 @@ class Command(BaseCommand):
             raise CommandError("give task ids or --failed-since WHEN (not both)", returncode=USAGE)
         kinds = [Failure(kind) for kind in status]
         if failed_since is not None:
-            try:
-                cutoff = since_time(failed_since)
-            except ValueError as exc:
-                raise CommandError(f"--failed-since: {exc}", returncode=USAGE) from exc
-            chosen = failed_tasks(
-                cutoff,
-                kinds=kinds or RETRIED,
-                functions=function,
-                error=error,
-                using=self.using,
-            )
-            # A range of the ended tasks' index, sorted here: asked to sort by id,
-            # SQLite would rather read the whole table in id order.
-            ids = sorted(chosen.order_by().values_list("pk", flat=True))
-            if not kinds:
-                self._left_out(cutoff, function, error)
+            ids = self._failed_since(failed_since, kinds, function, error)
             if not ids:
-                self.stdout.write(
-                    f"no task failed since {cutoff:%Y-%m-%d %H:%M:%S %Z}{_filters(function, error)}"
-                )
                 return
         else:
-            known = set(self.rows(Task).filter(pk__in=ids).values_list("pk", flat=True))
-            unknown = [pk for pk in ids if pk not in known]
-            if unknown:
-                raise CommandError(
-                    f"no task with id {', '.join(map(str, unknown))}: nothing sent",
-                    returncode=USAGE,
-                )
-            if kinds or function or error:
-                named = failed_tasks(
-                    None,
-                    kinds=kinds or tuple(Failure),
-                    functions=function,
-                    error=error,
-                    using=self.using,
-                )
-                chosen_ids = set(named.filter(pk__in=ids).values_list("pk", flat=True))
-                for pk in sorted(set(ids) - chosen_ids):
-                    self.stderr.write(f"task {pk}: not failed as the filters ask: left alone")
-                ids = sorted(chosen_ids)
+            ids = self._named(ids, kinds, function, error)
         if dry_run:
             shown = ", ".join(map(str, ids)) or "none"
             self.stdout.write(f"would send again: {len(ids)} task(s) ({shown}); nothing sent")
@@ -482,6 +446,50 @@ class Command(BaseCommand):
             self.stderr.write(f"task {pk}: {FOLLOWED_NOT_SENT}: left alone")
         sent = ", ".join(map(str, result.sent)) or "none"
         self.stdout.write(f"sent again: {len(result.sent)} task(s) ({sent})")
+
+    def _failed_since(
+        self, since: str, kinds: list[Failure], functions: list[str], error: str
+    ) -> list[int]:
+        """The ids ``retry --failed-since`` sends (none: it said so)."""
+        try:
+            cutoff = since_time(since)
+        except ValueError as exc:
+            raise CommandError(f"--failed-since: {exc}", returncode=USAGE) from exc
+        chosen = failed_tasks(
+            cutoff, kinds=kinds or RETRIED, functions=functions, error=error, using=self.using
+        )
+        # A range of the ended tasks' index, sorted here: asked to sort by id, SQLite
+        # would rather read the whole table in id order.
+        ids = sorted(chosen.order_by().values_list("pk", flat=True))
+        if not kinds:
+            self._left_out(cutoff, functions, error)
+        if not ids:
+            self.stdout.write(
+                f"no task failed since {cutoff:%Y-%m-%d %H:%M:%S %Z}{_filters(functions, error)}"
+            )
+        return ids
+
+    def _named(
+        self, ids: list[int], kinds: list[Failure], functions: list[str], error: str
+    ) -> list[int]:
+        """The ids among those named that ``retry ID…`` sends: all of them, or those the
+        filters choose (it says which it leaves alone). An unknown id is an error."""
+        known = set(self.rows(Task).filter(pk__in=ids).values_list("pk", flat=True))
+        unknown = [pk for pk in ids if pk not in known]
+        if unknown:
+            raise CommandError(
+                f"no task with id {', '.join(map(str, unknown))}: nothing sent",
+                returncode=USAGE,
+            )
+        if not (kinds or functions or error):
+            return ids
+        named = failed_tasks(
+            None, kinds=kinds or tuple(Failure), functions=functions, error=error, using=self.using
+        )
+        chosen = set(named.filter(pk__in=ids).values_list("pk", flat=True))
+        for pk in sorted(set(ids) - chosen):
+            self.stderr.write(f"task {pk}: not failed as the filters ask: left alone")
+        return sorted(chosen)
 
     def _left_out(self, cutoff: datetime, functions: list[str], error: str) -> None:
         """Say how many tasks the default of ``--status`` left out, and how to send them."""

@@ -739,7 +739,6 @@ class Cron:
         monotonic = clock.monotonic
         hooks = self._hooks
         control = self._control
-        lock = self._lock
         set_current = _current.set
         reset_current = _current.reset
         while True:
@@ -778,34 +777,9 @@ class Cron:
                     reset_current(reset)
                 if error is None and context.errors:
                     error = context.errors[-1]
-                # Count the finished run.
-                with lock:
-                    entry.running -= 1
-                    if skipped is not None:
-                        entry.skips += 1
-                    else:
-                        entry.runs += 1
-                        if error is not None:
-                            entry.failures += 1
-                    if (
-                        entry.max_runs is not None
-                        and entry.next is None
-                        and not entry.removed
-                        and entry.runs + entry.running >= entry.max_runs
-                    ):
-                        self._entries.pop(entry.id, None)
-                        entry.removed = True
-                    if not self._listening:
-                        listeners = None
-                    elif skipped is not None:
-                        listeners = hooks["skipped"]
-                    else:
-                        listeners = hooks["after_run"] or (hooks["failed"] if error else None)
-                    if not listeners:  # finished: nothing more to tell
-                        self._active -= 1
-                        if self._active == 0 and not self._running:
-                            self._stopped.set()
-                        continue
+                listeners = self._counted(entry, error, skipped)
+                if not listeners:
+                    continue  # finished: nothing more to tell
                 duration = monotonic() - began
                 if started is None:  # a hook came while the job ran
                     started = now() - timedelta(seconds=duration)
@@ -821,6 +795,42 @@ class Cron:
                     )
                 finally:
                     self._done_one()
+
+    def _counted(
+        self, entry: _Entry, error: BaseException | None, skipped: str | None
+    ) -> list[Callable[[RunEvent], object]] | None:
+        """Count a finished run of ``entry`` (and remove an entry that ran its
+        ``max_runs``); the hooks to tell of it, or None when none listens (the run is
+        then finished: :meth:`_done_one` is done here)."""
+        hooks = self._hooks
+        with self._lock:
+            entry.running -= 1
+            if skipped is not None:
+                entry.skips += 1
+            else:
+                entry.runs += 1
+                if error is not None:
+                    entry.failures += 1
+            if (
+                entry.max_runs is not None
+                and entry.next is None
+                and not entry.removed
+                and entry.runs + entry.running >= entry.max_runs
+            ):
+                self._entries.pop(entry.id, None)
+                entry.removed = True
+            if not self._listening:
+                listeners = None
+            elif skipped is not None:
+                listeners = hooks["skipped"]
+            else:
+                listeners = hooks["after_run"] or (hooks["failed"] if error else None)
+            if not listeners:
+                self._active -= 1
+                if self._active == 0 and not self._running:
+                    self._stopped.set()
+                return None
+            return listeners
 
     def _tell(
         self,

@@ -633,6 +633,22 @@ def _resolve_hints(fn: Callable[..., Any], sig: inspect.Signature, name: str) ->
     return hints
 
 
+def _needed(
+    npos: int, pos_required: list[tuple[int, str, bool]], kw_required: list[str]
+) -> tuple[frozenset[str] | None, ...]:
+    """What must come by keyword when ``count`` values came by position, for each
+    ``count`` up to ``npos`` (the last entry also serves any longer call); None: a
+    positional-only parameter is missing."""
+    needed: list[frozenset[str] | None] = []
+    for count in range(npos + 1):
+        later = [(name, po) for index, name, po in pos_required if index >= count]
+        if any(po for _name, po in later):
+            needed.append(None)
+        else:
+            needed.append(frozenset([name for name, _po in later] + kw_required))
+    return tuple(needed)
+
+
 class Binder:
     """Binds decoded ``args`` / ``kwargs`` to one function's declared parameter types.
 
@@ -680,25 +696,7 @@ class Binder:
             if p.default is not inspect.Parameter.empty
         }
         for param in sig.parameters.values():
-            hint = hints.get(param.name, Any)
-            try:
-                conv = _compile(hint, memo)
-                fast = _pass_through(hint) if conv is not None else None
-                self._expects[param.name] = describe(hint)
-            except Exception as exc:  # a hint no converter can be made for
-                logger.warning(
-                    "%s() parameter %r: no converter for type hint %r (%s: %s); "
-                    "the value is passed as decoded",
-                    self.name,
-                    param.name,
-                    hint,
-                    type(exc).__name__,
-                    exc,
-                    extra={"action": "binding.unusable_hint"},
-                )
-                memo.clear()  # it may hold a half-built converter
-                conv = fast = None
-                self._expects[param.name] = "Any"
+            fast, conv = self._converter(param.name, hints.get(param.name, Any), memo)
             required = param.default is inspect.Parameter.empty
             if param.kind in _POSITIONAL:
                 index = len(pos)
@@ -729,16 +727,7 @@ class Binder:
         # The common case costs one C-level comparison: when every positional value
         # already has its parameter's type, ``tuple(map(type, args))`` equals this.
         self._fast: dict[int, tuple[type[Any] | None, ...]] = {}
-        # What must come by keyword when ``count`` values came by position (the last
-        # entry also serves any longer call); None: a positional-only one is missing.
-        needed: list[frozenset[str] | None] = []
-        for count in range(len(pos) + 1):
-            later = [(name, po) for index, name, po in pos_required if index >= count]
-            if any(po for _name, po in later):
-                needed.append(None)
-            else:
-                needed.append(frozenset([name for name, _po in later] + kw_required))
-        self._needed = tuple(needed)
+        self._needed = _needed(len(pos), pos_required, kw_required)
         # Keyword-capable parameters whose converter returns a value of this exact type
         # unchanged: a keyword value of that type passes as it is.
         self._kw_types = {key: fast for key, (fast, _conv, _index) in kw.items() if fast}
@@ -751,6 +740,32 @@ class Binder:
 
     def __repr__(self) -> str:
         return f"<Binder {self.name}>"
+
+    def _converter(
+        self, param: str, hint: Any, memo: dict[Any, _Conv | None]
+    ) -> tuple[type[Any] | None, _Conv | None]:
+        """The converter of parameter ``param`` (None: the value as decoded) and the type
+        it passes unchanged (None: none); what it expects goes to ``_expects``. A hint
+        no converter can be made for is logged, and its value passed as decoded."""
+        try:
+            conv = _compile(hint, memo)
+            fast = _pass_through(hint) if conv is not None else None
+            self._expects[param] = describe(hint)
+        except Exception as exc:  # a hint no converter can be made for
+            logger.warning(
+                "%s() parameter %r: no converter for type hint %r (%s: %s); "
+                "the value is passed as decoded",
+                self.name,
+                param,
+                hint,
+                type(exc).__name__,
+                exc,
+                extra={"action": "binding.unusable_hint"},
+            )
+            memo.clear()  # it may hold a half-built converter
+            self._expects[param] = "Any"
+            return None, None
+        return fast, conv
 
     def _return_converter(self, hint: Any, memo: dict[Any, _Conv | None]) -> _Conv | None:
         """The converter of the declared return type (None: the value as decoded, also

@@ -601,14 +601,9 @@ class Cron:
                         _stop(entry, scheduled, exc, broken)
                         continue
                 plan, next_key = known
-                to_run = plan.to_run
-                nxt = plan.next
+                to_run, nxt = plan.to_run, plan.next
                 if entry.max_runs is not None:
-                    left = entry.max_runs - entry.runs - entry.running
-                    if len(to_run) >= left:
-                        nxt = next_key = None
-                        if len(to_run) > left:
-                            to_run = to_run[: max(left, 0)]
+                    to_run, nxt, next_key = _within_max_runs(entry, to_run, nxt, next_key)
                 entry.next = nxt
                 if to_run:
                     entry.prev = to_run[-1]
@@ -632,19 +627,24 @@ class Cron:
         if not runs or scheduler.capacity is not None:
             self._arm_next(arming)
         if runs:
-            workers = scheduler.workers
-            helpers = len(runs) - 1 if workers == 0 else min(len(runs), workers) - 1
-            try:
-                for _ in range(helpers):
-                    scheduler.call_soon(self._drain, runs, arming)
-            except (SchedulerFull, SchedulerClosed):
-                pass  # no room for helpers: this thread runs the rest
+            self._call_helpers(scheduler, runs, arming)
         for entry, when in missed:
             self._skip_missed(entry, when, now)
         for entry, when, reason in unrun:
             late = (now - when).total_seconds()
             self._emit(RunEvent("skipped", entry.id, entry.name, when, late, reason=reason))
         self._drain(runs, arming)
+
+    def _call_helpers(self, scheduler: Scheduler, runs: _Runs, arming: _Arming) -> None:
+        """Have up to ``workers - 1`` more threads take runs from ``runs`` (as many as
+        there are queues of runs, less this thread's)."""
+        workers = scheduler.workers
+        helpers = len(runs) - 1 if workers == 0 else min(len(runs), workers) - 1
+        try:
+            for _ in range(helpers):
+                scheduler.call_soon(self._drain, runs, arming)
+        except (SchedulerFull, SchedulerClosed):
+            pass  # no room for helpers: this thread runs the rest
 
     def _arm_next(self, arming: _Arming) -> None:
         """Place the timers of a firing's next occurrences (once: the first caller takes
@@ -867,6 +867,20 @@ class Cron:
     def __repr__(self) -> str:
         state = "running" if self._running else "stopped"
         return f"<Cron {state} entries={len(self._entries)}>"
+
+
+def _within_max_runs(
+    entry: _Entry, to_run: list[datetime], nxt: datetime | None, next_key: Any
+) -> tuple[list[datetime], datetime | None, Any]:
+    """``entry``'s runs, next occurrence and its plan's key, cut to what its
+    ``max_runs`` leaves (no next occurrence once the last run is handed out)."""
+    assert entry.max_runs is not None
+    left = entry.max_runs - entry.runs - entry.running
+    if len(to_run) >= left:
+        nxt = next_key = None
+        if len(to_run) > left:
+            to_run = to_run[: max(left, 0)]
+    return to_run, nxt, next_key
 
 
 def _stop(

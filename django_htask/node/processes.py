@@ -311,21 +311,25 @@ class ProcessPool:
             extra=done.extra,
             result=done.result,
         )
-        recycle = done.recycle
-        if recycle:
-            with self._lock:
-                self.recycled += 1
-            logger.info(
-                "worker process %d replaced: %s",
-                child.pid,
-                recycle,
-                extra={"action": "process_recycled", "pid": child.pid},
-            )
-            child.reap()
-            self._replace()
-        else:
-            self._release(child)
+        self._put_back(child, done.recycle)
         return outcome
+
+    def _put_back(self, child: Child, recycle: str) -> None:
+        """``child`` is done with a call: idle again, or replaced when it said why it
+        must be (``recycle``: its ``MAX_TASKS_PER_CHILD`` or memory reached)."""
+        if not recycle:
+            self._release(child)
+            return
+        with self._lock:
+            self.recycled += 1
+        logger.info(
+            "worker process %d replaced: %s",
+            child.pid,
+            recycle,
+            extra={"action": "process_recycled", "pid": child.pid},
+        )
+        child.reap()
+        self._replace()
 
     def _acquire(self) -> Child:
         """An idle worker process that is alive (one that died while idle, the OOM

@@ -477,6 +477,8 @@ def test_change_pages_show_times_as_the_lists_do(
     schedule_page = admin_client_.get(f"{URL}schedule/{paris.pk}/change/").content.decode()
     # Its own zone first, the site's below it, as in the list.
     assert "2030-01-01 22:00:00 CET" in schedule_page
+    task_page = admin_client_.get(f"{URL}task/{pending.pk}/change/").content.decode()
+    assert f"<h2>{ADD} at 2030-01-01 01:01:00 CET (pending)</h2>" in task_page  # its name
     run_page = admin_client_.get(f"{URL}run/{run.pk}/change/").content.decode()
     assert "01:00:01 CET" in run_page  # finished, to the second
     done_page = admin_client_.get(f"{URL}task/{done.pk}/change/").content.decode()

@@ -106,13 +106,13 @@ class Upcoming:
     def text(self, zone: tzinfo) -> str:
         """The occurrence in ``zone``: ``2030-01-01 09:00:00 CET``, or for an overdue
         one ``due now (overdue since …)`` / ``missed (overdue since …)``."""
-        stamp = self.at.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+        when = clock.stamp(self.at, zone)
         if not self.overdue:
-            return stamp
+            return when
         if self.runs == 0:
-            return f"missed (overdue since {stamp})"
+            return f"missed (overdue since {when})"
         due = "due now" if self.runs == 1 else f"due now, {self.runs} runs"
-        return f"{due} (overdue since {stamp})"
+        return f"{due} (overdue since {when})"
 
 
 def _following(parsed: Any, after: datetime, count: int) -> list[Upcoming]:

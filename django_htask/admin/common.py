@@ -1,12 +1,14 @@
 """What several of the admin's pages share: the retry fields, a yes/no filter, rows
-only the scheduler writes, a failed row's traceback, an error's first line."""
+only the scheduler writes, a failed row's traceback, an error's first line, a time
+field shown as the lists show times (:func:`time_of`, with :class:`TimeHelp`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Q, QuerySet
+from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -15,7 +17,18 @@ from django_htask.db import scheduler_alias
 from django_htask.models import Run, Schedule, Task
 from django_htask.queues import DEFAULT_QUEUE
 
-__all__ = ["RETRY_FIELDS", "QueueListFilter", "ReadOnly", "Traceback", "YesNoFilter", "first_line"]
+from .display import times
+
+__all__ = [
+    "RETRY_FIELDS",
+    "QueueListFilter",
+    "ReadOnly",
+    "TimeHelp",
+    "Traceback",
+    "YesNoFilter",
+    "first_line",
+    "time_of",
+]
 
 #: A schedule's or a task's retry policy, as its change page shows it.
 RETRY_FIELDS = (
@@ -96,3 +109,43 @@ def first_line(error: str, limit: int = 80) -> str:
     """An error's first line, cut at ``limit`` characters (a changelist column)."""
     first = error.splitlines()[0] if error else ""
     return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def time_of(
+    field: str, description: str, zone: Callable[[Any], str | None] | None = None
+) -> Callable[[Any, Any], SafeString]:
+    """A ModelAdmin's display method for the datetime field ``field``: a list's column
+    or a change page's read-only value, written by :func:`.display.times` (to the
+    second, with its zone; first in the zone ``zone`` gives for the row, a schedule's,
+    when that reads differently), sorted by ``field``. Django writes a model field named
+    in ``readonly_fields`` in its own format ("Nov. 28, 2026, 6:22 p.m."): a change page
+    names this method instead."""
+
+    def show(model_admin: Any, obj: Any) -> SafeString:
+        return times(getattr(obj, field), None if zone is None else zone(obj))
+
+    show.htask_time_field = field  # type: ignore[attr-defined]
+    shown: Callable[[Any, Any], SafeString] = admin.display(
+        description=description, ordering=field
+    )(show)
+    return shown
+
+
+class TimeHelp:
+    """A ModelAdmin whose change page shows time fields by :func:`time_of`: each keeps
+    its model field's help text (Django looks the help up by the name shown, which is
+    the method's, not the field's)."""
+
+    model: type[Model]
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        helps = dict(kwargs.pop("help_texts", None) or {})
+        for name in dir(type(self)):
+            field = getattr(getattr(type(self), name, None), "htask_time_field", None)
+            if field is not None:
+                text = getattr(self.model._meta.get_field(field), "help_text", "")
+                if text:
+                    helps.setdefault(name, text)
+        return super().get_form(request, obj, change, help_texts=helps, **kwargs)  # type: ignore[misc]

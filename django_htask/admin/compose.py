@@ -17,8 +17,7 @@ from django_htask.admin_database import SchedulerDatabaseAdmin
 from django_htask.db import scheduler_alias
 from django_htask.models import Batch, Dependency, Task, TaskStatus
 
-from .common import ReadOnly, YesNoFilter
-from .display import times
+from .common import ReadOnly, TimeHelp, YesNoFilter, time_of
 from .overview.waiting import CALLBACKS, callback_of
 
 __all__ = ["EDGES_SHOWN", "BatchAdmin", "batch_link", "batch_of", "graph_of"]
@@ -110,7 +109,7 @@ class _FinishedFilter(YesNoFilter):
 
 
 @admin.register(Batch)
-class BatchAdmin(ReadOnly, SchedulerDatabaseAdmin):
+class BatchAdmin(ReadOnly, TimeHelp, SchedulerDatabaseAdmin):
     """Batches: their counts of members by how they ended, their members (the task
     list of the batch) and callbacks."""
 
@@ -136,9 +135,9 @@ class BatchAdmin(ReadOnly, SchedulerDatabaseAdmin):
         "cancelled",
         "members",
         "callbacks",
-        "created_at",
-        "failed_at",
-        "finished_at",
+        "created",
+        "first_failure",
+        "finished",
     )
     fields = readonly_fields
 
@@ -152,13 +151,9 @@ class BatchAdmin(ReadOnly, SchedulerDatabaseAdmin):
         left = obj.total - obj.succeeded - obj.failed - obj.cancelled
         return f"running: {left} of {obj.total} not ended"
 
-    @admin.display(description="created", ordering="created_at")
-    def created(self, obj: Batch) -> SafeString:
-        return times(obj.created_at)
-
-    @admin.display(description="finished", ordering="finished_at")
-    def finished(self, obj: Batch) -> SafeString | str:
-        return "-" if obj.finished_at is None else times(obj.finished_at)
+    created = time_of("created_at", "created")
+    first_failure = time_of("failed_at", "first failure")
+    finished = time_of("finished_at", "finished")
 
     @admin.display(description="members")
     def members(self, obj: Batch) -> SafeString:

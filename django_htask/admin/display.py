@@ -18,21 +18,15 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-__all__ = ["TIME_FORMAT", "defined_at", "site_zone", "stamp", "times"]
+from django_htask.clock import TIME_FORMAT, stamp
 
-#: Seconds and the zone's abbreviation: ``2030-01-01 22:36:05 CET``.
-TIME_FORMAT = "%Y-%m-%d %H:%M:%S %Z"
+__all__ = ["TIME_FORMAT", "defined_at", "site_zone", "stamp", "times"]
 
 
 def site_zone() -> tzinfo:
     """The zone the admin shows times in (the current one: ``TIME_ZONE`` unless a
     middleware activated another)."""
     return timezone.get_current_timezone()
-
-
-def stamp(at: datetime, zone: tzinfo) -> str:
-    """``at`` in ``zone``, to the second, with the zone's abbreviation."""
-    return at.astimezone(zone).strftime(TIME_FORMAT)
 
 
 def _zone(name: str | None) -> tzinfo | None:

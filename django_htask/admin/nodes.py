@@ -7,15 +7,13 @@ from django.contrib import admin
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.template.defaultfilters import pluralize
-from django.utils.safestring import SafeString
 
 from django_htask.admin_database import SchedulerDatabaseAdmin
 from django_htask.models import Node
 from django_htask.operations import live_nodes, node_state
 from django_htask.querysets import NodeQuerySet
 
-from .common import ReadOnly, YesNoFilter
-from .display import times
+from .common import ReadOnly, TimeHelp, YesNoFilter, time_of
 
 __all__ = ["NodeAdmin"]
 
@@ -30,7 +28,7 @@ class _AliveFilter(YesNoFilter):
 
 
 @admin.register(Node)
-class NodeAdmin(ReadOnly, SchedulerDatabaseAdmin):
+class NodeAdmin(ReadOnly, TimeHelp, SchedulerDatabaseAdmin):
     list_display = (
         "id",
         "state",
@@ -48,9 +46,9 @@ class NodeAdmin(ReadOnly, SchedulerDatabaseAdmin):
         "state",
         "hostname",
         "pid",
-        "started_at",
-        "last_heartbeat",
-        "stopped_at",
+        "started",
+        "heartbeat",
+        "stopped",
         "version",
         "running_tasks",
         "running_runs",
@@ -65,13 +63,9 @@ class NodeAdmin(ReadOnly, SchedulerDatabaseAdmin):
     class Media:
         css = {"all": ("django_htask/admin.css",)}
 
-    @admin.display(description="last heartbeat", ordering="last_heartbeat")
-    def heartbeat(self, obj: Node) -> SafeString:
-        return times(obj.last_heartbeat)
-
-    @admin.display(description="started", ordering="started_at")
-    def started(self, obj: Node) -> SafeString:
-        return times(obj.started_at)
+    heartbeat = time_of("last_heartbeat", "last heartbeat")
+    started = time_of("started_at", "started")
+    stopped = time_of("stopped_at", "stopped")
 
     @admin.display(description="state")
     def state(self, obj: Node) -> str:

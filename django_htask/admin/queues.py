@@ -26,6 +26,7 @@ from django_htask.models import Queue, Task
 from django_htask.queue_control import limit_queue, pause_queue, resume_queue
 from django_htask.queues import check_name
 
+from .common import TimeHelp, time_of
 from .display import times
 
 __all__ = ["QueueAdmin", "QueueForm"]
@@ -47,7 +48,7 @@ class QueueForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(Queue)
-class QueueAdmin(SchedulerDatabaseAdmin):
+class QueueAdmin(TimeHelp, SchedulerDatabaseAdmin):
     form = QueueForm
     list_display = ("name", "state", "max_running", "pending", "running", "updated")
     list_editable = ("max_running",)
@@ -108,9 +109,7 @@ class QueueAdmin(SchedulerDatabaseAdmin):
     def running(self, obj: Queue) -> int:
         return self._counts(obj)[1]
 
-    @admin.display(description="updated", ordering="updated_at")
-    def updated(self, obj: Queue) -> SafeString:
-        return times(obj.updated_at)
+    updated = time_of("updated_at", "updated")
 
     @staticmethod
     def _counts(obj: Queue) -> tuple[int, int]:

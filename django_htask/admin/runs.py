@@ -12,15 +12,20 @@ from django_htask.admin_database import SchedulerDatabaseAdmin
 from django_htask.models import Run, Schedule
 from django_htask.operations import abort_runs
 
-from .common import ReadOnly, Traceback, first_line
-from .display import breakable, times
+from .common import ReadOnly, TimeHelp, Traceback, first_line, time_of
+from .display import breakable
 from .paging import LargeTablePaginator
 
 __all__ = ["RunAdmin"]
 
 
+def _zone_of(run: Run) -> str | None:
+    """The zone of a run's schedule (a one-off task's run has none)."""
+    return run.schedule.timezone if run.schedule_id is not None and run.schedule else None
+
+
 @admin.register(Run)
-class RunAdmin(ReadOnly, Traceback, SchedulerDatabaseAdmin):
+class RunAdmin(ReadOnly, Traceback, TimeHelp, SchedulerDatabaseAdmin):
     list_display = (
         "run_name",
         "status",
@@ -47,11 +52,11 @@ class RunAdmin(ReadOnly, Traceback, SchedulerDatabaseAdmin):
         "status",
         "node",
         "attempt",
-        "scheduled_for",
-        "started_at",
-        "finished_at",
+        "due",
+        "started",
+        "finished",
         "took",
-        "abort_requested_at",
+        "abort_requested",
         "error",
         "traceback_text",
     )
@@ -83,13 +88,10 @@ class RunAdmin(ReadOnly, Traceback, SchedulerDatabaseAdmin):
         colons and underscores."""
         return breakable(obj.name)
 
-    @admin.display(description="due", ordering="scheduled_for")
-    def due(self, obj: Run) -> SafeString:
-        return times(obj.scheduled_for, _zone_of(obj))
-
-    @admin.display(description="started", ordering="started_at")
-    def started(self, obj: Run) -> SafeString:
-        return times(obj.started_at, _zone_of(obj))
+    due = time_of("scheduled_for", "due", _zone_of)
+    started = time_of("started_at", "started", _zone_of)
+    finished = time_of("finished_at", "finished", _zone_of)
+    abort_requested = time_of("abort_requested_at", "abort requested")
 
     @admin.display(description="duration", ordering="duration")
     def took(self, obj: Run) -> str:
@@ -102,8 +104,3 @@ class RunAdmin(ReadOnly, Traceback, SchedulerDatabaseAdmin):
     @admin.display(description="error")
     def short_error(self, obj: Run) -> str:
         return first_line(obj.error)
-
-
-def _zone_of(run: Run) -> str | None:
-    """The zone of a run's schedule (a one-off task's run has none)."""
-    return run.schedule.timezone if run.schedule_id is not None and run.schedule else None

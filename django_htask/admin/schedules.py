@@ -22,8 +22,8 @@ from django_htask.admin_database import SchedulerDatabaseAdmin
 from django_htask.models import Origin, Schedule
 from django_htask.operations import describe_schedule, run_schedule_soon
 
-from .common import RETRY_FIELDS, YesNoFilter, first_line
-from .display import breakable, defined_at, times
+from .common import RETRY_FIELDS, TimeHelp, YesNoFilter, first_line, time_of
+from .display import breakable, defined_at
 from .forms import ScheduleForm, safe_call
 from .preview import preview, preview_box
 from .strip import STRIP, RunMark, recent_runs, run_strip
@@ -36,6 +36,10 @@ logger = logging.getLogger(__name__)
 LIST_STRIP = 10
 
 
+def _own_zone(obj: Schedule) -> str:
+    return obj.timezone
+
+
 class _BrokenFilter(YesNoFilter):
     title = parameter_name = "broken"
     answers = ("broken", "not broken")
@@ -45,7 +49,7 @@ class _BrokenFilter(YesNoFilter):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(SchedulerDatabaseAdmin):
+class ScheduleAdmin(TimeHelp, SchedulerDatabaseAdmin):
     form = ScheduleForm
     # Fits a 1366 px screen beside the admin's sidebar and the filters: the function
     # goes under the name (when it differs), the zone is in the words and the times;
@@ -81,12 +85,12 @@ class ScheduleAdmin(SchedulerDatabaseAdmin):
         "broken",
         "origin",
         "orphaned",
-        "next_run_at",
-        "last_run_at",
+        "next_run",
+        "last_run",
         "last_status",
         "version",
-        "created_at",
-        "updated_at",
+        "created",
+        "updated",
     )
 
     def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
@@ -198,9 +202,10 @@ class ScheduleAdmin(SchedulerDatabaseAdmin):
         quiet = format_html('<br><span class="htask-quiet">{}</span>', breakable(obj.function))
         return breakable(obj.name) + quiet
 
-    @admin.display(description="next run", ordering="next_run_at")
-    def next_run(self, obj: Schedule) -> SafeString:
-        return times(obj.next_run_at, obj.timezone)
+    next_run = time_of("next_run_at", "next run", _own_zone)
+    last_run = time_of("last_run_at", "last run", _own_zone)
+    created = time_of("created_at", "created")
+    updated = time_of("updated_at", "updated")
 
     @admin.display(description="broken", ordering="broken")
     def problem(self, obj: Schedule) -> str:

@@ -25,9 +25,9 @@ from django_htask.models import Task, TaskStatus
 from django_htask.operations import FOLLOWED_NOT_SENT, send_again
 
 from .attempts import attempts_of
-from .common import RETRY_FIELDS, QueueListFilter, Traceback, first_line
+from .common import RETRY_FIELDS, QueueListFilter, TimeHelp, Traceback, first_line, time_of
 from .compose import batch_of, graph_of
-from .display import breakable, times
+from .display import breakable
 from .forms import TaskForm
 from .overview.waiting import why_waiting
 from .paging import LargeTablePaginator
@@ -41,7 +41,7 @@ RESULT_SHOWN = 2000
 
 
 @admin.register(Task)
-class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
+class TaskAdmin(Traceback, TimeHelp, SchedulerDatabaseAdmin):
     form = TaskForm
     list_display = (
         "function_name",
@@ -82,15 +82,15 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         "backend",
         "locked_by",
         "node",
-        "started_at",
-        "lease_expires_at",
-        "abort_requested_at",
+        "started",
+        "lease_expires",
+        "abort_requested",
         "last_error",
         "traceback_text",
         "reported",
         "returned",
-        "created_at",
-        "finished_at",
+        "created",
+        "finished",
         "batch_page",
         "graph",
     )
@@ -101,9 +101,12 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    @admin.display(description="due", ordering="run_at")
-    def due(self, obj: Task) -> SafeString:
-        return times(obj.run_at)
+    due = time_of("run_at", "due")
+    started = time_of("started_at", "started")
+    lease_expires = time_of("lease_expires_at", "lease expires")
+    abort_requested = time_of("abort_requested_at", "abort requested")
+    created = time_of("created_at", "created")
+    finished = time_of("finished_at", "finished")
 
     @admin.display(description="attempts", ordering="attempts")
     def tries(self, obj: Task) -> str:
@@ -144,15 +147,21 @@ class TaskAdmin(Traceback, SchedulerDatabaseAdmin):
         return attempts_of(self.admin_site.name, obj)
 
     def get_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
-        return ("run_at", *self._info)
+        """Its due time first: the field ``run_at`` (Django's date and time inputs)
+        where it can be moved, else as the list shows it."""
+        return ("run_at" if self._movable(request, obj) else "due", *self._info)
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return _TaskChangeList
 
     def get_readonly_fields(self, request: HttpRequest, obj: Task | None = None) -> Any:
-        if obj is not None and obj.status == TaskStatus.PENDING:
-            return self._info
-        return ("run_at", *self._info)
+        return self._info if self._movable(request, obj) else ("due", *self._info)
+
+    def _movable(self, request: HttpRequest, obj: Task | None) -> bool:
+        """Whether its time can be changed here: pending, by a user who may change
+        tasks."""
+        pending = obj is not None and obj.status == TaskStatus.PENDING
+        return pending and self.has_change_permission(request, obj)
 
     def render_change_form(
         self,

@@ -7,7 +7,9 @@ from typing import Any
 
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
+from django_htask.clock import stamp
 from django_htask.enums import TaskStatus
 from django_htask.flow import PER_KEY_MAX_LENGTH, RATE_COUNT_MAX, RATE_PERIOD_MAX
 from django_htask.keys import KEY_MAX_LENGTH, LOCK_MAX_LENGTH
@@ -336,7 +338,11 @@ class Task(ConditionsKnown):
         )
 
     def __str__(self) -> str:
-        return f"{self.function} at {self.run_at:%Y-%m-%d %H:%M:%S} ({self.status})"
+        """``myapp.tasks:send at 2030-01-01 09:00:00 CET (pending)``: its due time in the
+        current zone (``TIME_ZONE``), as the admin's pages, which head with it, show
+        times."""
+        due = stamp(self.run_at, timezone.get_current_timezone())
+        return f"{self.function} at {due} ({self.status})"
 
     @property
     def call(self) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -82,9 +82,17 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # The scheduler looks for changes made by the web process every half second.
 HTASK = {"POLL_INTERVAL": 0.5}
 
+# Each line with its time, to the second with the zone (TIME_ZONE: Django sets the
+# process's zone to it), as the admin writes times: 2030-01-01 09:00:00 UTC INFO ...
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {
+        "timed": {
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            "datefmt": "%Y-%m-%d %H:%M:%S %Z",
+        },
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "timed"}},
     "loggers": {"django_htask": {"handlers": ["console"], "level": "INFO"}},
 }

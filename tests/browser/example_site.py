@@ -96,6 +96,11 @@ def example_site(tmp: Path) -> Iterator[str]:
             _report_errors(logs)
 
 
+def scheduler_log(tmp: Path) -> str:
+    """What the scheduler of :func:`example_site` ``(tmp)`` has printed so far."""
+    return (tmp / "logs" / "scheduler.log").read_text(errors="replace")
+
+
 def _report_errors(logs: Path) -> None:
     """Print the servers' tracebacks (pytest shows them with a failing test)."""
     for log in sorted(logs.iterdir()):

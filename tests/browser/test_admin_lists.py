@@ -261,3 +261,38 @@ def test_the_queue_list_fits_and_pauses_resumes_and_limits_a_queue(
     expect(reports.locator("input[name$=max_running]")).to_have_value("2")
     assert Queue.objects.states().limits == (("reports", 2),)
     assert not Queue.objects.states().paused
+
+
+#: A time as Django writes one by default: "Jan. 1, 2030, 1 a.m.", "Nov. 28, 2026, noon".
+DJANGO_TIME = re.compile(r"\b\d{4}, (\d{1,2}(:\d\d)? [ap]\.m\.|midnight|noon)|[ap]\.m\.")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_change_pages_show_times_as_the_lists_do(
+    a_site: None, live_server: LiveServer, page: Page
+) -> None:
+    log_in(page, live_server.url)
+    run = Run.objects.filter(schedule__timezone="Asia/Tokyo").order_by("pk")[0]
+    task = Task.objects.filter(status=TaskStatus.RUNNING).get()
+    Task.objects.filter(pk=task.pk).update(started_at=run.started_at)
+    schedule_row = Schedule.objects.get(name="refresh-cache")
+    pages = {
+        "task": (f"task/{task.pk}", "due"),
+        "run": (f"run/{run.pk}", "started"),
+        "schedule": (f"schedule/{schedule_row.pk}", "next_run"),
+        "node": (f"node/{NODE}", "heartbeat"),
+    }
+    shown = {}
+    for what, (path, field) in pages.items():
+        page.goto(f"{live_server.url}/admin/django_htask/{path}/change/")
+        expect(page.locator("#content h1")).to_be_visible()
+        text = page.locator("#content").inner_text()
+        assert [m.group(0) for m in DJANGO_TIME.finditer(text)] == [], what
+        times = page.locator("fieldset .htask-time").all_inner_texts()
+        assert times and all(TIME.match(t) for t in times), (what, times)
+        shown[what] = page.locator(f".field-{field} .htask-time").all_inner_texts()
+    # The run of a Tokyo schedule: in its zone, then in the site's (Paris).
+    assert [t[-3:] for t in shown["run"]] == ["JST", "CET"]
+    assert shown["schedule"] == ["2030-01-01 01:00:10 CET"]
+    assert shown["node"] == ["2030-01-01 01:00:00 CET"]
+    assert shown["task"][0].endswith(("CET", "CEST"))

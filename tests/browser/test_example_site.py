@@ -7,20 +7,28 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from .example_site import PASSWORD, USER, example_site
+from .example_site import PASSWORD, USER, example_site, scheduler_log
 
 pytestmark = pytest.mark.slow
 
 RUN_WAIT = 30_000  # ms: a run is written within a poll or two; generous for a busy CI
+#: The start of a log line of the example's: its time, to the second, with the zone.
+LOGGED = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC (INFO|WARNING|ERROR) django_htask\.")
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with example_site(tmp_path_factory.mktemp("example")) as url:
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("example")
+
+
+@pytest.fixture(scope="module")
+def site(folder: Path) -> Iterator[str]:
+    with example_site(folder) as url:
         yield url
 
 
@@ -96,7 +104,7 @@ def test_admin_schedule_invalid_cron_fix_preview_and_run_now(site: str, page: Pa
     expect(row.first).to_contain_text("succeeded")
 
 
-def test_reminders_create_snooze_cancel_and_fire(site: str, page: Page) -> None:
+def test_reminders_create_snooze_cancel_and_fire(site: str, folder: Path, page: Page) -> None:
     sign_in(page, site)
 
     def create(text: str, delay: str) -> None:
@@ -133,3 +141,9 @@ def test_reminders_create_snooze_cancel_and_fire(site: str, page: Page) -> None:
     expect(fired.first).to_contain_text("succeeded")
     expect(snooze_row.locator("td").nth(2)).to_have_text("scheduled")
     expect(cancel_row.locator("td").nth(2)).to_have_text("cancelled")
+    # The scheduler's log lines start with their time: its start, the reminder's run.
+    lines = scheduler_log(folder).splitlines()
+    started = [line for line in lines if re.search(r"node \S+ started: ", line)]
+    fired = [line for line in lines if re.search(r"reminder \d+ fired", line)]
+    assert started and fired, lines
+    assert all(LOGGED.match(line) for line in started + fired), lines

@@ -269,7 +269,7 @@ class OrmStore(Store):
 
     def describe(self) -> str:
         settings = self.connection.settings_dict
-        return f"{self.connection.vendor} {settings.get('NAME')}"
+        return f"{self.vendor} {settings.get('NAME')}"
 
     def close(self) -> None:
         self.connection.close()

@@ -11,6 +11,7 @@ and imports), so it needs no database.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,6 +95,7 @@ def _allowed(path: str, function: str) -> str | None:
     return next((entry for entry in ALLOWED if path.startswith(entry.rstrip("/") + "/")), None)
 
 
+@functools.cache
 def _scan() -> tuple[list[str], set[str]]:
     """What is found outside :data:`ALLOWED`, and the entries that allowed something."""
     outside: list[str] = []

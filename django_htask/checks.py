@@ -337,10 +337,15 @@ def check_database_rows(databases: Sequence[str] | None) -> list[Any]:
     return found
 
 
-#: The databases whose store runs one node (W004), by vendor: their name, and why.
-_ONE_NODE = {
-    "sqlite": ("SQLite", "SQLite is for one node"),
-}
+def _several_nodes(alias: str) -> bool:
+    """Whether several nodes may share the database ``alias`` (its store says; true of
+    a database without a store, where no node runs)."""
+    from .store import get_store  # noqa: PLC0415
+
+    try:
+        return get_store(alias).supports_several_nodes
+    except ImproperlyConfigured:
+        return True
 
 
 @_database_check
@@ -357,10 +362,9 @@ def check_sqlite_nodes(databases: Sequence[str] | None) -> list[Any]:
         return []  # E002
     found: list[Any] = []
     for alias in _aliases(databases):
-        vendor = connections[alias].vendor
-        if vendor not in _ONE_NODE:
+        if _several_nodes(alias):
             continue
-        name, why = _ONE_NODE[vendor]
+        name = connections[alias].display_name
         try:
             live = list(Node.objects.using(alias).filter(live_nodes()).values_list("id", flat=True))
         except DatabaseError:
@@ -369,7 +373,7 @@ def check_sqlite_nodes(databases: Sequence[str] | None) -> list[Any]:
             found.append(
                 checks.Warning(
                     f"{len(live)} live scheduler nodes share the {name} database "
-                    f"{alias!r} ({', '.join(live)}): {why}",
+                    f"{alias!r} ({', '.join(live)}): {name} is for one node",
                     hint=f"run one runscheduler per {name} database, or use PostgreSQL, "
                     "MySQL or MariaDB for several nodes",
                     id="django_htask.W004",

@@ -59,7 +59,8 @@ CLAIM_INDEX = "htask_task_claim"
 DUE_INDEX = "htask_task_due"
 #: The partial unique index behind keys: one pending task per key, across queues; rows
 #: without a key are not in it. Its predicate, as SQL, is the conflict target's of
-#: ``INSERT … ON CONFLICT`` (store/inserts.py), which must match it word for word.
+#: ``INSERT … ON CONFLICT`` (store/postgres.py's ``on_conflict``, SQLite's too), which must
+#: match it word for word.
 KEY_INDEX = "htask_task_pending_key"
 KEY_PREDICATE = '"key" IS NOT NULL AND "status" = \'pending\''
 #: The pending tasks with a lock or a limit (docs/howto-exactly-one.md), which a claim

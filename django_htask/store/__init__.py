@@ -62,8 +62,11 @@ def install(using: str | None = None) -> None:
     using = using or scheduler_alias()
     if not holds_tables(using):
         return
-    if connections[using].vendor in ("sqlite", "postgresql", "mysql"):
-        get_store(using).install()
+    try:
+        store = get_store(using)
+    except ImproperlyConfigured:
+        return
+    store.install()
 
 
 def notify_nodes(using: str | None = None) -> None:

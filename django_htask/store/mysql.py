@@ -124,11 +124,13 @@ from .database import (
     set_sql,
     started_task,
 )
+from .dialect import Conflict, Dialect, RowInsert
 from .reaping import SharedReaper
 from .statuses import LateStatuses
 
 __all__ = [
     "GATE_SLOTS",
+    "MySQLDialect",
     "MySQLStore",
     "add_gated_column",
     "add_pending_key",
@@ -389,12 +391,48 @@ _PRIORITY = STARTED_FIELDS.index("priority")
 _RUN_AT = STARTED_FIELDS.index("run_at")
 
 
+class MySQLDialect(Dialect):
+    """What MySQL and MariaDB do their own way (:mod:`.dialect`)."""
+
+    def settles_keys(self, connection: BaseDatabaseWrapper) -> bool:
+        return True  # one row a statement (insert_rows), whatever the version
+
+    def conflict_clause(self, connection: BaseDatabaseWrapper, conflict: Conflict) -> str:
+        """``ON DUPLICATE KEY UPDATE`` on the pending-key column doing ``conflict``,
+        which also makes the id of the pending row met the statement's
+        ``LAST_INSERT_ID`` (for ``cursor.lastrowid``, :meth:`insert_rows`)."""
+        qn = connection.ops.quote_name
+        sets = [f"{qn('id')} = LAST_INSERT_ID({qn('id')})"]
+        sets += [f"{qn(name)} = VALUES({qn(name)})" for name in conflict.copied]
+        sets += [f"{qn(name)} = {value}" for name, value in conflict.reset]
+        return f" ON DUPLICATE KEY UPDATE {', '.join(sets)}"
+
+    def insert_rows(self, insert: RowInsert) -> None:
+        """With a conflict clause, one row a statement: there is no ``RETURNING`` after
+        ``ON DUPLICATE KEY UPDATE``, so each gives the id of the row it inserted or of
+        the pending row it met, then the rows are read back by id. Without, the
+        generic ``VALUES`` lists (MariaDB returns their rows)."""
+        if not insert.conflict:
+            super().insert_rows(insert)
+            return
+        params_of = insert.params_of()
+        sql = f"{insert.head()} VALUES ({', '.join(['%s'] * len(insert.fields))}){insert.conflict}"
+        ids: list[int] = []
+        with insert.connection.cursor() as cursor:
+            for row in insert.rows:
+                cursor.execute(sql, params_of(row))
+                ids.append(cursor.lastrowid)
+        found = Task.objects.using(insert.connection.alias).filter(id__in=ids).order_by()
+        insert.on_batch(insert.rows, list(found.values_list(*insert.returned)))
+
+
 class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
     """Several nodes on MySQL or MariaDB: the ORM store, with the version triggers
     above, claims that skip the rows another transaction is claiming, and row locks of
     the counter table for the reaper and the locks and limits (see the module)."""
 
     vendor = "mysql"
+    dialect = MySQLDialect()
     _no_such_table = re.compile(r"Table '(?:[^'.]+\.)?(\w+)' doesn't exist")
     supports_several_nodes = True
     _fence_lock = " LOCK IN SHARE MODE"

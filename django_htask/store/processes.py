@@ -33,10 +33,13 @@ def config() -> dict[str, Any]:
     databases: dict[str, dict[str, Any]] = {}
     for alias in connections:
         connection: Any = connections[alias]
-        if connection.vendor == "sqlite" and connection.is_in_memory_db():
+        # Asked of the connection: only a backend that can hold its database in this
+        # process's memory has the question.
+        in_memory = getattr(connection, "is_in_memory_db", None)
+        if in_memory is not None and in_memory():
             raise ImproperlyConfigured(
-                f"the process pool cannot share the in-memory SQLite database "
-                f"{alias!r} with its worker processes: use a database file"
+                f"the process pool cannot share the in-memory {connection.display_name} "
+                f"database {alias!r} with its worker processes: use a database file"
             )
         databases[alias] = {"NAME": connection.settings_dict["NAME"]}
     return {"databases": databases}

@@ -34,8 +34,10 @@ from django_htask.models import CLAIM_INDEX, GATED_INDEX, Task
 from . import values
 from .base import ScheduleRef, StartedTask
 from .database import DatabaseStore, RefReader
+from .dialect import Conflict, Dialect
+from .postgres import on_conflict
 
-__all__ = ["TIMESTAMPS", "SQLiteStore", "install", "is_utc_text", "utc_text"]
+__all__ = ["TIMESTAMPS", "SQLiteDialect", "SQLiteStore", "install", "is_utc_text", "utc_text"]
 
 COUNTER = "django_htask_counter"
 SCHEDULE = "django_htask_schedule"
@@ -150,11 +152,20 @@ def _utc(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
+class SQLiteDialect(Dialect):
+    """What SQLite does its own way (:mod:`.dialect`): its inserts are the generic
+    ``VALUES`` lists, with ``RETURNING`` from SQLite 3.35."""
+
+    def conflict_clause(self, connection: BaseDatabaseWrapper, conflict: Conflict) -> str:
+        return on_conflict(connection, conflict)  # SQLite's upsert is PostgreSQL's syntax
+
+
 class SQLiteStore(DatabaseStore):
     """The embedded single-node default. SQLite serialises writers, so the generic
     claim (select candidates, then a conditional update) is already exclusive."""
 
     vendor = "sqlite"
+    dialect = SQLiteDialect()
     _no_such_table = re.compile(r"no such table: (?:\w+\.)?(\w+)")
     single_host = True  # a SQLite file is shared by the processes of one host
     _gated_indexed_by = f" INDEXED BY {GATED_INDEX}"

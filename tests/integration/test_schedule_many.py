@@ -195,7 +195,7 @@ def test_the_tasks_returned_are_the_rows_stored_and_post_init_still_fires() -> N
     assert [_fields(t) for t in again] == [_fields(Task.objects.get(pk=t.pk)) for t in again]
 
 
-#: Keys and locks an array literal must quote (PostgreSQL's are made in store/inserts.py).
+#: Keys and locks an array literal must quote (PostgreSQL's are made in store/postgres.py).
 AWKWARD = ['a"b', "back\\slash", "{braces}", "a,b", " spaced ", "NULL", "é ✓", '\\"', "x'y"]
 
 
@@ -224,17 +224,17 @@ def test_awkward_keys_locks_and_mixed_options_are_stored_as_given(fake_clock: Fa
 
 def _spy_pipelined(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Record whether each multi-batch insert on PostgreSQL went through psycopg's
-    pipeline (store/inserts.py, ``_pipelined``)."""
-    from django_htask.store import inserts
+    pipeline (store/postgres.py, ``_pipelined``)."""
+    from django_htask.store import postgres
 
     seen: list[bool] = []
-    real = inserts._pipelined
+    real = postgres._pipelined
 
     def spy(*args: Any) -> bool:
         seen.append(real(*args))
         return seen[-1]
 
-    monkeypatch.setattr(inserts, "_pipelined", spy)
+    monkeypatch.setattr(postgres, "_pipelined", spy)
     return seen
 
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -22,6 +22,7 @@ from django_htask.db import scheduler_alias
 from django_htask.exceptions import NodeFenced, NotMigrated, StoreUnavailable
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.store.base import RunOutcome, Store
+from django_htask.store.dialect import Dialect
 from django_htask.store.values import _RUN_COLUMNS
 
 #: SQLite allows 999 host parameters in old builds: chunk ``IN (...)`` lists.
@@ -197,6 +198,8 @@ class OrmStore(Store):
     connection and transactions, and the fence of a node's writes."""
 
     vendor = ""
+    #: What this database does its own way (each vendor's store holds its own).
+    dialect: ClassVar[Dialect]
 
     def __init__(self, using: str | None = None) -> None:
         #: The database alias (default: the scheduler's, django_htask.db).
@@ -266,7 +269,7 @@ class OrmStore(Store):
 
     def describe(self) -> str:
         settings = self.connection.settings_dict
-        return f"{self.connection.vendor} {settings.get('NAME')}"
+        return f"{self.vendor} {settings.get('NAME')}"
 
     def close(self) -> None:
         self.connection.close()

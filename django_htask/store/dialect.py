@@ -1,0 +1,110 @@
+"""What a database does its own way, behind one short interface that the code the
+databases share calls, never asking the database's name: for now, inserting task rows
+(:mod:`.inserts`). Each vendor module defines one :class:`Dialect` (its SQL is there),
+and its store holds it (``OrmStore.dialect``)."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+__all__ = ["Conflict", "Dialect", "OnBatch", "RowInsert"]
+
+#: What an insert hands each batch to: its rows, and the rows its statement returned.
+OnBatch = Callable[[list[tuple[Any, ...]], list[tuple[Any, ...]]], None]
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """What an insert does to the pending task that holds a new row's key (the
+    pending-key index, ``KEY_PREDICATE``): the columns it takes from the new row
+    (``copied``) and those it sets to an SQL value (``reset``). With neither, the
+    pending row is left as it is, and returned in place of the new one."""
+
+    copied: tuple[str, ...] = ()
+    reset: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class RowInsert:
+    """Rows to insert into ``table``, as the shared code prepares them: ``fields``, the
+    columns in order; ``fixed``, the value of each field not in ``varying`` as the
+    database takes it; ``rows``, the ``varying`` fields of each row, not yet prepared;
+    at most ``batch_size`` rows a statement; ``conflict``, the dialect's conflict clause
+    (``''``: none); ``returned``, the columns returned for each row. Each batch and the
+    rows returned for it go to ``on_batch``, in order."""
+
+    connection: BaseDatabaseWrapper
+    table: str
+    fields: list[Any]
+    fixed: dict[str, Any]
+    varying: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+    batch_size: int
+    conflict: str
+    returned: tuple[str, ...]
+    on_batch: OnBatch
+
+    def head(self) -> str:
+        """``INSERT INTO table (columns)``."""
+        qn = self.connection.ops.quote_name
+        return f"INSERT INTO {qn(self.table)} ({', '.join(qn(f.column) for f in self.fields)})"
+
+    def returning(self) -> str:
+        qn = self.connection.ops.quote_name
+        return f" RETURNING {', '.join(qn(name) for name in self.returned)}"
+
+    def params_of(self) -> Callable[[tuple[Any, ...]], list[Any]]:
+        """The parameters of one row of a ``VALUES`` list, in the order of ``fields``:
+        the values of ``fixed``, and the row's ``varying`` fields prepared."""
+        connection, fixed = self.connection, self.fixed
+        index = {name: i for i, name in enumerate(self.varying)}
+        prep = {f.attname: f.get_db_prep_save for f in self.fields if f.attname in index}
+        fields = self.fields
+
+        def params_of(row: tuple[Any, ...]) -> list[Any]:
+            return [
+                fixed[f.attname]
+                if (i := index.get(f.attname)) is None
+                else prep[f.attname](row[i], connection)
+                for f in fields
+            ]
+
+        return params_of
+
+
+class Dialect(abc.ABC):
+    """What a database does its own way (see the module)."""
+
+    def settles_keys(self, connection: BaseDatabaseWrapper) -> bool:
+        """Whether an insert with a conflict clause can return the row it inserted or
+        met, for each row (what a task's key needs)."""
+        return bool(connection.features.can_return_rows_from_bulk_insert)
+
+    @abc.abstractmethod
+    def conflict_clause(self, connection: BaseDatabaseWrapper, conflict: Conflict) -> str:
+        """The clause after an insert's rows that does ``conflict`` to the pending task
+        holding a new row's key, its rows returned as the others are."""
+
+    def insert_rows(self, insert: RowInsert) -> None:
+        """Insert the rows of ``insert``: ``VALUES`` lists of as many rows as the
+        database takes parameters for, each statement returning its rows."""
+        connection, rows = insert.connection, insert.rows
+        params_of = insert.params_of()
+        per_statement = connection.ops.bulk_batch_size(insert.fields, rows)
+        per_statement = max(1, min(insert.batch_size, per_statement))
+        head = insert.head() + " VALUES "
+        one = "(" + ", ".join(["%s"] * len(insert.fields)) + ")"
+        tail = insert.conflict + insert.returning()
+        with connection.cursor() as cursor:
+            for start in range(0, len(rows), per_statement):
+                batch = rows[start : start + per_statement]
+                params: list[Any] = []
+                for row in batch:
+                    params += params_of(row)
+                cursor.execute(head + ", ".join([one] * len(batch)) + tail, params)
+                insert.on_batch(batch, cursor.fetchall())

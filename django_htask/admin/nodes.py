@@ -38,6 +38,7 @@ class NodeAdmin(ReadOnly, SchedulerDatabaseAdmin):
         "pid",
         "heartbeat",
         "running",
+        "stuck_threads",
         "started",
         "version",
     )
@@ -54,6 +55,7 @@ class NodeAdmin(ReadOnly, SchedulerDatabaseAdmin):
         "version",
         "running_tasks",
         "running_runs",
+        "stuck_threads",
     )
     fields = readonly_fields
 

@@ -38,7 +38,6 @@ class NodeAdmin(ReadOnly, SchedulerDatabaseAdmin):
         "pid",
         "heartbeat",
         "running",
-        "stuck_threads",
         "started",
         "version",
     )
@@ -81,9 +80,12 @@ class NodeAdmin(ReadOnly, SchedulerDatabaseAdmin):
 
     @admin.display(description="running")
     def running(self, obj: Node) -> str:
-        """Its work in one column: ``2 tasks, 1 schedule run``."""
+        """Its work in one column: ``2 tasks, 1 schedule run``, and its worker threads
+        given up when it has any (``; 3 stuck threads``)."""
         tasks, runs = self.running_tasks(obj), self.running_runs(obj)
-        return f"{tasks} task{pluralize(tasks)}, {runs} schedule run{pluralize(runs)}"
+        text = f"{tasks} task{pluralize(tasks)}, {runs} schedule run{pluralize(runs)}"
+        stuck = obj.stuck_threads
+        return f"{text}; {stuck} stuck thread{pluralize(stuck)}" if stuck else text
 
     @admin.display(description="running tasks")
     def running_tasks(self, obj: Node) -> int:

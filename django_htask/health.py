@@ -88,6 +88,10 @@ class Verdict:
     oldest_due_name: str = ""
     #: The queues paused (their work is not counted as due).
     paused_queues: tuple[str, ...] = ()
+    #: Worker threads the live nodes gave up, still stuck in their calls (as of their
+    #: last heartbeats): not a problem by itself, since past ``MAX_ABANDONED_THREADS``
+    #: a node starts afresh.
+    stuck_threads: int = 0
 
     @property
     def database_ok(self) -> bool:
@@ -172,7 +176,8 @@ class Verdict:
         else:
             due = f"oldest due work {self.oldest_due_seconds:.0f}s ago: {self.oldest_due_name}"
         paused = f", queues paused: {', '.join(self.paused_queues)}" if self.paused_queues else ""
-        return f"healthy: {nodes}{named}, {due}{paused} (max late {self.max_late:g}s)"
+        stuck = f", {_plural(self.stuck_threads, 'stuck thread')}" if self.stuck_threads else ""
+        return f"healthy: {nodes}{named}, {due}{paused}{stuck} (max late {self.max_late:g}s)"
 
     def as_json(self) -> dict[str, Any]:
         """The verdict for the health endpoint: facts only, no host names, pids or
@@ -192,6 +197,7 @@ class Verdict:
             "late_schedules": self.late_schedules,
             "oldest_due_seconds": _round(self.oldest_due_seconds),
             "paused_queues": list(self.paused_queues),
+            "stuck_threads": self.stuck_threads,
         }
 
 
@@ -250,7 +256,9 @@ def _look(now: datetime, max_late: float, node: str | None, using: str) -> dict[
     facts: dict[str, Any] = {}
     nodes = Node.objects.using(using).order_by()
     dead_before = get_settings().dead_before(now)
-    facts["live_nodes"] = tuple(nodes.live(dead_before).order_by("id").values_list("id", flat=True))
+    live = list(nodes.live(dead_before).order_by("id").values_list("id", "stuck_threads"))
+    facts["live_nodes"] = tuple(node_id for node_id, _ in live)
+    facts["stuck_threads"] = sum(stuck for _, stuck in live)
     newest = nodes.heard_last().values_list("id", "last_heartbeat", "stopped_at")
     last = newest.first()
     if last is not None:

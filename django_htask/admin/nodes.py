@@ -52,6 +52,7 @@ class NodeAdmin(ReadOnly, TimeHelp, SchedulerDatabaseAdmin):
         "version",
         "running_tasks",
         "running_runs",
+        "stuck_threads",
     )
     fields = readonly_fields
 
@@ -73,9 +74,12 @@ class NodeAdmin(ReadOnly, TimeHelp, SchedulerDatabaseAdmin):
 
     @admin.display(description="running")
     def running(self, obj: Node) -> str:
-        """Its work in one column: ``2 tasks, 1 schedule run``."""
+        """Its work in one column: ``2 tasks, 1 schedule run``, and its worker threads
+        given up when it has any (``; 3 stuck threads``)."""
         tasks, runs = self.running_tasks(obj), self.running_runs(obj)
-        return f"{tasks} task{pluralize(tasks)}, {runs} schedule run{pluralize(runs)}"
+        text = f"{tasks} task{pluralize(tasks)}, {runs} schedule run{pluralize(runs)}"
+        stuck = obj.stuck_threads
+        return f"{text}; {stuck} stuck thread{pluralize(stuck)}" if stuck else text
 
     @admin.display(description="running tasks")
     def running_tasks(self, obj: Node) -> int:

@@ -45,6 +45,8 @@ class WorkerPool:
         self._on_thread_exit = on_thread_exit
         self._queue: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        #: Notified whenever a thread leaves the sets below (it ended, or was given up).
+        self._left = threading.Condition(self._lock)
         self._target = 0
         self._threads: set[threading.Thread] = set()  # pool workers alive
         self._extra: set[threading.Thread] = set()  # thread-per-task threads running
@@ -83,11 +85,13 @@ class WorkerPool:
             if thread in self._extra:  # a thread per task: nothing to start
                 self._extra.discard(thread)
                 self._abandoned.add(thread)
+                self._left.notify_all()
                 return True
             if thread not in self._threads:
                 return False
             self._threads.discard(thread)
             self._abandoned.add(thread)
+            self._left.notify_all()
             started = None
             if len(self._threads) < self._target and not self._closed:
                 self._serial += 1
@@ -160,6 +164,8 @@ class WorkerPool:
                 self._threads.discard(current)
                 if self._on_thread_exit is not None:
                     self._leaving.add(current)  # shutdown() still waits for it
+                else:
+                    self._left.notify_all()
                 return True
             return False
 
@@ -199,6 +205,7 @@ class WorkerPool:
             with self._lock:
                 members.discard(threading.current_thread())
                 self._abandoned.discard(threading.current_thread())
+                self._left.notify_all()
 
     def _call(self, fn: Callable[[], object]) -> None:
         try:
@@ -224,17 +231,20 @@ class WorkerPool:
             return self.alive() == 0
         deadline = None if timeout is None else time.monotonic() + timeout
         current = threading.current_thread()
-        while True:
-            with self._lock:
-                others = [
-                    t for t in self._threads | self._extra | self._leaving if t is not current
-                ]
-            if not others:
-                return True
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
-            others[0].join(remaining)
+        seen: set[threading.Thread] = set()
+        # Woken as each thread leaves, rather than joined one by one: a thread given up
+        # while it is waited for (replace) leaves without ending.
+        with self._left:
+            while others := (self._threads | self._extra | self._leaving) - {current}:
+                seen |= others
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._left.wait(remaining)
+            ended = seen - self._abandoned
+        for thread in ended:  # leaving its set was its last step: it ends at once
+            thread.join()
+        return True
 
     def __repr__(self) -> str:
         return f"<WorkerPool {self.name!r} workers={self._target} alive={self.alive()}>"

@@ -54,7 +54,7 @@ class _Facts:
     lateness: dict[str, _Histogram] = field(default_factory=dict)
     tasks: list[Mapping[str, Any]] = field(default_factory=list)
     schedules: dict[str, Any] = field(default_factory=dict)
-    nodes: list[tuple[str, datetime]] = field(default_factory=list)
+    nodes: list[tuple[str, datetime, int]] = field(default_factory=list)
     queues: list[tuple[str, bool, int | None]] = field(default_factory=list)
 
 
@@ -181,7 +181,10 @@ def _read(now: datetime, window: float, using: str) -> _Facts:
         broken=Count("id", filter=~Q(broken="")),
     )
     facts.nodes = list(
-        Node.objects.using(using).not_stopped().order_by("id").values_list("id", "last_heartbeat")
+        Node.objects.using(using)
+        .not_stopped()
+        .order_by("id")
+        .values_list("id", "last_heartbeat", "stuck_threads")
     )
     facts.queues = list(Queue.objects.using(using).values_list("name", "paused", "max_running"))
     return facts
@@ -410,11 +413,19 @@ def _node_families(facts: _Facts, now: datetime) -> Iterator[Metric]:
         "Seconds since the last heartbeat of each node not stopped, by node id.",
         ("node",),
     )
+    stuck = _gauge(
+        "django_htask_node_stuck_threads",
+        "Worker threads each node not stopped gave up, still stuck in calls that did not "
+        "stop when forced (as of its last heartbeat; past MAX_ABANDONED_THREADS it starts "
+        "afresh), by node id.",
+        ("node",),
+    )
     alive = 0
-    for node_id, heartbeat in facts.nodes:  # not stopped
+    for node_id, heartbeat, threads in facts.nodes:  # not stopped
         is_live = node_is_live(None, heartbeat, dead_before)
         alive += is_live
         up.add_metric([node_id], 1 if is_live else 0)
         age.add_metric([node_id], (now - heartbeat).total_seconds())
+        stuck.add_metric([node_id], threads)
     live.add_metric([], alive)
-    yield from (live, up, age)
+    yield from (live, up, age, stuck)

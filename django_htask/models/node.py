@@ -35,6 +35,12 @@ class Node(models.Model):
     pruned_at = models.DateTimeField(
         null=True, blank=True, help_text="when it last deleted rows past their retention"
     )
+    stuck_threads = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        help_text="worker threads it gave up, still stuck in calls that did not stop when "
+        "forced (as of its last heartbeat; see MAX_ABANDONED_THREADS)",
+    )
 
     class Meta:
         ordering = ("-last_heartbeat",)

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from django_htask.exceptions import StartAborted
 
-from .node import Node, NodeStats, new_node_id
+from .node import EXIT_STUCK, Node, NodeStats, new_node_id
 from .shutdown import EXIT_GRACE
 
-__all__ = ["EXIT_GRACE", "Node", "NodeStats", "StartAborted", "new_node_id"]
+__all__ = ["EXIT_GRACE", "EXIT_STUCK", "Node", "NodeStats", "StartAborted", "new_node_id"]

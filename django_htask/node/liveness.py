@@ -108,10 +108,15 @@ class Liveness:
             self.beat.call_at(now + timedelta(seconds=s.heartbeat_interval), self._heartbeat)
 
     def _renew(self, now: datetime, lease_until: datetime) -> None:
-        """The heartbeat, tried again at once when the database made it a deadlock's
-        victim: backing off a whole interval would show this node late to the others."""
+        """The heartbeat, with the worker threads given up and still stuck (shown by
+        ``htask status``, the health check, the metrics and the admin), tried again at
+        once when the database made it a deadlock's victim: backing off a whole
+        interval would show this node late to the others."""
         ctx = self.ctx
-        deadlock_retried(lambda: ctx.store.heartbeat(ctx.node_id, now, lease_until), "heartbeat")
+        stuck = ctx.jobs.abandoned_workers()
+        deadlock_retried(
+            lambda: ctx.store.heartbeat(ctx.node_id, now, lease_until, stuck), "heartbeat"
+        )
 
     def reap(self, now: datetime) -> None:
         """Declare dead the nodes silent for ``NODE_TIMEOUT`` and hand back their work."""

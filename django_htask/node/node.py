@@ -56,7 +56,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: The exit status of a node that gave up more than ``MAX_ABANDONED_THREADS`` worker
-#: threads stuck in their calls (``runscheduler``), for its supervisor to restart it.
+#: threads stuck in their calls: ``runscheduler`` starts afresh in a new process image,
+#: or, with ``--exit-when-stuck``, exits with it for its supervisor to restart it.
 EXIT_STUCK = 4
 
 
@@ -307,20 +308,27 @@ class Node:
 
     def _too_many_stuck(self, stuck: int) -> None:
         """More worker threads are stuck than ``MAX_ABANDONED_THREADS``: stop, so that
-        the process exits (status :data:`EXIT_STUCK`) and its supervisor starts it
-        afresh, with all its capacity."""
+        a fresh process (``runscheduler`` starting afresh, or the supervisor it exits
+        to with status :data:`EXIT_STUCK`) runs with all its capacity. :attr:`done`
+        says how many are stuck once the node has stopped: more may be given up while
+        it stops."""
         logger.error(
-            "node %s: %d worker threads are stuck in calls that did not stop when forced "
-            "(more than MAX_ABANDONED_THREADS %d): stopping, exit status %d",
+            "node %s: %s in calls that did not stop when forced (more than "
+            "MAX_ABANDONED_THREADS %d): stopping (status %d)",
             self.node_id,
-            stuck,
+            _threads_stuck(stuck),
             self.settings.max_abandoned_threads,
             EXIT_STUCK,
             extra={"action": "node_stuck", "stuck": stuck},
         )
-        self.done = f"{stuck} worker threads are stuck (more than MAX_ABANDONED_THREADS)"
         self.exit_status = EXIT_STUCK
         self.stop_requested = True
+
+    @property
+    def stuck_threads(self) -> int:
+        """Worker threads given up, still stuck in their calls (what the heartbeat
+        writes on the node's row)."""
+        return self._parts.ctx.jobs.abandoned_workers() if self._parts is not None else 0
 
     # -- looking at the database -----------------------------------------------------
     def wake(self) -> None:
@@ -411,6 +419,9 @@ class Node:
             self.unfinished = shut_down(parts.ctx, parts.liveness, timeout, self._on_fenced)
         finally:
             parts.supervisor.close()  # it times jobs out while the node waits for them
+            if self.exit_status == EXIT_STUCK:  # counted now: one number, the last
+                stuck = _threads_stuck(self.stuck_threads)
+                self.done = f"{stuck} (more than MAX_ABANDONED_THREADS)"
 
     # -- state, for tests and the banner ---------------------------------------------
     def held_schedules(self) -> dict[int, datetime]:
@@ -445,6 +456,10 @@ class Node:
 
 def _nothing() -> None:
     pass
+
+
+def _threads_stuck(n: int) -> str:
+    return f"{n} worker {'thread is' if n == 1 else 'threads are'} stuck"
 
 
 @dataclass(frozen=True)

@@ -630,7 +630,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
             )
         return True
 
-    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
+    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime, stuck: int = 0) -> int:
         """Record the heartbeat and renew this node's leases, and hold the node's
         presence on this connection (its named lock, taken once: see
         :mod:`~django_htask.store.presence`). The node's row is locked ``FOR UPDATE``
@@ -646,7 +646,8 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
             check_fence(node_id, row)
             assert row is not None
             cursor.execute(
-                f"UPDATE {NODE} SET last_heartbeat = %s WHERE id = %s", [adapt(now), node_id]
+                f"UPDATE {NODE} SET last_heartbeat = %s, stuck_threads = %s WHERE id = %s",
+                [adapt(now), stuck, node_id],
             )
             self._hold_presence(node_id)
             renewed = self._renew_leases(node_id, lease_until)

@@ -588,7 +588,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
     # -- nodes -----------------------------------------------------------------------
     _fence_lock = " FOR SHARE"
 
-    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
+    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime, stuck: int = 0) -> int:
         """Record the heartbeat and renew this node's leases, and hold the node's
         presence on this connection (a session-level advisory lock, taken once: see
         :mod:`~django_htask.store.presence`). A node declared dead stays dead:
@@ -596,11 +596,11 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         key = presence_key(node_id)
         with self._atomic(), self._cursor() as cursor:
             cursor.execute(
-                f"UPDATE {NODE} AS n SET last_heartbeat = %s FROM ("
+                f"UPDATE {NODE} AS n SET last_heartbeat = %s, stuck_threads = %s FROM ("
                 f" SELECT id, last_heartbeat FROM {NODE} WHERE id = %s FOR UPDATE"
                 ") AS o WHERE n.id = o.id AND n.stopped_at IS NULL "
                 f"RETURNING o.last_heartbeat, {_PRESENT}",
-                [now, node_id, PRESENCE_CLASS, key, PRESENCE_CLASS, key],
+                [now, stuck, node_id, PRESENCE_CLASS, key, PRESENCE_CLASS, key],
             )
             row = cursor.fetchone()
             if row is None:

@@ -135,21 +135,58 @@ def test_sigterm_while_a_timeout_forces_a_stuck_task_stops_cleanly(
     assert node.stdout.rstrip().endswith("stopped.")
 
 
-def test_a_node_with_too_many_stuck_threads_exits_with_status_4(
+def stuck_node(
+    db_file: Path, django_code: Callable[[str], str], log: Path, *args: str
+) -> Scheduler:
+    """A node that gives up the thread of a hung task, one more than it may
+    (``MAX_ABANDONED_THREADS`` 0)."""
+    django_code(
+        f"from django_htask import schedule\nschedule({HANG!r}, 'sleep', {str(log)!r}, timeout=1)\n"
+    )
+    return Scheduler(
+        db_file, ["--poll-interval", "0.2", *args], {"HTASK_ACCEPTANCE_MAX_ABANDONED": "0"}
+    )
+
+
+def test_a_node_with_too_many_stuck_threads_starts_afresh_as_a_new_node(
     db_file: Path,
     django_code: Callable[[str], str],
     query: Query,
     tmp_path: Path,
 ) -> None:
-    log = tmp_path / "jobs.log"
-    django_code(
-        f"from django_htask import schedule\nschedule({HANG!r}, 'sleep', {str(log)!r}, timeout=1)\n"
-    )
-    node = Scheduler(db_file, ["--poll-interval", "0.2"], {"HTASK_ACCEPTANCE_MAX_ABANDONED": "0"})
+    node = stuck_node(db_file, django_code, tmp_path / "jobs.log")
+    nodes = "SELECT id, pid, stopped_at FROM django_htask_node ORDER BY started_at"
+    try:
+        wait_until(lambda: "starting afresh" in node.stdout, 30, "the node starting afresh")
+        assert "stopped: 1 worker thread is stuck (more than MAX_ABANDONED_THREADS)" in node.stdout
+        wait_until(lambda: node.stdout.count("stop:") == 2, 30, "the new node's banner")
+        (old, old_pid, stopped), (new, new_pid, running) = query(nodes)
+        assert old != new and old_pid == new_pid == node.process.pid  # execv: the same pid
+        assert stopped is not None and running is None
+        assert f"node {old} stopped: 1 worker thread is stuck" in node.stderr  # node_reexec
+        assert query("SELECT status FROM django_htask_task") == [("failed",)]
+        django_code(f"from django_htask import schedule\nschedule({NOOP!r}, 'after')\n")
+        ran = "SELECT node FROM django_htask_task WHERE status = 'succeeded'"
+        assert wait_until(lambda: query(ran), 30, "a task after it") == [(new,)]
+        node.send(signal.SIGTERM)
+        assert node.wait_exit() == 0, node.stderr
+        assert node.stdout.rstrip().endswith("stopped.")
+    finally:
+        node.kill()
+
+
+def test_a_node_with_too_many_stuck_threads_exits_with_status_4_when_asked(
+    db_file: Path,
+    django_code: Callable[[str], str],
+    query: Query,
+    tmp_path: Path,
+) -> None:
+    node = stuck_node(db_file, django_code, tmp_path / "jobs.log", "--exit-when-stuck")
     try:
         assert node.wait_exit(30) == 4, node.stderr
-        assert "worker threads are stuck" in node.stdout
-        assert "exit status 4" in node.stderr  # the log line says it too
+        assert "stopped: 1 worker thread is stuck" in node.stdout
+        assert "exit status 4" in node.stdout
+        assert "(status 4)" in node.stderr  # the log line says it too
         assert query("SELECT status FROM django_htask_task") == [("failed",)]
     finally:
         node.kill()

@@ -780,6 +780,24 @@ def test_nodes_on_a_host_and_their_queues(kit: Kit) -> None:
     }
 
 
+def test_a_heartbeat_writes_the_stuck_threads_and_a_registration_clears_them(
+    kit: Kit,
+) -> None:
+    kit.register("n1")
+    assert kit.node("n1").stuck_threads == 0
+    later = NOW + timedelta(seconds=5)
+    kit.store.heartbeat("n1", later, LEASE, stuck=3)
+    node = kit.node("n1")
+    assert (node.stuck_threads, node.last_heartbeat) == (3, later)
+    kit.store.heartbeat("n1", later, LEASE, stuck=1)  # one of them returned
+    assert kit.node("n1").stuck_threads == 1
+    kit.store.heartbeat("n1", later, LEASE)
+    assert kit.node("n1").stuck_threads == 0
+    kit.store.heartbeat("n1", later, LEASE, stuck=2)
+    kit.register("n1", at=later)  # its id taken again (``--node-id``): a new process
+    assert kit.node("n1").stuck_threads == 0
+
+
 def test_a_node_is_absent_once_no_session_holds_its_presence(kit: Kit) -> None:
     """Where several nodes share the database, the connection that registers a node,
     and each of its heartbeats, hold its presence: a node whose connections ended (its

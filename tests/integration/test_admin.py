@@ -24,6 +24,7 @@ from django_htask.models import (
     Task,
     TaskStatus,
 )
+from django_htask.store import get_store
 from tests.integration.node_rows import node_row
 from tests.integration.testapp import tasks
 
@@ -624,11 +625,13 @@ def test_cancel_needs_the_change_permission() -> None:
     assert task.status == TaskStatus.PENDING
 
 
-def test_nodes_show_live_or_dead_and_the_work_they_hold(
+def test_nodes_show_live_or_dead_the_work_they_hold_and_their_stuck_threads(
     admin_client_: Client, fake_clock: FakeClock
 ) -> None:
-    node_row("alive-1", fake_clock.now())
-    node_row("gone-2", fake_clock.now(), silent_for=3600)
+    now = fake_clock.now()
+    node_row("alive-1", now)
+    node_row("gone-2", now, silent_for=3600)
+    get_store().heartbeat("alive-1", now, now, stuck=3)
     running = schedule(tasks.add, 1, delay=5)
     Task.objects.filter(pk=running.pk).update(locked_by="alive-1", status=TaskStatus.RUNNING)
     page = admin_client_.get(f"{URL}node/").content.decode()
@@ -637,8 +640,10 @@ def test_nodes_show_live_or_dead_and_the_work_they_hold(
         for m in re.finditer(r"<tr[^>]*>.*?(alive-1|gone-2).*?</tr>", page, re.S)
     }
     assert ">live<" in rows["alive-1"] and ">dead<" in rows["gone-2"]
-    assert re.search(r'field-running">1 task, 0 schedule runs<', rows["alive-1"])
+    assert re.search(r'field-running">1 task, 0 schedule runs; 3 stuck threads<', rows["alive-1"])
     assert re.search(r'field-running">0 tasks, 0 schedule runs<', rows["gone-2"])
+    one = admin_client_.get(f"{URL}node/alive-1/change/").content.decode()
+    assert re.search(r"Stuck threads:</label>\s*<div class=\"readonly\">3<", one)
     live_only = admin_client_.get(f"{URL}node/?alive=yes").content.decode()
     assert "alive-1" in live_only and "gone-2" not in live_only
 

@@ -22,6 +22,7 @@ from django.urls import reverse
 from django_htask.engine import FakeClock
 from django_htask.health import DEFAULT_MAX_LATE, check_health, parse_max_late
 from django_htask.models import Node, Schedule, Task, TaskStatus
+from django_htask.store import get_store
 from tests.acceptance.conftest import manage as run_manage
 from tests.integration.node_rows import node_row
 
@@ -72,6 +73,20 @@ def test_a_live_node_and_nothing_due_is_healthy(fake_clock: FakeClock) -> None:
     assert verdict.live_nodes == ("n-1",)
     assert verdict.max_late == DEFAULT_MAX_LATE
     assert verdict.line() == "healthy: 1 live node, nothing due (max late 60s)"
+
+
+@db
+def test_the_stuck_threads_of_the_live_nodes_are_said_and_counted(fake_clock: FakeClock) -> None:
+    now = fake_clock.now()
+    store = get_store()
+    for node_id, silent_for, stuck in (("n-1", 5, 2), ("n-2", 5, 1), ("n-dead", 7200, 4)):
+        node_row(node_id, now)
+        store.heartbeat(node_id, now - timedelta(seconds=silent_for), now, stuck)
+    verdict = check_health()
+    assert verdict.healthy  # a node past MAX_ABANDONED_THREADS starts afresh by itself
+    assert verdict.stuck_threads == 3  # the dead node's are gone with its process
+    assert verdict.line() == "healthy: 2 live nodes, nothing due, 3 stuck threads (max late 60s)"
+    assert verdict.as_json()["stuck_threads"] == 3
 
 
 @db
@@ -379,6 +394,7 @@ def test_endpoint_healthy_is_200_with_the_verdict(fake_clock: FakeClock, client:
         "late_schedules": 0,
         "oldest_due_seconds": 20.0,
         "paused_queues": [],
+        "stuck_threads": 0,
     }
     assert queries.captured_queries  # it looked
     assert all(q["sql"].lstrip().upper().startswith("SELECT") for q in queries.captured_queries)

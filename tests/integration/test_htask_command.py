@@ -13,6 +13,7 @@ from django.core.management.base import CommandError
 from django_htask import schedule
 from django_htask.engine import FakeClock
 from django_htask.models import Origin, Run, RunStatus, Schedule
+from django_htask.store import get_store
 from tests.integration.node_rows import node_row
 from tests.integration.testapp import tasks
 
@@ -116,6 +117,7 @@ def test_status_shows_nodes_pending_tasks_and_failures(fake_clock: FakeClock) ->
     now = fake_clock.now()
     node_row("n-live", now)
     node_row("n-dead", now, silent_for=7200)
+    get_store().heartbeat("n-live", now, now, stuck=2)
     schedule(tasks.add, 1)
     schedule(tasks.add, 1, delay=60)
     Run.objects.create(
@@ -130,6 +132,7 @@ def test_status_shows_nodes_pending_tasks_and_failures(fake_clock: FakeClock) ->
     out = htask("status")
     assert "nodes: 1 live, 1 dead or stopped" in out
     assert "n-live  live" in out and "n-dead  dead" in out
+    assert "vtest  2 stuck threads\n" in out  # the n-live line; none said for n-dead
     assert "tasks: 2 pending (1 overdue), 0 running" in out
     assert "failures in the last 24h: 1" in out
     assert "job: ValueError: x" in out

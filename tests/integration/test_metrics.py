@@ -195,9 +195,10 @@ def test_schedules_due_and_broken(fake_clock: FakeClock) -> None:
 
 
 @db
-def test_nodes_live_and_their_heartbeat_age(fake_clock: FakeClock) -> None:
+def test_nodes_live_their_heartbeat_age_and_stuck_threads(fake_clock: FakeClock) -> None:
     now = fake_clock.now()
-    node_row("n-live", now, silent_for=5)
+    node_row("n-live", now)
+    get_store().heartbeat("n-live", now - timedelta(seconds=5), now, stuck=2)
     node_row("n-silent", now, silent_for=120)  # dead, not yet declared so
     stopped = node_row("n-stopped", now, silent_for=10)
     stopped.stopped_at = now
@@ -208,6 +209,8 @@ def test_nodes_live_and_their_heartbeat_age(fake_clock: FakeClock) -> None:
     assert value(samples, "django_htask_node_up", node="n-silent") == 0
     assert value(samples, "django_htask_node_heartbeat_age_seconds", node="n-live") == 5
     assert value(samples, "django_htask_node_heartbeat_age_seconds", node="n-silent") == 120
+    assert value(samples, "django_htask_node_stuck_threads", node="n-live") == 2
+    assert value(samples, "django_htask_node_stuck_threads", node="n-silent") == 0
     assert ("django_htask_node_up", (("node", "n-stopped"),)) not in samples
 
 

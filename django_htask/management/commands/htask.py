@@ -290,9 +290,10 @@ class Command(BaseCommand):
             age = (now - node.last_heartbeat).total_seconds()
             state = node_state(node, now)
             serves = "" if node.queues == "*" else f"  queues {node.queues or '(none)'}"
+            stuck = f"  {node.stuck_threads} stuck threads" if node.stuck_threads else ""
             self.stdout.write(
                 f"  {node.id}  {state}  heartbeat {age:.0f}s ago  pid {node.pid}  "
-                f"v{node.version}{serves}"
+                f"v{node.version}{serves}{stuck}"
             )
         if total > len(nodes):
             self.stdout.write(f"  … and {total - len(nodes)} more (the admin's node list)")

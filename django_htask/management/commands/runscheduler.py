@@ -27,7 +27,7 @@ from django_htask.conf import POOLS, HtaskSettings, get_settings
 from django_htask.exceptions import InvalidSchedule, NotMigrated
 from django_htask.management.database import add_database_option, database_of
 from django_htask.models import Node as NodeRow
-from django_htask.node import Node, NodeStats, StartAborted
+from django_htask.node import EXIT_STUCK, Node, NodeStats, StartAborted
 from django_htask.queues import QueueFilter
 from django_htask.store import get_store
 
@@ -37,13 +37,21 @@ if TYPE_CHECKING:
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: The exit status of a node that found it had been declared dead by the others.
 EXIT_FENCED = 3
+#: Seconds a process runs at least before it starts afresh for its stuck threads: a
+#: node that gets stuck again at once waits out the rest, so it never restarts in a loop.
+REEXEC_MIN_UPTIME = 5.0
 #: The highest TCP port.
 PORT_MAX = 65535
 #: The longest node id (the width of the column).
 NODE_ID_MAX = NodeRow._meta.get_field("id").max_length or 100
 
+logger = logging.getLogger(__name__)
+
 
 class Command(BaseCommand):
+    #: Whether the command line is the process's own (``manage.py runscheduler``),
+    #: which it may then run again in place of itself.
+    own_process = False
     help = (
         "Run the scheduler: fire schedules and one-off tasks from the database until "
         "SIGTERM or Ctrl-C (a second signal exits at once)."
@@ -131,6 +139,13 @@ class Command(BaseCommand):
             f"memory past MIB MiB (0: never; {s.max_memory_per_child})",
         )
         parser.add_argument(
+            "--exit-when-stuck",
+            action="store_true",
+            help="when more than MAX_ABANDONED_THREADS worker threads are stuck, exit with "
+            f"status {EXIT_STUCK} for a supervisor (systemd, Kubernetes) to start it again, "
+            "rather than start afresh by itself",
+        )
+        parser.add_argument(
             "--metrics-port",
             type=int,
             default=None,
@@ -151,6 +166,7 @@ class Command(BaseCommand):
                 "HTASK['EAGER'] is on: tasks run in the processes that schedule them, and "
                 "a node would take them from there; turn it off to run a scheduler"
             )
+        began = time.monotonic()
         workers: int = options["workers"]
         poll: float = options["poll_interval"]
         if workers < 0:
@@ -256,6 +272,8 @@ class Command(BaseCommand):
                 "stopped: this node had been declared dead by the others "
                 "(see the log); start it again to rejoin",
             )
+        if node.exit_status == EXIT_STUCK and self.own_process and not options["exit_when_stuck"]:
+            self._start_afresh(node, began)
         if node.exit_status:
             # Its stuck threads are daemons, but say it and end at once all the same.
             self._exit_now(
@@ -280,8 +298,9 @@ class Command(BaseCommand):
         nodes waits for it). Only when the command line is the process's own:
         ``call_command`` and ``execute_from_command_line([...])`` from a program (tests,
         a batch run in a script) return as usual."""
+        self.own_process = list(argv) == sys.argv
         super().run_from_argv(argv)
-        if list(argv) != sys.argv:
+        if not self.own_process:
             return  # execute_from_command_line([...]) inside a program (a test, a script)
         main = threading.main_thread()
         if any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate()):
@@ -312,6 +331,45 @@ class Command(BaseCommand):
                 f"{options['workers']}"
             )
         return dataclasses.replace(get_settings(), **changes)
+
+    def _start_afresh(self, node: Node, began: float) -> NoReturn:
+        """Run this command line again in place of the process, once the node has
+        stopped as any stop does: the stuck threads go with the old process image, and
+        the new one joins as a new node (a new id, unless ``--node-id`` names it), with
+        all its workers. A process that ran less than :data:`REEXEC_MIN_UPTIME` waits
+        out the rest first; a signal meanwhile ends it instead."""
+        argv = [sys.executable, *sys.orig_argv[1:]]
+        pause = max(0.0, REEXEC_MIN_UPTIME - (time.monotonic() - began))
+        logger.warning(
+            "node %s stopped: %s; starting afresh in %.0fs, in a new process image, as a "
+            "new node: %s",
+            node.node_id,
+            node.done,
+            pause,
+            " ".join(argv),
+            extra={"action": "node_reexec", "node": node.node_id, "stuck": node.stuck_threads},
+        )
+        self.stdout.write(
+            f"stopped: {node.done}; starting afresh in {pause:.0f}s, as a new node "
+            f"(--exit-when-stuck: exit with status {EXIT_STUCK} instead)"
+        )
+        self.stdout.flush()
+        asked: list[int] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, frame: asked.append(signum))
+        deadline = time.monotonic() + pause
+        while not asked and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if asked:
+            self._exit_now(0, "stopped (a signal came before it started afresh).")
+        connections.close_all()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        try:
+            os.execv(sys.executable, argv)
+        except OSError as exc:
+            self._exit_now(EXIT_STUCK, f"could not start afresh ({exc}): exit status {EXIT_STUCK}")
 
     def _exit_now(self, code: int, message: str) -> NoReturn:
         """End the process at once, jobs still running in their threads included

@@ -33,6 +33,7 @@ class NodeRows(FollowRows):
                 "last_heartbeat": now,
                 "stopped_at": None,
                 "queues": str(queues),
+                "stuck_threads": 0,
             },
         )
         self._hold_presence(node_id)
@@ -42,9 +43,11 @@ class NodeRows(FollowRows):
         thread that starts a node keeps its connection) and at each heartbeat (see
         :meth:`absent`): nothing here."""
 
-    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
+    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime, stuck: int = 0) -> int:
         with self._fenced(node_id):
-            Node.objects.using(self.using).filter(id=node_id).update(last_heartbeat=now)
+            Node.objects.using(self.using).filter(id=node_id).update(
+                last_heartbeat=now, stuck_threads=stuck
+            )
             return self._renew_leases(node_id, lease_until)
 
     def _renew_leases(self, node_id: str, lease_until: datetime) -> int:

@@ -24,9 +24,11 @@ class MemoryNodes(MemoryTables):
             self.sessions.add(node_id)
         self._notify("node")
 
-    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime) -> int:
+    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime, stuck: int = 0) -> int:
         with self._lock:
-            self._fence(node_id).last_heartbeat = now
+            node = self._fence(node_id)
+            node.last_heartbeat = now
+            node.stuck_threads = stuck
             self.sessions.add(node_id)
             return self._renew(node_id, lease_until)
 

@@ -46,6 +46,7 @@ class NodeRecord:
     pruned_tasks: int = 0
     pruned_runs: int = 0
     pruned_at: datetime | None = None
+    stuck_threads: int = 0
 
 
 @dataclass

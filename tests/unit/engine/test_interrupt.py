@@ -144,23 +144,50 @@ def test_replace_gives_a_stuck_worker_up_and_restores_capacity() -> None:
         assert pool.shutdown(wait=True, timeout=5)
 
 
+class Hang:
+    """A call that hangs until released, and the thread it hangs in."""
+
+    def __init__(self) -> None:
+        self.stuck, self.release = threading.Event(), threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def __call__(self) -> None:
+        self.threads.append(threading.current_thread())
+        self.stuck.set()
+        self.release.wait(30)
+
+    def started_in(self, pool: WorkerPool) -> threading.Thread:
+        pool.submit(self)
+        assert self.stuck.wait(5)
+        return self.threads[0]
+
+
 def test_shutdown_does_not_wait_for_a_given_up_thread() -> None:
     pool = WorkerPool(0, name="replace-per-task")
-    stuck, release = threading.Event(), threading.Event()
-    threads: list[threading.Thread] = []
-
-    def hang() -> None:
-        threads.append(threading.current_thread())
-        stuck.set()
-        release.wait(10)
-
+    hang = Hang()
     try:
-        pool.submit(hang)
-        assert stuck.wait(5)
-        assert pool.replace(threads[0])
+        assert pool.replace(hang.started_in(pool))
         assert pool.shutdown(wait=True, timeout=5)
     finally:
-        release.set()
+        hang.release.set()
+
+
+@pytest.mark.parametrize("workers", [1, 0])
+def test_shutdown_stops_waiting_for_a_thread_given_up_while_it_waits(workers: int) -> None:
+    pool = WorkerPool(workers, name="replace-while-waited")
+    hang = Hang()
+    try:
+        thread = hang.started_in(pool)
+        done: list[bool] = []
+        waiting = threading.Thread(target=lambda: done.append(pool.shutdown(timeout=30)))
+        waiting.start()
+        waiting.join(0.2)
+        assert waiting.is_alive()  # it waits for the call
+        assert pool.replace(thread)
+        waiting.join(5)
+        assert done == [True]  # at once, not at its timeout
+    finally:
+        hang.release.set()
 
 
 @pytest.mark.parametrize("cancel_first", [True, False])

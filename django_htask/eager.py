@@ -31,7 +31,7 @@ from typing import Any
 
 from . import clock
 from ._version import __version__
-from .conf import get_settings
+from .conf import HtaskSettings, get_settings
 from .db import scheduler_alias
 from .engine import RunGuard
 from .enums import RunStatus
@@ -110,7 +110,9 @@ def drain(
         serving = Serving(queues=queues, states=store.queue_states())
         if not store.task_outlook(clock.now(), serving)[0]:
             return drained
-        node_id = f"{socket.gethostname()}-{os.getpid()}-eager"
+        from .node import new_node_id  # noqa: PLC0415  (only once a task is due)
+
+        node_id = new_node_id("eager")
         store.register_node(node_id, socket.gethostname(), os.getpid(), __version__, clock.now())
         try:
             _run_due(store, node_id, serving, drained, limit)
@@ -138,16 +140,18 @@ def _run_due(store: Store, node_id: str, serving: Serving, drained: Drained, lim
         if not started:
             return
         for task in started:
-            outcome = _attempt(task, node_id, retry, settings.max_snoozes)
+            outcome = _attempt(task, node_id, settings, retry)
             store.record(node_id, [outcome])
             drained.count(outcome)
 
 
-def _attempt(task: StartedTask, node_id: str, retry: RetryPolicy, max_snoozes: int) -> RunOutcome:
-    """One attempt of ``task`` on this thread, under its timeout."""
+def _attempt(
+    task: StartedTask, node_id: str, settings: HtaskSettings, retry: RetryPolicy
+) -> RunOutcome:
+    """One attempt of ``task`` on this thread, under its timeout (nothing abandons this
+    thread: the guard needs no settling)."""
     from .node.execution import execute, task_call, task_ended  # noqa: PLC0415
 
-    settings = get_settings()
     timeout = task.timeout if task.timeout is not None else settings.default_timeout
     guard = RunGuard()
     with _stopped_after(guard, timeout, settings.timeout_grace) as arm:
@@ -158,8 +162,7 @@ def _attempt(task: StartedTask, node_id: str, retry: RetryPolicy, max_snoozes: i
             max_result=settings.result_max_bytes,
             on_start=arm,
         )
-    guard.settle()
-    return task_ended(task, outcome, retry, max_snoozes)
+    return task_ended(task, outcome, retry, settings.max_snoozes)
 
 
 @contextmanager

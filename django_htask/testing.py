@@ -103,8 +103,8 @@ class ScheduledCall:
         return self.task.run_at
 
     def __str__(self) -> str:
-        shown = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
-        return f"{self.function}({', '.join(shown)}) at {self.run_at:%Y-%m-%d %H:%M:%S}"
+        arguments = _listed_arguments(self.args, self.kwargs)
+        return f"{self.function}({arguments}) at {self.run_at:%Y-%m-%d %H:%M:%S}"
 
 
 def scheduled(
@@ -181,8 +181,12 @@ def refute_scheduled(fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any)
 
 
 def _shown(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
-    return f"({', '.join(shown)})" if shown else "any arguments"
+    return f"({_listed_arguments(args, kwargs)})" if args or kwargs else "any arguments"
+
+
+def _listed_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """``1, 'x', b=2``: the arguments as a call writes them."""
+    return ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
 
 
 def _listed(calls: list[ScheduledCall]) -> str:

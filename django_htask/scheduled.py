@@ -13,8 +13,10 @@ there and by the package root)::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import math
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,6 +32,7 @@ from .due import due_time
 from .exceptions import ResultTimeout, TaskNotFound
 from .models import Task, TaskStatus
 from .retention import gone_reason
+from .store import get_store
 from .store.composed import cancelled
 
 __all__ = [
@@ -203,21 +206,33 @@ def wait_result(
     ``timeout``: seconds (or a timedelta) to wait at most; None waits as long as it
     takes. Past it, :class:`~django_htask.exceptions.ResultTimeout` (a
     ``TimeoutError``) names the task and the status it was in; the task is left as it
-    is. It reads the task's row, again after 10 ms, then less and less often, at most
-    ``poll`` seconds apart: a short task is seen ending within milliseconds, a long
-    wait costs a read every ``poll`` seconds. Raises
-    :class:`~django_htask.exceptions.TaskNotFound` as :func:`get_result` does, and
-    ``RuntimeError`` inside a transaction on the scheduler's database, where the
-    task's end, committed by a node, might never be seen (nor a task scheduled in that
-    transaction, which no node can see before it commits)."""
+    is. On PostgreSQL the task's end wakes it (a ``NOTIFY``, heard by one listening
+    connection per process, opened at the first wait), and it reads the task's row
+    again every ``poll`` seconds in case a notice is lost. Elsewhere it reads the row,
+    again after 10 ms, then less and less often, at most ``poll`` seconds apart: a
+    short task is seen ending within milliseconds, a long wait costs a read every
+    ``poll`` seconds. Raises :class:`~django_htask.exceptions.TaskNotFound` as
+    :func:`get_result` does, and ``RuntimeError`` inside a transaction on the
+    scheduler's database, where the task's end, committed by a node, might never be
+    seen (nor a task scheduled in that transaction, which no node can see before it
+    commits)."""
     wait = _Wait.of(token, timeout, poll)
     _outside_transaction(token)
-    while True:
-        result = get_result(token)
-        pause = wait.pause_after(result)
-        if pause is None:
-            return result
-        time.sleep(pause)
+    stack = contextlib.ExitStack()
+    wait.heard(stack.enter_context(get_store().watch_end(token)))
+    try:
+        while True:
+            wait.before_look()
+            result = get_result(token)
+            pause = wait.pause_after(result)
+            if pause is None:
+                return result
+            if wait.ended is None:
+                time.sleep(pause)
+            else:
+                wait.ended.wait(pause)
+    finally:
+        stack.close()
 
 
 class _Wait:
@@ -230,6 +245,20 @@ class _Wait:
         self.poll = poll
         self.deadline = time.monotonic() + limit
         self.pause = min(FIRST_PAUSE, poll)
+        self.ended: threading.Event | None = None
+
+    def heard(self, ended: threading.Event | None) -> None:
+        """``ended`` is set when the task ends (the store's notice; None: no notice):
+        then every pause is ``poll`` long, cut short by it."""
+        self.ended = ended
+        if ended is not None:
+            self.pause = self.poll
+
+    def before_look(self) -> None:
+        """Clear the notice before each read of the task, so that an end committed after
+        the read still cuts the next pause short."""
+        if self.ended is not None:
+            self.ended.clear()
 
     @classmethod
     def of(cls, token: str, timeout: float | timedelta | None, poll: float) -> _Wait:
@@ -273,15 +302,25 @@ async def await_result(
     token: str, timeout: float | timedelta | None = None, *, poll: float = 0.5
 ) -> Result:
     """:func:`wait_result` for async code: it pauses with ``asyncio.sleep``, so the
-    event loop goes on while it waits; each look is :func:`aget_result`."""
+    event loop goes on while it waits; each look is :func:`aget_result`; a notice is
+    waited for in a thread of the loop's default executor."""
     wait = _Wait.of(token, timeout, poll)
     await sync_to_async(_outside_transaction)(token)
-    while True:
-        result = await aget_result(token)
-        pause = wait.pause_after(result)
-        if pause is None:
-            return result
-        await asyncio.sleep(pause)
+    stack = contextlib.ExitStack()
+    wait.heard(await sync_to_async(stack.enter_context)(get_store().watch_end(token)))
+    try:
+        while True:
+            wait.before_look()
+            result = await aget_result(token)
+            pause = wait.pause_after(result)
+            if pause is None:
+                return result
+            if wait.ended is None:
+                await asyncio.sleep(pause)
+            else:
+                await asyncio.to_thread(wait.ended.wait, pause)
+    finally:
+        stack.close()
 
 
 # The async twins run the sync function in Django's thread for sync code

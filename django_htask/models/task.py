@@ -232,6 +232,13 @@ class Task(ConditionsKnown):
         editable=False,
         help_text="what its function last reported with set_progress() (JSON)",
     )
+    # Only a database with notices reads it: its end then wakes wait_result().
+    waited = models.BooleanField(
+        default=False,
+        db_default=False,  # rows inserted by raw SQL
+        editable=False,
+        help_text="someone waits for its end (wait_result): it is announced when it ends",
+    )
     # No constraint in the database, as for a run's task: the pruner deletes a batch's
     # row once its members are gone (django_htask.store.compose).
     batch = models.ForeignKey(

@@ -30,9 +30,10 @@ The values the interface takes and returns live in :mod:`django_htask.store.valu
 from __future__ import annotations
 
 import abc
+import contextlib
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol, TypeVar
@@ -306,6 +307,13 @@ class Store(abc.ABC):
 
     def _listen(self, to: ListenTo) -> Listening | None:
         return None
+
+    @contextlib.contextmanager
+    def watch_end(self, token: str) -> Iterator[threading.Event | None]:
+        """For ``wait_result``: an event set when the task ``token`` ends (or may have:
+        read it again), from the database's notice, for the time of the ``with``; None
+        when the store hears no notices (the caller reads the task at intervals)."""
+        yield None
 
     @abc.abstractmethod
     def check_migrated(self) -> None:

@@ -2,8 +2,10 @@
 a schedule's ``version`` from the writing transaction's id (see
 :mod:`~django_htask.store.postgres`, *Versions*), and a ``NOTIFY`` on the channel
 :data:`~django_htask.store.listen.CHANNEL` for every statement that changes a schedule,
-a task or a node (*Notifications*), unless the transaction set :data:`QUIET` on: the
-sending side of LISTEN/NOTIFY, whose listening side is :mod:`~django_htask.store.listen`.
+a task or a node (*Notifications*), unless the transaction set :data:`QUIET` on, and a
+``NOTIFY`` on :data:`~django_htask.store.listen.ENDED` with the token of each task that
+someone waits for (``waited``) as it ends: the sending side of LISTEN/NOTIFY, whose
+listening side is :mod:`~django_htask.store.listen`.
 :data:`FINGERPRINT` tells whether the triggers in a database are these."""
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import hashlib
 
 from django.db.backends.utils import CursorWrapper
 
-from django_htask.models import Node, Queue, Schedule, Task
+from django_htask.models import Node, Queue, Schedule, Task, TaskStatus
 
-from .listen import CHANNEL
+from .listen import CHANNEL, ENDED
 
 __all__ = ["FINGERPRINT", "PER_XACT", "QUIET", "SEQ", "STATEMENTS", "TRIGGERS", "current"]
 
@@ -22,6 +24,10 @@ SCHEDULE = Schedule._meta.db_table
 TASK = Task._meta.db_table
 NODE = Node._meta.db_table
 QUEUE = Queue._meta.db_table
+#: The statuses a task ends in, as SQL.
+_ENDED = ", ".join(
+    f"'{s}'" for s in (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED)
+)
 
 #: Transaction-local setting that silences the NOTIFY triggers for node bookkeeping.
 QUIET = "django_htask.quiet"
@@ -51,6 +57,19 @@ def _statements() -> tuple[str, ...]:
             f"FOR EACH STATEMENT EXECUTE FUNCTION django_htask_notify('{payload}'); "
             "END IF; END $$"
         )
+    # A row trigger, but its WHEN clause is false for every task nobody waits for, and
+    # PostgreSQL then queues no event: the nodes' writes of ends cost nothing more. Made
+    # once the column is there (an install before migration 0023 skips it).
+    ended_trigger = (
+        "DO $$ BEGIN IF EXISTS (SELECT FROM pg_attribute WHERE attrelid = "
+        f"to_regclass('{TASK}') AND attname = 'waited' AND NOT attisdropped) THEN "
+        f"DROP TRIGGER IF EXISTS {TASK}_ended ON {TASK}; "
+        f"CREATE TRIGGER {TASK}_ended AFTER UPDATE OF status ON {TASK} FOR EACH ROW "
+        f"WHEN (NEW.waited AND NEW.status IN ({_ENDED}) "
+        "AND OLD.status IS DISTINCT FROM NEW.status) "
+        "EXECUTE FUNCTION django_htask_ended(); "
+        "END IF; END $$"
+    )
     return (
         f"""
         CREATE OR REPLACE FUNCTION django_htask_version() RETURNS trigger
@@ -77,10 +96,19 @@ def _statements() -> tuple[str, ...]:
             RETURN NULL;
         END $$
         """,
+        f"""
+        CREATE OR REPLACE FUNCTION django_htask_ended() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_notify('{ENDED}', NEW.token);
+            RETURN NULL;
+        END $$
+        """,
         f"DROP TRIGGER IF EXISTS {SCHEDULE}_version ON {SCHEDULE}",
         f"CREATE TRIGGER {SCHEDULE}_version BEFORE INSERT OR UPDATE ON {SCHEDULE} "
         "FOR EACH ROW EXECUTE FUNCTION django_htask_version()",
         *notify_triggers,
+        ended_trigger,
     )
 
 
@@ -92,6 +120,7 @@ TRIGGERS = (
     f"{QUEUE}_notify",
     f"{SCHEDULE}_notify",
     f"{SCHEDULE}_version",
+    f"{TASK}_ended",
     f"{TASK}_notify",
 )
 FINGERPRINT = "django_htask triggers " + hashlib.sha256("\n".join(STATEMENTS).encode()).hexdigest()

@@ -61,10 +61,12 @@ idempotent. PostgreSQL 13 or later.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -101,14 +103,21 @@ from .database import (
 )
 from .database.pruning import expired_ids
 from .dialect import Conflict, Dialect, OnBatch, RowInsert
-from .listen import CHANNEL, Listener, connection_params
+from .listen import CHANNEL, EndWatchers, Listener, connection_params
 from .pg_triggers import FINGERPRINT, PER_XACT, QUIET, STATEMENTS, current
 from .presence import PRESENCE_CLASS, presence_key
 from .reaping import SharedReaper
 from .statuses import LateStatuses
 from .values import _RUN_COLUMNS
 
-__all__ = ["CHANNEL", "PostgresDialect", "PostgresStore", "install", "on_conflict"]
+__all__ = [
+    "CHANNEL",
+    "PostgresDialect",
+    "PostgresStore",
+    "close_end_watchers",
+    "install",
+    "on_conflict",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -448,6 +457,41 @@ _LITERALS: dict[str, Callable[[Any], str]] = {
 }
 
 
+#: The waiters of this process, by database (its connection's parameters).
+_WATCHERS: dict[str, EndWatchers] = {}
+_WATCHERS_LOCK = threading.Lock()
+
+
+def _end_watchers(params: dict[str, Any]) -> EndWatchers:
+    key = repr(sorted(params.items()))
+    with _WATCHERS_LOCK:
+        watchers = _WATCHERS.get(key)
+        if watchers is None:
+            watchers = _WATCHERS[key] = EndWatchers(_connector(params))
+        return watchers
+
+
+def close_end_watchers() -> None:
+    """Close the connections that listen for the ends of waited tasks in this process
+    (a test's database cannot be dropped while one is open)."""
+    with _WATCHERS_LOCK:
+        watchers = list(_WATCHERS.values())
+        _WATCHERS.clear()
+    for each in watchers:
+        each.close()
+
+
+def _connector(params: dict[str, Any]) -> Callable[[], Any]:
+    """A function that opens a plain psycopg connection (autocommit) with ``params``."""
+
+    def connect() -> Any:
+        import psycopg  # noqa: PLC0415
+
+        return psycopg.connect(**params, autocommit=True)
+
+    return connect
+
+
 class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
     """The store for several nodes on one PostgreSQL database (see the module)."""
 
@@ -468,15 +512,8 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         """A started :class:`~django_htask.store.listen.Listener` on the channel the
         triggers notify, with a connection of its own."""
         on_notify, on_reconnect, retry, retry_max, name = to
-        params = connection_params(self.using)
-
-        def connect() -> Any:
-            import psycopg  # noqa: PLC0415
-
-            return psycopg.connect(**params, autocommit=True)
-
         listener = Listener(
-            connect,
+            _connector(connection_params(self.using)),
             on_notify,
             on_reconnect=on_reconnect,
             retry=retry,
@@ -485,6 +522,25 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         )
         listener.start()
         return listener
+
+    @contextlib.contextmanager
+    def watch_end(self, token: str) -> Iterator[threading.Event | None]:
+        """The event of :class:`~django_htask.store.listen.EndWatchers`, once the task
+        is marked ``waited`` (its end then notifies :data:`~.listen.ENDED`; the mark is
+        quiet: no node wakes for it). The caller reads the task after this: an end
+        committed before the mark is seen by that read, one after it is announced."""
+        params = connection_params(self.using)
+        watchers = _end_watchers(params)
+        event = watchers.watch(token)
+        if event is None:
+            yield None
+            return
+        try:
+            with self._atomic():
+                Task.objects.using(self.using).filter(token=token, waited=False).update(waited=True)
+            yield event
+        finally:
+            watchers.unwatch(token, event)
 
     def _atomic(self) -> transaction.Atomic:
         return _QuietAtomic(self.using)

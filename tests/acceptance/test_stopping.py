@@ -190,3 +190,66 @@ def test_a_node_with_too_many_stuck_threads_exits_with_status_4_when_asked(
         assert query("SELECT status FROM django_htask_task") == [("failed",)]
     finally:
         node.kill()
+
+
+SLOW = "tests.acceptance.app.tasks:slow"
+
+
+def test_ten_tasks_stuck_in_c_the_node_starts_afresh_and_nothing_is_lost_or_run_twice(
+    db_file: Path,
+    django_code: Callable[[str], str],
+    query: Query,
+    tmp_path: Path,
+) -> None:
+    """Ten ``time.sleep`` hangs on the thread pool, ``MAX_ABANDONED_THREADS`` 9: the
+    nine first show in ``htask status``; the tenth starts the node afresh while other
+    tasks run and wait; each of those then runs exactly once, and each hang once."""
+    log, work = tmp_path / "hangs.log", tmp_path / "work.log"
+    hang = f"schedule({HANG!r}, 'sleep', {str(log)!r}, timeout=1)\n"
+    django_code("from django_htask import schedule\n" + hang * 9)
+    node = Scheduler(
+        db_file,
+        ["--workers", "4", "--poll-interval", "0.2"],
+        {"HTASK_ACCEPTANCE_MAX_ABANDONED": "9"},
+    )
+    status = "from django.core.management import call_command\ncall_command('htask', 'status')\n"
+
+    def stuck_in_status() -> str:
+        said = django_code(status)
+        return said if "9 stuck threads" in said else ""
+
+    try:
+        seen = wait_until(stuck_in_status, 60, "nine stuck threads in htask status")
+        assert "starting afresh" not in node.stdout, seen
+        # Work before and behind the tenth hang: some of it runs when the node stops.
+        django_code(
+            "from django_htask import schedule\n"
+            f"for n in range(40):\n    schedule({SLOW!r}, n, 0.3, {str(work)!r}, delay=n / 20)\n"
+            + hang
+        )
+        wait_until(lambda: "starting afresh" in node.stdout, 60, "the node starting afresh")
+        assert "stopped: 10 worker threads are stuck" in node.stdout
+        done = "SELECT count(*) FROM django_htask_task WHERE function = ? AND status = 'succeeded'"
+        wait_until(lambda: query(done, SLOW) == [(40,)], 60, "the 40 tasks, on the new node")
+        lines = [line.split()[:2] for line in work.read_text().splitlines()]
+        for what in ("start", "end"):
+            assert sorted(int(n) for said, n in lines if said == what) == list(range(40))
+        assert log.read_text().count("start sleep") == 10
+        ends = (
+            "SELECT status, attempts, count(*) FROM django_htask_task WHERE function = ?"
+            " GROUP BY status, attempts"
+        )
+        assert query(ends, HANG) == [("failed", 1, 10)]
+        assert query(ends, SLOW) == [("succeeded", 1, 40)]  # none handed back twice
+        runs = "SELECT function, count(*) FROM django_htask_run GROUP BY function"
+        assert query(runs) == [(HANG, 10)]  # a first attempt that succeeds keeps no run
+        (old, stopped), (new, running) = query(
+            "SELECT id, stopped_at FROM django_htask_node ORDER BY started_at"
+        )
+        assert old != new and stopped is not None and running is None
+        ran_on = "SELECT DISTINCT node FROM django_htask_task WHERE function = ? ORDER BY node"
+        assert new in {n for (n,) in query(ran_on, SLOW)}  # the new node goes on serving
+        node.send(signal.SIGTERM)
+        assert node.wait_exit() == 0, node.stderr
+    finally:
+        node.kill()

@@ -5,13 +5,24 @@ another process)."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
-from django_htask import ResultTimeout, TaskNotFound, await_result, schedule, wait_result
+from django_htask import (
+    Result,
+    ResultTimeout,
+    TaskNotFound,
+    await_result,
+    get_result,
+    schedule,
+    wait_result,
+)
+from django_htask import scheduled as scheduled_module
 from django_htask.engine import FakeClock
 from django_htask.models import Task, TaskStatus
 from tests.integration.testapp import tasks
@@ -73,3 +84,64 @@ def test_bad_options_are_value_errors_naming_them(options: dict[str, Any], messa
     with pytest.raises(ValueError) as info:
         wait_result("any", **options)
     assert str(info.value) == message
+
+
+def _end_when_waited(pk: int, status: TaskStatus) -> threading.Thread:
+    """A thread that, once ``wait_result`` has marked the task ``waited``, ends it as a
+    node would: an UPDATE of its status on a connection of its own."""
+
+    def end() -> None:
+        try:
+            while not Task.objects.filter(pk=pk, waited=True).exists():
+                time.sleep(0.01)
+            Task.objects.filter(pk=pk).update(status=status, attempts=1)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=end)
+    thread.start()
+    return thread
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_the_end_of_a_waited_task_wakes_the_waiter(
+    fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two reads, ``poll`` (60 s) apart but for the notice (the wait would time out
+    after 20 s): the one before the end, and the one the notice wakes."""
+    reads: list[str] = []
+
+    def counted(token: str) -> Result:
+        reads.append(token)
+        return get_result(token)
+
+    monkeypatch.setattr(scheduled_module, "get_result", counted)
+    task = schedule(tasks.add, 1, b=2)
+    thread = _end_when_waited(task.pk, TaskStatus.SUCCEEDED)
+    assert wait_result(task.token, timeout=20, poll=60).status == "succeeded"
+    thread.join()
+    assert reads == [task.token, task.token]
+    other = schedule(tasks.add, 1, b=2)
+    thread = _end_when_waited(other.pk, TaskStatus.CANCELLED)
+    assert asyncio.run(await_result(other.token, timeout=20, poll=60)).status == "cancelled"
+    thread.join()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_only_the_end_of_a_waited_task_is_announced(fake_clock: FakeClock) -> None:
+    import psycopg
+
+    from django_htask.store.listen import ENDED, connection_params
+
+    quiet, waited = schedule(tasks.add, 1, b=2), schedule(tasks.add, 2, b=2)
+    Task.objects.filter(pk=waited.pk).update(waited=True)
+    with psycopg.connect(**connection_params(), autocommit=True) as listening:
+        listening.execute(f"LISTEN {ENDED}")
+        Task.objects.filter(pk=quiet.pk).update(status=TaskStatus.SUCCEEDED)
+        Task.objects.filter(pk=waited.pk).update(status=TaskStatus.RUNNING)  # not an end
+        Task.objects.filter(pk=waited.pk).update(status=TaskStatus.FAILED)
+        Task.objects.filter(pk=waited.pk).update(last_error="again")  # status not set
+        heard = [n.payload for n in listening.notifies(timeout=1)]
+    assert heard == [waited.token]

@@ -77,6 +77,36 @@ class NodeStats:
     next_task_due: datetime | None
 
 
+def _node_settings(
+    settings: HtaskSettings, pool: str | None, poll_interval: float | None
+) -> HtaskSettings:
+    """``settings`` with a node's own ``pool`` and ``poll_interval``, when it is given
+    them, in place of the configured ones."""
+    if pool is not None and pool != settings.pool:
+        if pool not in POOLS:
+            raise ValueError(f"pool must be one of {', '.join(POOLS)}, got {pool!r}")
+        settings = dataclasses.replace(settings, pool=pool)
+    interval = settings.poll_interval if poll_interval is None else float(poll_interval)
+    if not 0 < interval < math.inf:
+        raise ValueError(f"poll_interval must be a finite number > 0, got {poll_interval!r}")
+    if interval != settings.poll_interval:
+        settings = dataclasses.replace(settings, poll_interval=interval)
+    return settings
+
+
+def _process_pool(settings: HtaskSettings, node_id: str, clock: Clock, workers: int) -> ProcessPool:
+    """The worker processes of a node with ``pool="process"``: one per worker, replaced
+    at the limits the settings give."""
+    return ProcessPool(
+        node_id,
+        clock,
+        workers,
+        max_tasks=settings.max_tasks_per_child,
+        max_memory=settings.max_memory_per_child,
+        max_result=settings.result_max_bytes,
+    )
+
+
 class Node:
     """One scheduler process over a store (see :mod:`django_htask.node`).
 
@@ -103,19 +133,11 @@ class Node:
     ) -> None:
         if max_tasks is not None and not max_tasks > 0:
             raise ValueError(f"max_tasks must be greater than zero, got {max_tasks!r}")
-        self.settings = s = settings or get_settings()
-        if pool is not None and pool != s.pool:
-            if pool not in POOLS:
-                raise ValueError(f"pool must be one of {', '.join(POOLS)}, got {pool!r}")
-            self.settings = s = dataclasses.replace(s, pool=pool)
+        self.settings = s = _node_settings(settings or get_settings(), pool, poll_interval)
         self.clock = clock if clock is not None else clocks.get_clock()
         self.node_id = node_id or new_node_id()
         self.workers = s.workers if workers is None else workers
-        self.poll_interval = s.poll_interval if poll_interval is None else float(poll_interval)
-        if not 0 < self.poll_interval < math.inf:
-            raise ValueError(f"poll_interval must be a finite number > 0, got {poll_interval!r}")
-        if self.poll_interval != s.poll_interval:
-            self.settings = s = dataclasses.replace(s, poll_interval=self.poll_interval)
+        self.poll_interval = s.poll_interval
         self.store = store or get_store()
         self.connections = connections
         #: The tasks it runs and the schedules it fires (queues, a django.tasks alias).
@@ -142,14 +164,7 @@ class Node:
         #: Where the calls run: the worker threads, or those processes.
         self.executor: Executor = ThreadExecutor()
         if s.pool == "process":
-            self.processes = ProcessPool(
-                self.node_id,
-                self.clock,
-                self.workers,
-                max_tasks=s.max_tasks_per_child,
-                max_memory=s.max_memory_per_child,
-                max_result=s.result_max_bytes,
-            )
+            self.processes = _process_pool(s, self.node_id, self.clock, self.workers)
             self.executor = ProcessExecutor(self.processes)
 
     @property

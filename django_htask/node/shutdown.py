@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from django_htask.exceptions import NodeFenced, StoreUnavailable
 from django_htask.retry import RetryPolicy
-from django_htask.store import Abandoned
+from django_htask.store import Abandoned, RunOutcome
 
 from .context import NodeContext
 from .liveness import Liveness
@@ -65,7 +65,7 @@ def shut_down(
 ) -> int:
     """Stop taking work, let running jobs finish (up to ``timeout`` seconds), and write
     it all down; return how many runs were still going (the process must then exit)."""
-    node_id, store = ctx.node_id, ctx.store
+    node_id = ctx.node_id
     logger.info(
         "node %s stopping: waiting up to %.0fs for %d running jobs",
         node_id,
@@ -73,15 +73,50 @@ def shut_down(
         len(ctx.running),
         extra={"action": "node_stopping"},
     )
+    _close_threads(ctx, liveness, timeout)
+    now = ctx.clock.now()
+    outcomes = ctx.results.take()
+    left = abandoned(ctx.running.snapshot(), now, timeout, ctx.task_retry)
+    unfinished = sum(job.started for job in left)
+    _write_stop(ctx, now, outcomes, left, unfinished, on_fenced)
+    if unfinished:
+        logger.warning(
+            "node %s stopped with %d runs still going after %gs: they count as "
+            "interrupted, and the process must exit now",
+            node_id,
+            unfinished,
+            timeout,
+            extra={"action": "node_abandoned", "unfinished": unfinished},
+        )
+    logger.info(
+        "node %s stopped (%d runs written)",
+        node_id,
+        len(outcomes),
+        extra={"action": "node_stopped"},
+    )
+    return unfinished
+
+
+def _close_threads(ctx: NodeContext, liveness: Liveness, timeout: float) -> None:
+    """Close the node's threads in order, all of them within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     ctx.control.close(timeout)  # the call in progress ends; nothing new starts
     ctx.running.refusing = True  # a job a worker has not called yet is not run
     ctx.jobs.close(wait=True, timeout=max(deadline - time.monotonic(), 0))
     liveness.close(timeout)  # it renewed the leases while the jobs ran
-    now = ctx.clock.now()
-    outcomes = ctx.results.take()
-    left = abandoned(ctx.running.snapshot(), now, timeout, ctx.task_retry)
-    unfinished = sum(a.started for a in left)
+
+
+def _write_stop(
+    ctx: NodeContext,
+    now: datetime,
+    outcomes: list[RunOutcome],
+    left: list[Abandoned],
+    unfinished: int,
+    on_fenced: Callable[[NodeFenced], None],
+) -> None:
+    """Write the runs' ``outcomes``, hand back the jobs ``left``, and mark the node
+    stopped unless ``unfinished`` runs are still in a call."""
+    node_id, store = ctx.node_id, ctx.store
     # This thread's connection was opened at start and has been idle since: after a
     # database restart it is a dead one, and the stop would fail on it. A fresh one.
     store.close()
@@ -104,22 +139,6 @@ def shut_down(
         )
     finally:
         store.close()
-    if unfinished:
-        logger.warning(
-            "node %s stopped with %d runs still going after %gs: they count as "
-            "interrupted, and the process must exit now",
-            node_id,
-            unfinished,
-            timeout,
-            extra={"action": "node_abandoned", "unfinished": unfinished},
-        )
-    logger.info(
-        "node %s stopped (%d runs written)",
-        node_id,
-        len(outcomes),
-        extra={"action": "node_stopped"},
-    )
-    return unfinished
 
 
 def shut_down_fenced(ctx: NodeContext, liveness: Liveness) -> int:

@@ -8,9 +8,10 @@ scheduled, decorators, functions, code_schedules, admin, commands, backends, che
 operations), the package root among them (it re-exports what users call). A module
 only imports downward.
 
-The node imports no Django at all: it talks to the database through its store only
-(which turns the database's errors into ``StoreUnavailable``), so the in-memory store
-can show it everything a database does, an outage included.
+No module of the node imports ``django`` or a ``django.*`` module: it talks to the
+database through its store only (which turns the database's errors into
+``StoreUnavailable``), so the in-memory store can show it everything a database does,
+an outage included.
 """
 
 from __future__ import annotations

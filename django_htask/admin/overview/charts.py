@@ -9,7 +9,7 @@ readers) and every chart a ``role="img"`` with an ``aria-label``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from django.utils.html import format_html
@@ -90,8 +90,35 @@ def _frame(
     body: Sequence[SafeString],
 ) -> SafeString:
     """The SVG around ``body``: axes, the y maximum and the x labels."""
+    parts = _axes(width, height, top, unit)
+    for x, text in x_labels:
+        parts.append(
+            format_html(
+                '<text x="{}" y="{}" text-anchor="middle" {}>{}</text>',
+                _px(x),
+                height - 6,
+                _FONT,
+                text,
+            )
+        )
+    return format_html(
+        '<svg id="{}" class="htask-chart" xmlns="http://www.w3.org/2000/svg" width="{}" '
+        'height="{}" viewBox="0 0 {} {}" role="img" aria-label="{}">{}{}</svg>',
+        chart_id,
+        width,
+        height,
+        width,
+        height,
+        label,
+        _join(parts),
+        _join(body),
+    )
+
+
+def _axes(width: int, height: int, top: float, unit: str) -> list[SafeString]:
+    """The x axis, a dashed line at the y maximum, and the y axis's two labels."""
     bottom = height - _BOTTOM
-    parts = [
+    return [
         format_html(
             '<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#999" stroke-width="1"/>',
             _LEFT,
@@ -121,28 +148,13 @@ def _frame(
             _FONT,
         ),
     ]
-    for x, text in x_labels:
-        parts.append(
-            format_html(
-                '<text x="{}" y="{}" text-anchor="middle" {}>{}</text>',
-                _px(x),
-                height - 6,
-                _FONT,
-                text,
-            )
-        )
-    return format_html(
-        '<svg id="{}" class="htask-chart" xmlns="http://www.w3.org/2000/svg" width="{}" '
-        'height="{}" viewBox="0 0 {} {}" role="img" aria-label="{}">{}{}</svg>',
-        chart_id,
-        width,
-        height,
-        width,
-        height,
-        label,
-        _join(parts),
-        _join(body),
-    )
+
+
+def _column_labels(columns: Sequence[str], slot: float, every: int) -> list[tuple[float, str]]:
+    """Every ``every``-th column's label, under the middle of its ``slot``."""
+    return [
+        (_LEFT + i * slot + slot / 2, column) for i, column in enumerate(columns) if i % every == 0
+    ]
 
 
 def stacked_bars(
@@ -159,7 +171,7 @@ def stacked_bars(
     ``every`` columns."""
     plot_w = width - _LEFT - _RIGHT
     plot_h = height - _TOP - _BOTTOM
-    totals = [sum(s.values[i] or 0 for s in series) for i in range(len(columns))]
+    totals = [sum(row.values[i] or 0 for row in series) for i in range(len(columns))]
     top = _nice(max(totals, default=0))
     slot = plot_w / max(1, len(columns))
     bar = max(1.0, slot * 0.8)
@@ -167,34 +179,36 @@ def stacked_bars(
     for i, column in enumerate(columns):
         y = float(height - _BOTTOM)
         x = _LEFT + i * slot + (slot - bar) / 2
-        for s in series:
-            value = s.values[i] or 0
+        for row in series:
+            value = row.values[i] or 0
             if not value:
                 continue
-            h = value / top * plot_h
-            y -= h
+            bar_height = value / top * plot_h
+            y -= bar_height
             body.append(
                 format_html(
                     '<rect class="htask-bar" data-series="{}" data-column="{}" '
                     'data-value="{}" x="{}" y="{}" width="{}" height="{}" '
                     'fill="{}"><title>{}: {} {}</title></rect>',
-                    s.name,
+                    row.name,
                     column,
                     _number(value),
                     _px(x),
                     _px(y),
                     _px(bar),
-                    _px(h),
-                    s.colour,
+                    _px(bar_height),
+                    row.colour,
                     column,
                     _number(value),
-                    s.name,
+                    row.name,
                 )
             )
-    labels = [
-        (_LEFT + i * slot + slot / 2, column) for i, column in enumerate(columns) if i % every == 0
-    ]
+    labels = _column_labels(columns, slot, every)
     return _frame(chart_id, label, width, height, top, "", labels, body)
+
+
+#: Where a value of a column (by its index) is drawn: ``(x, y)``.
+_Place = Callable[[int, float], tuple[float, float]]
 
 
 def line_chart(
@@ -211,57 +225,68 @@ def line_chart(
     """One line per series over the columns; a missing value breaks the line."""
     plot_w = width - _LEFT - _RIGHT
     plot_h = height - _TOP - _BOTTOM
-    values = [v for s in series for v in s.values if v is not None]
+    values = [value for row in series for value in row.values if value is not None]
     top = _nice(max(values, default=0))
     slot = plot_w / max(1, len(columns))
-    body: list[SafeString] = []
 
     def point(i: int, value: float) -> tuple[float, float]:
         return _LEFT + i * slot + slot / 2, height - _BOTTOM - value / top * plot_h
 
-    for s in series:
-        runs: list[list[tuple[float, float]]] = [[]]
-        for i, value in enumerate(s.values):
-            if value is None:
-                runs.append([])
-                continue
-            runs[-1].append(point(i, value))
-        for run in runs:
-            if len(run) > 1:
-                body.append(
-                    format_html(
-                        '<polyline class="htask-line" data-series="{}" points="{}" fill="none" '
-                        'stroke="{}" stroke-width="2"/>',
-                        s.name,
-                        " ".join(f"{x:.1f},{y:.1f}" for x, y in run),
-                        s.colour,
-                    )
-                )
-        for i, value in enumerate(s.values):
-            if value is None:
-                continue
-            x, y = point(i, value)
-            body.append(
-                format_html(
-                    '<circle class="htask-point" data-series="{}" data-column="{}" '
-                    'data-value="{}" cx="{}" cy="{}" r="2.5" fill="{}">'
-                    "<title>{}: {} {}{}</title></circle>",
-                    s.name,
-                    columns[i],
-                    _number(value),
-                    _px(x),
-                    _px(y),
-                    s.colour,
-                    columns[i],
-                    s.name,
-                    _number(value),
-                    unit,
-                )
-            )
-    labels = [
-        (_LEFT + i * slot + slot / 2, column) for i, column in enumerate(columns) if i % every == 0
-    ]
+    body: list[SafeString] = []
+    for row in series:
+        body.extend(_lines(row, point))
+        body.extend(_points(row, columns, unit, point))
+    labels = _column_labels(columns, slot, every)
     return _frame(chart_id, label, width, height, top, unit, labels, body)
+
+
+def _lines(row: Series, point: _Place) -> list[SafeString]:
+    """A polyline for each stretch of ``row`` with no missing value (a lone value
+    draws none: its point shows it)."""
+    stretches: list[list[tuple[float, float]]] = [[]]
+    for i, value in enumerate(row.values):
+        if value is None:
+            stretches.append([])
+            continue
+        stretches[-1].append(point(i, value))
+    return [
+        format_html(
+            '<polyline class="htask-line" data-series="{}" points="{}" fill="none" '
+            'stroke="{}" stroke-width="2"/>',
+            row.name,
+            " ".join(f"{x:.1f},{y:.1f}" for x, y in stretch),
+            row.colour,
+        )
+        for stretch in stretches
+        if len(stretch) > 1
+    ]
+
+
+def _points(row: Series, columns: Sequence[str], unit: str, point: _Place) -> list[SafeString]:
+    """A dot for each value of ``row``, its value in its title."""
+    dots: list[SafeString] = []
+    for i, value in enumerate(row.values):
+        if value is None:
+            continue
+        x, y = point(i, value)
+        dots.append(
+            format_html(
+                '<circle class="htask-point" data-series="{}" data-column="{}" '
+                'data-value="{}" cx="{}" cy="{}" r="2.5" fill="{}">'
+                "<title>{}: {} {}{}</title></circle>",
+                row.name,
+                columns[i],
+                _number(value),
+                _px(x),
+                _px(y),
+                row.colour,
+                columns[i],
+                row.name,
+                _number(value),
+                unit,
+            )
+        )
+    return dots
 
 
 def area_chart(

@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.urls import reverse
+from django.utils.safestring import SafeString
 
 from . import charts
 from .data import OUTCOMES, Overview
@@ -50,50 +51,79 @@ def _spread(peaks: list[tuple[int, str]], count: int = 5, apart: int = 90) -> li
 def page_context(data: Overview, site: str) -> dict[str, Any]:
     """The overview's charts (inline SVG) and the rows of its tables."""
     columns = [f"{hour.start:%H:00}" for hour in data.hours]
-    runs = charts.stacked_bars(
+    runs_url = reverse(f"{site}:django_htask_run_changelist")
+    return {
+        "runs_chart": _runs_chart(data, columns),
+        "lateness_chart": _lateness_chart(data, columns),
+        "timeline_chart": _timeline_chart(data),
+        "busiest": data.timeline.busiest(),
+        "failing": _failing_rows(data, site, runs_url),
+        "legend": [(str(status), charts.COLOURS[status]) for status in OUTCOMES],
+        "nodes_url": reverse(f"{site}:django_htask_node_changelist"),
+        "queues_url": reverse(f"{site}:django_htask_queue_changelist"),
+        "meter_low": data.node_timeout / 3,
+        "meter_high": data.node_timeout * 2 / 3,
+        "runs_url": runs_url,
+    }
+
+
+def _runs_chart(data: Overview, columns: list[str]) -> SafeString:
+    """The runs of each hour, stacked by outcome."""
+    return charts.stacked_bars(
         "htask-runs-chart",
         "runs per hour by outcome, last 24 hours (UTC)",
         columns,
         [
             charts.Series(
-                str(status), [h.counts[status] for h in data.hours], charts.COLOURS[status]
+                str(status), [hour.counts[status] for hour in data.hours], charts.COLOURS[status]
             )
             for status in OUTCOMES
         ],
     )
-    lateness = charts.line_chart(
+
+
+def _lateness_chart(data: Overview, columns: list[str]) -> SafeString:
+    """The lateness of each hour's runs, p50 and p99."""
+    return charts.line_chart(
         "htask-lateness-chart",
         "lateness per hour, p50 and p99, last 24 hours (UTC)",
         columns,
         [
-            charts.Series("p50", [h.p50 for h in data.hours], charts.COLOURS["p50"]),
-            charts.Series("p99", [h.p99 for h in data.hours], charts.COLOURS["p99"]),
+            charts.Series("p50", [hour.p50 for hour in data.hours], charts.COLOURS["p50"]),
+            charts.Series("p99", [hour.p99 for hour in data.hours], charts.COLOURS["p99"]),
         ],
     )
+
+
+def _timeline_chart(data: Overview) -> SafeString:
+    """The occurrences of each minute of the next 24 hours, the busiest marked and a
+    label on each hour three hours apart."""
     timeline = data.timeline
-    busiest = timeline.busiest()
     start = timeline.start
     peaks = _spread(
         [
             (int((when - start).total_seconds() // 60), f"{when:%H:%M}")
-            for when, _n in timeline.busiest(PEAK_CANDIDATES)
+            for when, _count in timeline.busiest(PEAK_CANDIDATES)
         ]
     )
     first_hour = 60 - start.minute if start.minute else 0
     x_labels = [
-        (i, f"{start + timedelta(minutes=i):%H:%M}")
-        for i in range(first_hour, len(timeline.per_minute), 180)
+        (minute, f"{start + timedelta(minutes=minute):%H:%M}")
+        for minute in range(first_hour, len(timeline.per_minute), 180)
     ]
-    upcoming = charts.area_chart(
+    return charts.area_chart(
         "htask-timeline-chart",
         "occurrences per minute, next 24 hours (UTC)",
         timeline.per_minute,
         peaks=peaks,
         x_labels=x_labels,
     )
-    runs_url = reverse(f"{site}:django_htask_run_changelist")
+
+
+def _failing_rows(data: Overview, site: str, runs_url: str) -> list[dict[str, Any]]:
+    """The failing schedules' rows, each with links to its schedule and its failed runs."""
     schedules_url = reverse(f"{site}:django_htask_schedule_changelist")
-    failing = [
+    return [
         {
             "row": row,
             "schedule_url": f"{schedules_url}{row.schedule_id}/change/",
@@ -101,16 +131,3 @@ def page_context(data: Overview, site: str) -> dict[str, Any]:
         }
         for row in data.failing
     ]
-    return {
-        "runs_chart": runs,
-        "lateness_chart": lateness,
-        "timeline_chart": upcoming,
-        "busiest": busiest,
-        "failing": failing,
-        "legend": [(str(s), charts.COLOURS[s]) for s in OUTCOMES],
-        "nodes_url": reverse(f"{site}:django_htask_node_changelist"),
-        "queues_url": reverse(f"{site}:django_htask_queue_changelist"),
-        "meter_low": data.node_timeout / 3,
-        "meter_high": data.node_timeout * 2 / 3,
-        "runs_url": runs_url,
-    }

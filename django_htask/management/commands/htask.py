@@ -126,70 +126,19 @@ class Command(BaseCommand):
         status.add_argument(
             "--hours", type=float, default=24.0, help="failures within this many hours (24)"
         )
-        prune = sub.add_parser("prune", help="delete finished work past its retention")
-        prune.add_argument(
-            "--days",
-            type=float,
-            default=None,
-            help="keep this many days of tasks and runs (> 0; default: TASK_RETENTION_DAYS "
-            "and RUN_RETENTION_DAYS)",
+        _add_prune_options(sub.add_parser("prune", help="delete finished work past its retention"))
+        _add_health_options(
+            sub.add_parser(
+                "health", help="exit 0 if the database answers, a node is live, nothing late"
+            )
         )
-        prune.add_argument("--dry-run", action="store_true", help="count what would go")
-        health = sub.add_parser(
-            "health", help="exit 0 if the database answers, a node is live, nothing late"
+        _add_celery_beat_options(
+            sub.add_parser(
+                "import-celery-beat", help="create schedules from django-celery-beat's tasks"
+            )
         )
-        health.add_argument("--node", default=None, metavar="ID", help="this node must be live")
-        health.add_argument(
-            "--max-late",
-            default=DEFAULT_MAX_LATE,
-            metavar="SECONDS",
-            help=f"due work waiting longer is late ({DEFAULT_MAX_LATE:g})",
-        )
-        beat = sub.add_parser(
-            "import-celery-beat", help="create schedules from django-celery-beat's tasks"
-        )
-        beat.add_argument("--dry-run", action="store_true", help="show what, write nothing")
-        beat.add_argument(
-            "--map",
-            dest="mapping",
-            nargs="+",
-            action="extend",
-            default=[],
-            metavar="CELERY_NAME=module:function",
-            help="run this celery task name as this registered function",
-        )
-
         _add_queue_actions(sub.add_parser("queue", help="pause, resume, limit or list queues"))
-        retry = sub.add_parser("retry", help="send failed one-off tasks again")
-        retry.add_argument("ids", nargs="*", type=int, metavar="ID", help="the tasks' ids")
-        retry.add_argument(
-            "--failed-since",
-            default=None,
-            metavar="WHEN",
-            help="the tasks failed since WHEN: a duration back (2h, 1d) or ISO 8601",
-        )
-        retry.add_argument(
-            "--function",
-            action="append",
-            default=[],
-            metavar="NAME",
-            help="only the tasks of this registered function (again for more)",
-        )
-        retry.add_argument(
-            "--status",
-            action="append",
-            default=[],
-            choices=[kind.value for kind in Failure],
-            help="only the tasks whose last attempt ended so (again for more); with "
-            f"--failed-since the default is {' and '.join(RETRIED)}: a timed-out or "
-            "aborted task is sent again only when asked for, or named by its id",
-        )
-        retry.add_argument(
-            "--error", default="", metavar="TEXT", help="only the tasks whose error has TEXT"
-        )
-        retry.add_argument(
-            "--dry-run", action="store_true", help="list what would be sent, send nothing"
-        )
+        _add_retry_options(sub.add_parser("retry", help="send failed one-off tasks again"))
 
     def rows(self, model: type[ModelT]) -> QuerySet[ModelT]:
         """``model``'s rows on this invocation's database."""
@@ -281,6 +230,14 @@ class Command(BaseCommand):
         if not hours > 0:
             raise CommandError(f"--hours must be > 0, got {hours}", returncode=USAGE)
         now = clock.now()
+        self._status_nodes(now)
+        self._status_tasks(now)
+        self._status_schedules()
+        self._status_failures(now, hours)
+        self._status_pruning()
+
+    def _status_nodes(self, now: datetime) -> None:
+        """``htask status``'s nodes: how many are live, and the latest heard of."""
         all_nodes = Node.objects.using(self.using)
         nodes = list(all_nodes.heard_last()[:NODES_LISTED])
         live = all_nodes.live(get_settings().dead_before(now)).count()
@@ -297,6 +254,10 @@ class Command(BaseCommand):
             )
         if total > len(nodes):
             self.stdout.write(f"  … and {total - len(nodes)} more (the admin's node list)")
+
+    def _status_tasks(self, now: datetime) -> None:
+        """``htask status``'s one-off tasks: by status, what holds the pending ones
+        back, and the queues."""
         tasks = Task.objects.using(self.using)
         counts = tasks.by_status()
         overdue = tasks.overdue(now).count()
@@ -321,10 +282,13 @@ class Command(BaseCommand):
             ("key", "waiting on max_running per key"),
             ("rate", "waiting on rate limits"),
         ):
-            names = [f"{w.name} {w.count}" for w in waiting if w.kind == kind]
+            names = [f"{gate.name} {gate.count}" for gate in waiting if gate.kind == kind]
             if names:
                 self.stdout.write(f"  {label}: {', '.join(names)}")
-        self._status_queues([f"{name} {n}" for name, n in by_queue])
+        self._status_queues([f"{name} {count}" for name, count in by_queue])
+
+    def _status_schedules(self) -> None:
+        """``htask status``'s schedules: how many are enabled, and the broken ones."""
         broken = list(self.rows(Schedule).exclude(broken="").order_by("name")[: SHOWN + 1])
         enabled = self.rows(Schedule).filter(enabled=True, broken="").count()
         self.stdout.write(f"schedules: {enabled} enabled, {len(broken)} broken")
@@ -333,6 +297,9 @@ class Command(BaseCommand):
         if len(broken) > SHOWN:
             more = self.rows(Schedule).exclude(broken="").count() - SHOWN
             self.stdout.write(f"  … and {more} more (the admin's schedule list filters them)")
+
+    def _status_failures(self, now: datetime, hours: float) -> None:
+        """``htask status``'s runs that failed in the last ``hours``, the latest first."""
         # By start, the index of runs by outcome: by finish, the count read every
         # failed run the table holds.
         since = now - timedelta(hours=hours)
@@ -344,7 +311,6 @@ class Command(BaseCommand):
             when = f"{run.finished_at:%Y-%m-%d %H:%M:%S}" if run.finished_at else "?"
             first = run.error.splitlines()[0] if run.error else ""
             self.stdout.write(f"  {when}  {run.name}: {first}")
-        self._status_pruning()
 
     def _status_pruning(self) -> None:
         """The retention, and the last round of pruning a node recorded."""
@@ -568,6 +534,76 @@ def _counts(pruned: Pruned) -> str:
     return (
         f"{pruned.tasks} finished tasks, {pruned.runs} runs and {pruned.nodes} rows of "
         "stopped nodes"
+    )
+
+
+def _add_prune_options(prune: CommandParser) -> None:
+    """``htask prune``'s options."""
+    prune.add_argument(
+        "--days",
+        type=float,
+        default=None,
+        help="keep this many days of tasks and runs (> 0; default: TASK_RETENTION_DAYS "
+        "and RUN_RETENTION_DAYS)",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="count what would go")
+
+
+def _add_health_options(health: CommandParser) -> None:
+    """``htask health``'s options."""
+    health.add_argument("--node", default=None, metavar="ID", help="this node must be live")
+    health.add_argument(
+        "--max-late",
+        default=DEFAULT_MAX_LATE,
+        metavar="SECONDS",
+        help=f"due work waiting longer is late ({DEFAULT_MAX_LATE:g})",
+    )
+
+
+def _add_celery_beat_options(beat: CommandParser) -> None:
+    """``htask import-celery-beat``'s options."""
+    beat.add_argument("--dry-run", action="store_true", help="show what, write nothing")
+    beat.add_argument(
+        "--map",
+        dest="mapping",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="CELERY_NAME=module:function",
+        help="run this celery task name as this registered function",
+    )
+
+
+def _add_retry_options(retry: CommandParser) -> None:
+    """``htask retry``'s arguments: the tasks by id, or by when and how they failed."""
+    retry.add_argument("ids", nargs="*", type=int, metavar="ID", help="the tasks' ids")
+    retry.add_argument(
+        "--failed-since",
+        default=None,
+        metavar="WHEN",
+        help="the tasks failed since WHEN: a duration back (2h, 1d) or ISO 8601",
+    )
+    retry.add_argument(
+        "--function",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only the tasks of this registered function (again for more)",
+    )
+    retry.add_argument(
+        "--status",
+        action="append",
+        default=[],
+        choices=[kind.value for kind in Failure],
+        help="only the tasks whose last attempt ended so (again for more); with "
+        f"--failed-since the default is {' and '.join(RETRIED)}: a timed-out or "
+        "aborted task is sent again only when asked for, or named by its id",
+    )
+    retry.add_argument(
+        "--error", default="", metavar="TEXT", help="only the tasks whose error has TEXT"
+    )
+    retry.add_argument(
+        "--dry-run", action="store_true", help="list what would be sent, send nothing"
     )
 
 

@@ -48,6 +48,140 @@ NODE_ID_MAX = NodeRow._meta.get_field("id").max_length or 100
 logger = logging.getLogger(__name__)
 
 
+def _add_node_arguments(parser: CommandParser, htask: HtaskSettings) -> None:
+    """Who the node is, where its database is, how it looks for work and logs."""
+    parser.add_argument(
+        "--workers", type=int, default=htask.workers, help=f"worker threads ({htask.workers})"
+    )
+    parser.add_argument("--node-id", default=None, help="this node's id (host-pid-random)")
+    add_database_option(parser)
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=htask.poll_interval,
+        help=f"seconds between looks for changes by other processes ({htask.poll_interval})",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=LEVELS,
+        type=str.upper,
+        help="level of the django_htask loggers (INFO)",
+    )
+    parser.add_argument(
+        "--no-sync",
+        action="store_true",
+        help="do not create or update the code-defined schedules at start",
+    )
+
+
+def _add_serving_arguments(parser: CommandParser) -> None:
+    """What the node runs, and when it exits by itself."""
+    parser.add_argument(
+        "--queue",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="serve only this queue (repeat it for several; '*' or none: every queue)",
+    )
+    parser.add_argument(
+        "--exclude-queue",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="serve every queue but this one (repeatable)",
+    )
+    parser.add_argument(
+        "--backend",
+        default=None,
+        metavar="ALIAS",
+        help="run only the django.tasks tasks enqueued through this TASKS alias (no "
+        "schedules, no tasks of django-htask's own)",
+    )
+    parser.add_argument(
+        "--max-tasks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="exit once N one-off tasks have run",
+    )
+    parser.add_argument(
+        "--batch",
+        action="store_true",
+        help="exit once nothing is due and nothing runs (for cron jobs and tests)",
+    )
+
+
+def _add_pool_arguments(parser: CommandParser, htask: HtaskSettings) -> None:
+    """Where the calls run, and what becomes of workers that wear out or get stuck."""
+    parser.add_argument(
+        "--pool",
+        choices=POOLS,
+        default=htask.pool,
+        help=f"where the calls run: in the worker threads, or in a worker process per "
+        f"worker thread ({htask.pool})",
+    )
+    parser.add_argument(
+        "--max-tasks-per-child",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --pool process: replace a worker process after N calls (0: never; "
+        f"{htask.max_tasks_per_child})",
+    )
+    parser.add_argument(
+        "--max-memory-per-child",
+        type=int,
+        default=None,
+        metavar="MIB",
+        help="with --pool process: replace a worker process after a call that took its "
+        f"memory past MIB MiB (0: never; {htask.max_memory_per_child})",
+    )
+    parser.add_argument(
+        "--exit-when-stuck",
+        action="store_true",
+        help="when more than MAX_ABANDONED_THREADS worker threads are stuck, exit with "
+        f"status {EXIT_STUCK} for a supervisor (systemd, Kubernetes) to start it again, "
+        "rather than start afresh by itself",
+    )
+
+
+def _add_metrics_arguments(parser: CommandParser) -> None:
+    """Where the node serves its Prometheus metrics."""
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics (the database's and this node's) at "
+        "http://ADDR:PORT/metrics (needs django-htask[metrics]; 0: any free port)",
+    )
+    parser.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="the address the metrics are served on (127.0.0.1; 0.0.0.0: every one)",
+    )
+
+
+def _stop_on_signals(node: Node) -> dict[signal.Signals, Any]:
+    """Make SIGTERM and Ctrl-C ask ``node`` to stop, and a second one end the process at
+    once; returns the handlers they had, to put back."""
+    signals_seen = 0
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        # Only flags here: the main thread does the work outside the handler.
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen > 1:
+            sys.stderr.write(f"second signal ({signal.Signals(signum).name}): exiting now\n")
+            sys.stderr.flush()
+            os._exit(1)
+        node.request_stop()
+
+    return {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
 class Command(BaseCommand):
     #: Whether the command line is the process's own (``manage.py runscheduler``),
     #: which it may then run again in place of itself.
@@ -58,107 +192,11 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        s = get_settings()
-        parser.add_argument(
-            "--workers", type=int, default=s.workers, help=f"worker threads ({s.workers})"
-        )
-        parser.add_argument("--node-id", default=None, help="this node's id (host-pid-random)")
-        add_database_option(parser)
-        parser.add_argument(
-            "--poll-interval",
-            type=float,
-            default=s.poll_interval,
-            help=f"seconds between looks for changes by other processes ({s.poll_interval})",
-        )
-        parser.add_argument(
-            "--log-level",
-            default="INFO",
-            choices=LEVELS,
-            type=str.upper,
-            help="level of the django_htask loggers (INFO)",
-        )
-        parser.add_argument(
-            "--no-sync",
-            action="store_true",
-            help="do not create or update the code-defined schedules at start",
-        )
-        parser.add_argument(
-            "--queue",
-            action="append",
-            default=[],
-            metavar="NAME",
-            help="serve only this queue (repeat it for several; '*' or none: every queue)",
-        )
-        parser.add_argument(
-            "--exclude-queue",
-            action="append",
-            default=[],
-            metavar="NAME",
-            help="serve every queue but this one (repeatable)",
-        )
-        parser.add_argument(
-            "--backend",
-            default=None,
-            metavar="ALIAS",
-            help="run only the django.tasks tasks enqueued through this TASKS alias (no "
-            "schedules, no tasks of django-htask's own)",
-        )
-        parser.add_argument(
-            "--max-tasks",
-            type=int,
-            default=None,
-            metavar="N",
-            help="exit once N one-off tasks have run",
-        )
-        parser.add_argument(
-            "--batch",
-            action="store_true",
-            help="exit once nothing is due and nothing runs (for cron jobs and tests)",
-        )
-        parser.add_argument(
-            "--pool",
-            choices=POOLS,
-            default=s.pool,
-            help=f"where the calls run: in the worker threads, or in a worker process per "
-            f"worker thread ({s.pool})",
-        )
-        parser.add_argument(
-            "--max-tasks-per-child",
-            type=int,
-            default=None,
-            metavar="N",
-            help="with --pool process: replace a worker process after N calls (0: never; "
-            f"{s.max_tasks_per_child})",
-        )
-        parser.add_argument(
-            "--max-memory-per-child",
-            type=int,
-            default=None,
-            metavar="MIB",
-            help="with --pool process: replace a worker process after a call that took its "
-            f"memory past MIB MiB (0: never; {s.max_memory_per_child})",
-        )
-        parser.add_argument(
-            "--exit-when-stuck",
-            action="store_true",
-            help="when more than MAX_ABANDONED_THREADS worker threads are stuck, exit with "
-            f"status {EXIT_STUCK} for a supervisor (systemd, Kubernetes) to start it again, "
-            "rather than start afresh by itself",
-        )
-        parser.add_argument(
-            "--metrics-port",
-            type=int,
-            default=None,
-            metavar="PORT",
-            help="serve Prometheus metrics (the database's and this node's) at "
-            "http://ADDR:PORT/metrics (needs django-htask[metrics]; 0: any free port)",
-        )
-        parser.add_argument(
-            "--metrics-addr",
-            default="127.0.0.1",
-            metavar="ADDR",
-            help="the address the metrics are served on (127.0.0.1; 0.0.0.0: every one)",
-        )
+        htask = get_settings()
+        _add_node_arguments(parser, htask)
+        _add_serving_arguments(parser)
+        _add_pool_arguments(parser, htask)
+        _add_metrics_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if get_settings().eager:
@@ -167,6 +205,37 @@ class Command(BaseCommand):
                 "a node would take them from there; turn it off to run a scheduler"
             )
         began = time.monotonic()
+        self._check_numbers(options)
+        try:
+            queues = QueueFilter.of(options["queue"], options["exclude_queue"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        backend: str | None = options["backend"]
+        if backend is not None:
+            self._check_backend(backend)
+        using = database_of(options)
+        self._check_metrics_port(options["metrics_port"])
+        htask = self._pool_settings(options)
+        self._configure_logging(options["log_level"])
+        node = Node(
+            settings=htask,
+            node_id=options["node_id"],
+            workers=options["workers"],
+            poll_interval=options["poll_interval"],
+            queues=queues,
+            backend=backend,
+            max_tasks=options["max_tasks"],
+            batch=options["batch"],
+            store=get_store(using),
+        )
+        metrics = self._serve_metrics(options, node, using)
+        if self._run(node, options, using, metrics):
+            self._report_stop(node, options, began)
+
+    @staticmethod
+    def _check_numbers(options: dict[str, Any]) -> None:
+        """``--workers``, ``--poll-interval``, ``--node-id`` and ``--max-tasks`` are in
+        their ranges."""
         workers: int = options["workers"]
         poll: float = options["poll_interval"]
         if workers < 0:
@@ -181,61 +250,44 @@ class Command(BaseCommand):
         max_tasks: int | None = options["max_tasks"]
         if max_tasks is not None and max_tasks <= 0:
             raise CommandError(f"--max-tasks must be greater than zero, got {max_tasks}")
+
+    @staticmethod
+    def _check_metrics_port(port: int | None) -> None:
+        """``--metrics-port`` is a TCP port and the metrics' extra is installed, checked
+        before the node starts so that a typo fails at once."""
+        if port is None:
+            return
+        if not 0 <= port <= PORT_MAX:
+            raise CommandError(f"--metrics-port must be 0 to {PORT_MAX}, got {port}")
+        from django_htask.metrics import require_prometheus  # noqa: PLC0415  (only here)
+
         try:
-            queues = QueueFilter.of(options["queue"], options["exclude_queue"])
-        except ValueError as exc:
-            raise CommandError(str(exc)) from exc
-        backend: str | None = options["backend"]
-        if backend is not None:
-            self._check_backend(backend)
-        using = database_of(options)
-        metrics_port: int | None = options["metrics_port"]
-        if metrics_port is not None:
-            if not 0 <= metrics_port <= PORT_MAX:
-                raise CommandError(f"--metrics-port must be 0 to {PORT_MAX}, got {metrics_port}")
-            from django_htask.metrics import require_prometheus  # noqa: PLC0415  (only here)
+            require_prometheus()
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"--metrics-port: {exc}") from exc
 
-            try:
-                require_prometheus()
-            except ImproperlyConfigured as exc:
-                raise CommandError(f"--metrics-port: {exc}") from exc
-        htask = self._pool_settings(options)
-        self._configure_logging(options["log_level"])
-        node = Node(
-            settings=htask,
-            node_id=node_id,
-            workers=workers,
-            poll_interval=poll,
-            queues=queues,
-            backend=backend,
-            max_tasks=max_tasks,
-            batch=options["batch"],
-            store=get_store(using),
-        )
-        metrics: MetricsServer | None = None
-        if metrics_port is not None:
-            from django_htask.metrics import serve  # noqa: PLC0415
+    @staticmethod
+    def _serve_metrics(options: dict[str, Any], node: Node, using: str) -> MetricsServer | None:
+        """The metrics server ``--metrics-port`` asks for, serving already, or None."""
+        port: int | None = options["metrics_port"]
+        if port is None:
+            return None
+        from django_htask.metrics import serve  # noqa: PLC0415
 
-            addr: str = options["metrics_addr"]
-            try:
-                metrics = serve(metrics_port, addr, node_id=node.node_id, using=using)
-            except OSError as exc:
-                raise CommandError(
-                    f"--metrics-port: cannot serve metrics on {addr}:{metrics_port}: {exc}"
-                ) from exc
-        signals_seen = 0
+        addr: str = options["metrics_addr"]
+        try:
+            return serve(port, addr, node_id=node.node_id, using=using)
+        except OSError as exc:
+            raise CommandError(
+                f"--metrics-port: cannot serve metrics on {addr}:{port}: {exc}"
+            ) from exc
 
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            # Only flags here: the main thread does the work outside the handler.
-            nonlocal signals_seen
-            signals_seen += 1
-            if signals_seen > 1:
-                sys.stderr.write(f"second signal ({signal.Signals(signum).name}): exiting now\n")
-                sys.stderr.flush()
-                os._exit(1)
-            node.request_stop()
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    def _run(
+        self, node: Node, options: dict[str, Any], using: str, metrics: MetricsServer | None
+    ) -> bool:
+        """Start the node and wait for a signal (or the node itself) to stop it, then
+        stop it. False if it was stopped before it could reach the database."""
+        previous = _stop_on_signals(node)
         # Who and where first: the start logs (the sync, a reap of nodes gone) come after.
         self.stdout.write(self._heading(node))
         self.stdout.flush()
@@ -246,10 +298,12 @@ class Command(BaseCommand):
                 )
             except StartAborted:
                 self.stdout.write("stopped before the database could be reached.")
-                return
+                return False
             except (NotMigrated, InvalidSchedule, ImproperlyConfigured) as exc:  # sync, pool
                 raise CommandError(str(exc)) from exc
-            self.stdout.write(self._banner(node, workers, poll, stats, metrics))
+            self.stdout.write(
+                self._banner(node, options["workers"], options["poll_interval"], stats, metrics)
+            )
             self.stdout.flush()
             while not node.stop_requested:
                 time.sleep(0.1)
@@ -265,6 +319,11 @@ class Command(BaseCommand):
                 metrics.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+        return True
+
+    def _report_stop(self, node: Node, options: dict[str, Any], began: float) -> None:
+        """Say how the stopped node ended, and end the process with the status that
+        tells a supervisor what to do (or start afresh for stuck threads)."""
         if node.fenced:
             # Its jobs may still run in their threads: end them with the process, now.
             self._exit_now(

@@ -130,37 +130,49 @@ class OutsideWrites(MemoryTables):
         passed under the name): it waits for them, as ``schedule(after=...)`` makes it
         (``after_failure``: what their failure does to it); ``batch``: a member of that
         batch (:meth:`add_batch`)."""
+        columns: dict[str, Any] = {
+            "max_attempts": max_attempts,
+            "priority": priority,
+            "queue_name": queue_name,
+            "timeout": timeout,
+            "retry": retry,
+            "max_running": max_running,
+            "retention": retention,
+            "max_snoozes": max_snoozes,
+            "per_key": per_key,
+            "rate_limit": rate_limit,
+            "rate_period": rate_period,
+        }
         if after or bind or batch is not None:
             if key is not None:
                 raise ValueError("a task with a key cannot wait for others nor join a batch")
             return self._add_composed(function, args, kwargs, after, bind or {}, after_failure,
-                                      batch, run_at=run_at, max_attempts=max_attempts,
-                                      priority=priority, queue_name=queue_name,
-                                      timeout=timeout, retry=retry, lock=lock,
-                                      max_running=max_running, retention=retention,
-                                      max_snoozes=max_snoozes, per_key=per_key,
-                                      rate_limit=rate_limit,
-                                      rate_period=rate_period)  # fmt: skip
+                                      batch, run_at=run_at, lock=lock, **columns)  # fmt: skip
         conflict = OnConflict.of(on_conflict)
+        return self._add_pending(function, args, kwargs, run_at, key, lock, conflict, columns)
+
+    def _add_pending(
+        self,
+        function: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        run_at: datetime | None,
+        key: str | None,
+        lock: str | None,
+        conflict: OnConflict,
+        columns: dict[str, Any],
+    ) -> int:
+        """:meth:`add_task` for a task that waits for nothing: pending at once, unless a
+        pending task holds its ``key`` (``conflict`` decides)."""
         with self._lock:
             task = TaskRecord(
                 next(self._ids),
                 function,
                 encode_call(function, args, kwargs),
                 run_at or self.clock.now(),
-                max_attempts=max_attempts,
-                priority=priority,
-                queue_name=queue_name,
-                timeout=timeout,
-                retry=retry,
                 key=None if key is None else check_key(key),
                 lock=None if lock is None else check_lock(lock),
-                max_running=max_running,
-                retention=retention,
-                max_snoozes=max_snoozes,
-                per_key=per_key,
-                rate_limit=rate_limit,
-                rate_period=rate_period,
+                **columns,
             )
             kept = self._keep(task, conflict)
             if kept is not task:

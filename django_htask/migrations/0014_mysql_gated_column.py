@@ -14,7 +14,7 @@ def add_mysql_gated_column(apps: StateApps, schema_editor: BaseDatabaseSchemaEdi
     (django_htask/store/mysql.py, ``GATED_COLUMN``)."""
     from django_htask.store.mysql import add_gated_column, on_mysql  # noqa: PLC0415
 
-    on_mysql(schema_editor, functools.partial(add_gated_column, predicate=GATED))
+    on_mysql(schema_editor, functools.partial(add_gated_column, predicate=GATED, stored=False))
 
 
 def drop_mysql_gated_column(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:

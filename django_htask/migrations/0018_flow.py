@@ -27,7 +27,8 @@ def mysql_gated_column(predicate: str | None):  # type: ignore[no-untyped-def]
         if predicate is None:
             on_mysql(schema_editor, drop_gated_column)
         else:
-            on_mysql(schema_editor, functools.partial(add_gated_column, predicate=predicate))
+            add = functools.partial(add_gated_column, predicate=predicate, stored=False)
+            on_mysql(schema_editor, add)
 
     return step
 

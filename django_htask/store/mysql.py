@@ -218,13 +218,15 @@ def gate_row(key: str) -> str:
 #: (named as it is elsewhere, so a clash reads the same). Not a field of the model:
 #: migration 0009 adds both (:func:`add_pending_key`), and inserts never name the column.
 PENDING_KEY = "htask_pending_key"
-#: Virtual column, 1 for a pending task with a lock or a limit (or a rate limit), NULL
-#: otherwise, indexed
-#: in the claim's order: the gated tasks' partial index elsewhere (``GATED_INDEX``,
-#: named so here too). Without it, a claim's question "are gated tasks due?" read every
-#: pending task: with 10,000 plain tasks queued, a second a claim, so long that the
-#: node's own heartbeat waited behind it. Migration 0014 adds it, 0018 redefines it
-#: (:func:`add_gated_column`); inserts never name it.
+#: Generated column, 1 for a pending task with a lock or a limit (or a rate limit), NULL
+#: otherwise, indexed in the claim's order: the gated tasks' partial index elsewhere
+#: (``GATED_INDEX``, named so here too). Without it, a claim's question "are gated
+#: tasks due?" read every pending task, so long that the node's own heartbeat waited
+#: behind it. Stored, not virtual: while another transaction has uncommitted changes to
+#: rows of an index on a virtual column, InnoDB's consistent reads through that index
+#: (MariaDB 10.11) find none of its rows, and a claim saw no gated task at all while
+#: another node's claim was in flight. Migration 0014 adds it, 0018 redefines it, 0024
+#: stores it (:func:`add_gated_column`); inserts never name it.
 GATED_COLUMN = "htask_gated"
 
 
@@ -323,16 +325,20 @@ def drop_pending_key(connection: BaseDatabaseWrapper) -> None:
         cursor.execute(f"ALTER TABLE {TASK} DROP INDEX {KEY_INDEX}, DROP COLUMN {PENDING_KEY}")
 
 
-def add_gated_column(connection: BaseDatabaseWrapper, predicate: str = GATED_PREDICATE) -> None:
+def add_gated_column(
+    connection: BaseDatabaseWrapper, predicate: str = GATED_PREDICATE, *, stored: bool = True
+) -> None:
     """Add :data:`GATED_COLUMN`, 1 where ``predicate`` (SQL over the task table, as
     :data:`~django_htask.models.GATED_PREDICATE` writes it: each migration passes the
     one of its time) holds, and its index in place of the one Django made of the
-    partial ``htask_task_gated``, its condition dropped (migrations 0014, 0018)."""
+    partial ``htask_task_gated``, its condition dropped (migrations 0014, 0018: virtual,
+    as they were applied; 0024: ``stored``)."""
     mysql_predicate = predicate.replace("lock IS", "`lock` IS")
+    kind = "STORED" if stored else "VIRTUAL"
     with connection.cursor() as cursor:
         cursor.execute(
             f"ALTER TABLE {TASK} DROP INDEX {GATED_INDEX},"
-            f" ADD COLUMN {GATED_COLUMN} tinyint AS (IF({mysql_predicate}, 1, NULL)) VIRTUAL,"
+            f" ADD COLUMN {GATED_COLUMN} tinyint AS (IF({mysql_predicate}, 1, NULL)) {kind},"
             f" ADD INDEX {GATED_INDEX} ({GATED_COLUMN}, priority, run_at, id)"
         )
 

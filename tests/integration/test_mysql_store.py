@@ -392,6 +392,26 @@ def test_the_question_whether_gated_tasks_are_due_reads_only_gated_tasks(
     assert read["Handler_read_next"] <= len(locked)  # the gated rows, in the index
 
 
+def test_gated_tasks_another_transaction_is_changing_leave_the_others_in_sight(
+    store: MySQLStore, other_client: Any
+) -> None:
+    """While another client's transaction has changed some gated tasks (uncommitted), a
+    claim still sees every gated task as committed, through the gated index. Through an
+    index on a virtual column (before migration 0024) MariaDB's consistent read found
+    none of them: a claim on another node started nothing while one was in flight."""
+    register(store, "n1")
+    gated = [make_tasks(1, lock=f"account:{n}")[0] for n in range(12)]
+    cursor = other_client.cursor()
+    in_flight = ", ".join(str(pk) for pk in gated[-3:])
+    cursor.execute(f"UPDATE django_htask_task SET status = 'running' WHERE id IN ({in_flight})")
+    with connection.cursor() as ours:
+        sql, params = store._gated_probe(NOW, SERVE_ALL)
+        ours.execute(f"{sql} ORDER BY id", params)
+        assert [row[0] for row in ours.fetchall()] == gated
+    assert store.task_outlook(NOW)[0] is True
+    assert [t.id for t in store.start_tasks("n1", NOW, 3, LEASE)] == gated[:3]
+
+
 def test_a_claim_whose_candidates_another_claim_holds_reads_on_past_them(
     store: MySQLStore, other_client: Any
 ) -> None:

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import enum
 import math
-import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,7 +31,7 @@ from .due import due_time
 from .exceptions import ResultTimeout, TaskNotFound
 from .models import Task, TaskStatus
 from .retention import gone_reason
-from .store import get_store
+from .store import Notices, get_store
 from .store.composed import cancelled
 
 __all__ = [
@@ -206,9 +205,9 @@ def wait_result(
     ``timeout``: seconds (or a timedelta) to wait at most; None waits as long as it
     takes. Past it, :class:`~django_htask.exceptions.ResultTimeout` (a
     ``TimeoutError``) names the task and the status it was in; the task is left as it
-    is. On PostgreSQL the task's end wakes it (a ``NOTIFY``, heard by one listening
-    connection per process, opened at the first wait), and it reads the task's row
-    again every ``poll`` seconds in case a notice is lost. Elsewhere it reads the row,
+    is. On PostgreSQL the task's end wakes it (a ``NOTIFY``, heard on the caller's own
+    connection while it waits), and it reads the task's row again every ``poll``
+    seconds in case a notice is lost. Elsewhere it reads the row,
     again after 10 ms, then less and less often, at most ``poll`` seconds apart: a
     short task is seen ending within milliseconds, a long wait costs a read every
     ``poll`` seconds. Raises :class:`~django_htask.exceptions.TaskNotFound` as
@@ -245,9 +244,9 @@ class _Wait:
         self.poll = poll
         self.deadline = time.monotonic() + limit
         self.pause = min(FIRST_PAUSE, poll)
-        self.ended: threading.Event | None = None
+        self.ended: Notices | None = None
 
-    def heard(self, ended: threading.Event | None) -> None:
+    def heard(self, ended: Notices | None) -> None:
         """``ended`` is set when the task ends (the store's notice; None: no notice):
         then every pause is ``poll`` long, cut short by it."""
         self.ended = ended
@@ -303,7 +302,7 @@ async def await_result(
 ) -> Result:
     """:func:`wait_result` for async code: it pauses with ``asyncio.sleep``, so the
     event loop goes on while it waits; each look is :func:`aget_result`; a notice is
-    waited for in a thread of the loop's default executor."""
+    waited for in Django's thread for sync code, on its connection."""
     wait = _Wait.of(token, timeout, poll)
     await sync_to_async(_outside_transaction)(token)
     stack = contextlib.ExitStack()
@@ -318,9 +317,9 @@ async def await_result(
             if wait.ended is None:
                 await asyncio.sleep(pause)
             else:
-                await asyncio.to_thread(wait.ended.wait, pause)
+                await sync_to_async(wait.ended.wait)(pause)  # on the connection's thread
     finally:
-        stack.close()
+        await sync_to_async(stack.close)()
 
 
 # The async twins run the sync function in Django's thread for sync code

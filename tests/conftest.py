@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -213,8 +212,6 @@ def _close_thread_connections() -> Iterator[None]:
     connection_created.connect(created, weak=False)
     yield
     connection_created.disconnect(created)
-    if (postgres := sys.modules.get("django_htask.store.postgres")) is not None:
-        postgres.close_end_watchers()  # wait_result's listening connection
     for wrapper in opened:
         if wrapper.connection is not None:
             with contextlib.suppress(Exception):

@@ -74,6 +74,7 @@ __all__ = [
     "Gated",
     "Holding",
     "Listening",
+    "Notices",
     "Pruned",
     "RetryColumns",
     "RunOutcome",
@@ -279,6 +280,16 @@ def open_queues(limits: Mapping[str, int], held: Holding) -> list[tuple[str, int
     return [(q, n - held.queues[q]) for q, n in sorted(limits.items()) if held.queues[q] < n]
 
 
+class Notices(Protocol):
+    """The notices of one task's end (:meth:`Store.watch_end`)."""
+
+    def clear(self) -> None:
+        """Forget the notices heard so far (before a read of the task)."""
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the end was announced within ``timeout`` seconds."""
+
+
 class Store(abc.ABC):
     """The database operations of a node."""
 
@@ -309,10 +320,10 @@ class Store(abc.ABC):
         return None
 
     @contextlib.contextmanager
-    def watch_end(self, token: str) -> Iterator[threading.Event | None]:
-        """For ``wait_result``: an event set when the task ``token`` ends (or may have:
-        read it again), from the database's notice, for the time of the ``with``; None
-        when the store hears no notices (the caller reads the task at intervals)."""
+    def watch_end(self, token: str) -> Iterator[Notices | None]:
+        """For ``wait_result``: the database's notices of the end of the task ``token``,
+        for the time of the ``with``; None when the store hears no notices (the caller
+        reads the task at intervals)."""
         yield None
 
     @abc.abstractmethod

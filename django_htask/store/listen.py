@@ -1,7 +1,5 @@
 """LISTEN on PostgreSQL: a thread with a connection of its own that hears the
-notifications the store's triggers send (see :mod:`django_htask.store.postgres`), for
-a node (:class:`Listener`) or for the callers of ``wait_result`` in a process
-(:class:`EndWatchers`)."""
+notifications the store's triggers send (see :mod:`django_htask.store.postgres`)."""
 
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ from django.db import connections
 from django_htask.db import scheduler_alias
 from django_htask.retry import Backoff, RetryPolicy
 
-__all__ = ["CHANNEL", "ENDED", "EndWatchers", "Listener", "connection_params"]
+__all__ = ["CHANNEL", "ENDED", "Listener", "connection_params"]
 
 logger = logging.getLogger(__name__)
 
@@ -23,12 +21,6 @@ logger = logging.getLogger(__name__)
 CHANNEL = "django_htask"
 #: The channel a task that someone waits for announces its end on; payload: its token.
 ENDED = "django_htask_ended"
-#: How long a wait for a task's end gives the listener to be listening before it
-#: reads the task's row at intervals instead.
-LISTENING_WAIT = 5.0
-#: Seconds without a waiter after which the listener of :class:`EndWatchers` closes its
-#: connection (the next wait opens one again).
-IDLE_CLOSE = 60.0
 
 
 class Listener(threading.Thread):
@@ -109,87 +101,6 @@ class Listener(threading.Thread):
                     self._on_notify(notify.payload)
                     if self._stop_event.is_set():
                         break
-
-
-class EndWatchers:
-    """Who waits in this process for the end of which task, woken by one
-    :class:`Listener` on :data:`ENDED` (one more connection to the database), started
-    at the first wait and closed :data:`IDLE_CLOSE` seconds after the last."""
-
-    def __init__(self, connect: Callable[[], Any], idle_close: float = IDLE_CLOSE) -> None:
-        self._connect = connect
-        self._idle_close = idle_close
-        self._lock = threading.Lock()
-        self._watching: dict[str, set[threading.Event]] = {}
-        self._listener: Listener | None = None
-        self._idle: threading.Timer | None = None
-
-    def watch(self, token: str) -> threading.Event | None:
-        """An event set when the task ``token`` ends (or when notices may have been
-        lost, so the waiter reads again); None if the listener is not listening within
-        :data:`LISTENING_WAIT` (the caller polls). Hand it back to :meth:`unwatch`."""
-        event = threading.Event()
-        with self._lock:
-            if self._idle is not None:
-                self._idle.cancel()
-                self._idle = None
-            if self._listener is None or not self._listener.is_alive():
-                self._listener = Listener(
-                    self._connect,
-                    self._heard,
-                    channel=ENDED,
-                    on_reconnect=self._wake_all,
-                    name="htask-ends",
-                )
-                self._listener.start()
-            listener = self._listener
-            self._watching.setdefault(token, set()).add(event)
-        if not listener.listening.wait(LISTENING_WAIT):
-            self.unwatch(token, event)
-            return None
-        return event
-
-    def unwatch(self, token: str, event: threading.Event) -> None:
-        with self._lock:
-            events = self._watching.get(token, set())
-            events.discard(event)
-            if not events:
-                self._watching.pop(token, None)
-            if not self._watching and self._listener is not None and self._idle is None:
-                self._idle = threading.Timer(self._idle_close, self._close_if_idle)
-                self._idle.daemon = True
-                self._idle.start()
-
-    def _close_if_idle(self) -> None:
-        with self._lock:
-            if self._watching or self._idle is None:
-                return  # a wait began meanwhile
-            self._idle = None
-            listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.stop()
-
-    def close(self) -> None:
-        """Stop listening now (waits in progress read the task at intervals)."""
-        with self._lock:
-            if self._idle is not None:
-                self._idle.cancel()
-                self._idle = None
-            listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.stop()
-
-    def _heard(self, token: str) -> None:
-        with self._lock:
-            events = list(self._watching.get(token, ()))
-        for event in events:
-            event.set()
-
-    def _wake_all(self) -> None:
-        with self._lock:
-            events = [event for events in self._watching.values() for event in events]
-        for event in events:
-            event.set()
 
 
 def connection_params(using: str | None = None) -> dict[str, Any]:

@@ -65,12 +65,11 @@ import contextlib
 import json
 import logging
 import re
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models import QuerySet
@@ -91,7 +90,7 @@ from django_htask.models import (
 from django_htask.querysets import LIVE_NODE_SQL, SPENT_BATCH_SQL
 
 from . import rules, values
-from .base import RunOutcome, ScheduleRef, ScheduleRow, StartedTask
+from .base import Notices, RunOutcome, ScheduleRef, ScheduleRow, StartedTask
 from .database import (
     _ROW_FIELDS,
     DatabaseStore,
@@ -103,7 +102,7 @@ from .database import (
 )
 from .database.pruning import expired_ids
 from .dialect import Conflict, Dialect, OnBatch, RowInsert
-from .listen import CHANNEL, EndWatchers, Listener, connection_params
+from .listen import CHANNEL, ENDED, Listener, connection_params
 from .pg_triggers import FINGERPRINT, PER_XACT, QUIET, STATEMENTS, current
 from .presence import PRESENCE_CLASS, presence_key
 from .reaping import SharedReaper
@@ -114,7 +113,6 @@ __all__ = [
     "CHANNEL",
     "PostgresDialect",
     "PostgresStore",
-    "close_end_watchers",
     "install",
     "on_conflict",
 ]
@@ -457,30 +455,6 @@ _LITERALS: dict[str, Callable[[Any], str]] = {
 }
 
 
-#: The waiters of this process, by database (its connection's parameters).
-_WATCHERS: dict[str, EndWatchers] = {}
-_WATCHERS_LOCK = threading.Lock()
-
-
-def _end_watchers(params: dict[str, Any]) -> EndWatchers:
-    key = repr(sorted(params.items()))
-    with _WATCHERS_LOCK:
-        watchers = _WATCHERS.get(key)
-        if watchers is None:
-            watchers = _WATCHERS[key] = EndWatchers(_connector(params))
-        return watchers
-
-
-def close_end_watchers() -> None:
-    """Close the connections that listen for the ends of waited tasks in this process
-    (a test's database cannot be dropped while one is open)."""
-    with _WATCHERS_LOCK:
-        watchers = list(_WATCHERS.values())
-        _WATCHERS.clear()
-    for each in watchers:
-        each.close()
-
-
 def _connector(params: dict[str, Any]) -> Callable[[], Any]:
     """A function that opens a plain psycopg connection (autocommit) with ``params``."""
 
@@ -490,6 +464,31 @@ def _connector(params: dict[str, Any]) -> Callable[[], Any]:
         return psycopg.connect(**params, autocommit=True)
 
     return connect
+
+
+class _EndNotices:
+    """The ``NOTIFY`` of one task's end, heard on a connection that ``LISTEN``s on
+    :data:`~django_htask.store.listen.ENDED` (psycopg 3: notices that come during a
+    query are kept for the next wait)."""
+
+    def __init__(self, pg: Any, token: str, wrapper: BaseDatabaseWrapper) -> None:
+        self._pg = pg
+        self._token = token
+        self._wrapper = wrapper
+
+    def clear(self) -> None:
+        """Drop the notices heard so far."""
+        with self._wrapper.wrap_database_errors:
+            for _notice in self._pg.notifies(timeout=0):
+                pass
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the task's end was announced within ``timeout`` seconds."""
+        with self._wrapper.wrap_database_errors:
+            for notice in self._pg.notifies(timeout=timeout):
+                if notice.payload == self._token:
+                    return True
+        return False
 
 
 class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
@@ -524,23 +523,30 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         return listener
 
     @contextlib.contextmanager
-    def watch_end(self, token: str) -> Iterator[threading.Event | None]:
-        """The event of :class:`~django_htask.store.listen.EndWatchers`, once the task
-        is marked ``waited`` (its end then notifies :data:`~.listen.ENDED`; the mark is
-        quiet: no node wakes for it). The caller reads the task after this: an end
-        committed before the mark is seen by that read, one after it is announced."""
-        params = connection_params(self.using)
-        watchers = _end_watchers(params)
-        event = watchers.watch(token)
-        if event is None:
+    def watch_end(self, token: str) -> Iterator[Notices | None]:
+        """The notices of the task's end, heard on the caller's own connection (it
+        ``LISTEN``s on :data:`~django_htask.store.listen.ENDED` for the time of the
+        ``with``), once the task is marked ``waited`` (the mark is quiet: no node wakes
+        for it). The caller reads the task after this: an end committed before the
+        mark is seen by that read, one after it is announced. None with a driver that
+        cannot wait for a notice (psycopg 2): the caller reads at intervals."""
+        self.connection.ensure_connection()
+        pg = self.connection.connection
+        if not callable(getattr(pg, "notifies", None)):
             yield None
             return
+        with self._cursor() as cursor:
+            cursor.execute(f"LISTEN {ENDED}")
+        notices = _EndNotices(pg, token, self.connection)
         try:
             with self._atomic():
                 Task.objects.using(self.using).filter(token=token, waited=False).update(waited=True)
-            yield event
+            yield notices
         finally:
-            watchers.unwatch(token, event)
+            with contextlib.suppress(DatabaseError), self._cursor() as cursor:
+                cursor.execute(f"UNLISTEN {ENDED}")
+            with contextlib.suppress(DatabaseError):
+                notices.clear()  # none left for the connection's next user
 
     def _atomic(self) -> transaction.Atomic:
         return _QuietAtomic(self.using)

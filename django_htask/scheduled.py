@@ -247,15 +247,15 @@ class _Wait:
         self.ended: Notices | None = None
 
     def heard(self, ended: Notices | None) -> None:
-        """``ended`` is set when the task ends (the store's notice; None: no notice):
-        then every pause is ``poll`` long, cut short by it."""
+        """``ended``: the store's notices of the task's end (None: it has none). With
+        them every pause is ``poll`` long, cut short by the notice."""
         self.ended = ended
         if ended is not None:
             self.pause = self.poll
 
     def before_look(self) -> None:
-        """Clear the notice before each read of the task, so that an end committed after
-        the read still cuts the next pause short."""
+        """Forget the notices heard before each read of the task: an end committed
+        after the read is still announced, and cuts the next pause short."""
         if self.ended is not None:
             self.ended.clear()
 

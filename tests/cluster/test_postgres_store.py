@@ -77,6 +77,7 @@ def test_install_is_idempotent_and_creates_the_triggers(store: PostgresStore) ->
         "django_htask_queue_notify",
         "django_htask_schedule_notify",
         "django_htask_schedule_version",
+        "django_htask_task_ended",
         "django_htask_task_notify",
     ]
 

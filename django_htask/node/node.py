@@ -439,9 +439,9 @@ class Node:
                 self.done = f"{stuck} (more than MAX_ABANDONED_THREADS)"
 
     # -- state, for tests and the banner ---------------------------------------------
-    def held_schedules(self) -> dict[int, datetime]:
-        """Schedule id -> due time, as held (owned or stood by for)."""
-        return self._parts.firing.held() if self._parts is not None else {}
+    def placed_schedules(self) -> dict[int, datetime]:
+        """Schedule id -> due time, as placed (owned or stood by for)."""
+        return self._parts.firing.placed() if self._parts is not None else {}
 
     def owned_schedules(self) -> dict[int, datetime]:
         return self._parts.firing.owned() if self._parts is not None else {}

@@ -424,7 +424,7 @@ class _Composition:
     edges: tuple[NewEdge, ...] = ()
     batch: int | None = None
     #: The tasks wait for their batch (a batch's callbacks, released by it).
-    held: bool = False
+    wait_for_batch: bool = False
 
     @classmethod
     def of(
@@ -452,7 +452,7 @@ class _Composition:
 
     def waiting(self, calls: int) -> set[int]:
         """The places of the tasks that wait, among ``calls``."""
-        return set(range(calls)) if self.held else {edge.task for edge in self.edges}
+        return set(range(calls)) if self.wait_for_batch else {edge.task for edge in self.edges}
 
 
 def _token_of(ref: object) -> str:
@@ -669,7 +669,7 @@ def _composed_rows(
     the batch's members marked; ``common`` gets the batch."""
     if composition.batch is not None:
         common.update(batch_id=composition.batch, followed=True)
-    if composition.held:
+    if composition.wait_for_batch:
         common["waiting_on"] = 1
     waiting = composition.waiting(offset + len(rows))
     status = (("status", TaskStatus.WAITING),)

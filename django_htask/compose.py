@@ -152,9 +152,9 @@ def batch(
     calls = {role: _checked_callback(role, spec) for role, spec in roles.items() if spec}
     using = scheduler_alias()
     with transaction.atomic(using=using):
-        held = _Composition(held=True)
+        callbacks = _Composition(wait_for_batch=True)
         options = _Options.of(None, None, None, queue_name, None, None)
-        tasks = _store(list(calls.values()), options, BATCH_SIZE, composition=held)
+        tasks = _store(list(calls.values()), options, BATCH_SIZE, composition=callbacks)
         ids = {f"{role}_id": task.pk for role, task in zip(calls, tasks, strict=True)}
         row = BatchRow.objects.using(using).create(name=name, **ids)
         handle = Batch(row.pk, name)

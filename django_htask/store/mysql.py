@@ -461,13 +461,18 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         *,
         claim: bool = False,
         probe: Probe | None = None,
-        held: Iterable[int] = (),
+        running_ids: Iterable[int] = (),
     ) -> FencedAtomic:
         """The fence, the probe and the still-running check in one statement
         (:class:`~django_htask.store.database.FencedAtomic`): a claim's round trips
         are most of its time here."""
         return _BoundedAtomic(
-            self.using, node_id, lock=self._fence_lock, probe=probe, held=held, by_id=BY_ID
+            self.using,
+            node_id,
+            lock=self._fence_lock,
+            probe=probe,
+            running_ids=running_ids,
+            by_id=BY_ID,
         )
 
     def _start_in(self, c: values.Claim) -> list[StartedTask]:
@@ -701,12 +706,12 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         return written
 
     def _record_in(
-        self, node_id: str, outcomes: list[RunOutcome], held: set[int] | None = None
+        self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None
     ) -> dict[int, tuple[str, datetime]]:
         """As the generic one, with the schedules' last statuses written only where no
         other transaction holds the row (the others are returned, for
         :meth:`_record_late`): see :mod:`~django_htask.store.statuses`."""
-        self._record_runs(node_id, outcomes, held)
+        self._record_runs(node_id, outcomes, still_running)
         statuses = values.last_statuses(outcomes)
         busy = self._set_statuses(statuses, wait=False)
         return {schedule_id: statuses[schedule_id] for schedule_id in busy}

@@ -565,7 +565,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         *,
         claim: bool = False,
         probe: Probe | None = None,
-        held: Iterable[int] = (),
+        running_ids: Iterable[int] = (),
     ) -> _QuietAtomic:
         planner = CLAIM_PLANNER if claim else ()
         return _QuietAtomic(self.using, planner, fence=node_id, probe=probe)
@@ -801,7 +801,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         return self._start_returning(c, lock=" FOR UPDATE SKIP LOCKED")
 
     def _record_in(
-        self, node_id: str, outcomes: list[RunOutcome], held: set[int] | None = None
+        self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None
     ) -> dict[int, tuple[str, datetime]]:
         """As the generic one, with finished tasks written in one statement, and the
         schedules' last statuses written only where no other transaction holds the row
@@ -817,7 +817,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
                 followed += [o for o in chunk if o.task_id in refused]
         for i in range(0, len(followed), _FINISH_CHUNK):
             self._finish_tasks(node_id, followed[i : i + _FINISH_CHUNK])
-        self._record_runs(node_id, others, held)
+        self._record_runs(node_id, others, still_running)
         if followed:
             ids = [o.task_id for o in followed if o.task_id is not None]
             self._follow_ends(ids, max(o.finished_at for o in followed))

@@ -162,11 +162,11 @@ class TaskRows(FollowRows):
 
     def _start_tasks(self, c: values.Claim) -> values.Started:
         probe = self._gated_probe(c.now, c.serving) if c.limit > 0 else None
-        held = [o.task_id for o in c.finished if o.task_id is not None]
-        fenced = self._fenced(c.node_id, claim=True, probe=probe, held=held)
+        running_ids = [o.task_id for o in c.finished if o.task_id is not None]
+        fenced = self._fenced(c.node_id, claim=True, probe=probe, running_ids=running_ids)
         with fenced:
             # Whether the node still runs the finished tasks, if the fence's statement said.
-            late = self._record_in(c.node_id, c.finished, getattr(fenced, "held", None))
+            late = self._record_in(c.node_id, c.finished, getattr(fenced, "still_running", None))
             if any(o.gated for o in c.finished):
                 self._gate_released()
             # Whether gated tasks are due, if the fence's statement said (PostgreSQL).
@@ -510,13 +510,13 @@ class TaskRows(FollowRows):
         self._record_late(late)
 
     def _record_in(
-        self, node_id: str, outcomes: list[RunOutcome], held: set[int] | None = None
+        self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None
     ) -> dict[int, tuple[str, datetime]]:
         """Write ``outcomes`` in the caller's transaction; return the last statuses of
         schedules left to write afterwards, each in a transaction of its own
-        (:meth:`_record_late`). ``held``: the tasks of ``outcomes`` this node still
-        runs, if known (:meth:`_record_runs`)."""
-        self._record_runs(node_id, outcomes, held)
+        (:meth:`_record_late`). ``still_running``: the tasks of ``outcomes`` this node
+        still runs, if known (:meth:`_record_runs`)."""
+        self._record_runs(node_id, outcomes, still_running)
         for schedule_id, (status, when) in values.last_statuses(outcomes).items():
             Schedule.objects.using(self.using).filter(
                 rules.status_not_older(when), id=schedule_id
@@ -529,28 +529,29 @@ class TaskRows(FollowRows):
     def _still_running(self, node_id: str, task_ids: list[int]) -> set[int]:
         """Which of ``task_ids`` this node still runs (the others were reaped meanwhile:
         their outcome is not written)."""
-        held: set[int] = set()
+        running: set[int] = set()
         tasks = Task.objects.using(self.using)
         for i in range(0, len(task_ids), _CHUNK):
-            held.update(
+            running.update(
                 tasks.filter(
                     id__in=task_ids[i : i + _CHUNK], locked_by=node_id, status=TaskStatus.RUNNING
                 ).values_list("id", flat=True)
             )
-        return held
+        return running
 
     def _record_runs(
-        self, node_id: str, outcomes: list[RunOutcome], held: set[int] | None = None
+        self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None
     ) -> None:
         """Write the runs and tasks of ``outcomes`` (in the caller's transaction): a run
         row for each end that writes one (:func:`~django_htask.store.rules.writes_run`).
-        ``held``: which of their tasks this node still runs, if known (read otherwise):
+        ``still_running``: which of their tasks this node still runs, if known (read otherwise):
         the others were reaped meanwhile, and their outcome is not written."""
         runs = Run.objects.using(self.using)
         task_outcomes = [o for o in outcomes if o.task_id is not None]
-        if held is None:
-            held = self._still_running(node_id, [o.task_id for o in task_outcomes if o.task_id])
-        ended = [o for o in task_outcomes if o.task_id in held]
+        if still_running is None:
+            ids = [o.task_id for o in task_outcomes if o.task_id]
+            still_running = self._still_running(node_id, ids)
+        ended = [o for o in task_outcomes if o.task_id in still_running]
         for o in outcomes:
             if o.task_id is None and o.run_id is not None:
                 runs.filter(id=o.run_id, status=RunStatus.RUNNING).update(

@@ -352,17 +352,17 @@ class Graph:
 
 
 def _step_options(step: Step) -> _Options:
-    o = step.options
+    options = step.options
     return _Options.of(
-        o.get("at"),
-        o.get("delay"),
-        o.get("max_attempts"),
-        o.get("queue_name", DEFAULT_QUEUE),
-        o.get("timeout"),
-        o.get("retry"),
-        o.get("max_running"),
-        o.get("rate_limit"),
-        o.get("priority"),
+        options.get("at"),
+        options.get("delay"),
+        options.get("max_attempts"),
+        options.get("queue_name", DEFAULT_QUEUE),
+        options.get("timeout"),
+        options.get("retry"),
+        options.get("max_running"),
+        options.get("rate_limit"),
+        options.get("priority"),
     )
 
 

@@ -216,12 +216,12 @@ class Membership:
     def start(self) -> None:
         """Read the live nodes and start listening (after the node is registered)."""
         self.roles.begin(self._live())
-        s = self.ctx.settings
+        settings = self.ctx.settings
         self._listener = self.ctx.store.listen(
             self._on_notify,
             self._on_reconnect,
-            retry=s.db_retry,
-            retry_max=s.db_retry_max,
+            retry=settings.db_retry,
+            retry_max=settings.db_retry_max,
             name=f"{self.ctx.node_id}-listener",
         )
 

@@ -531,7 +531,7 @@ class Store(abc.ABC):
         return Started(order, started.wake_at)
 
     @abc.abstractmethod
-    def _start_tasks(self, c: Claim) -> Started: ...
+    def _start_tasks(self, claim: Claim) -> Started: ...
 
     @abc.abstractmethod
     def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:

@@ -475,7 +475,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
             by_id=BY_ID,
         )
 
-    def _start_in(self, c: values.Claim) -> list[StartedTask]:
+    def _start_in(self, claim: values.Claim) -> list[StartedTask]:
         """Claim and start due tasks without a lock or a limit: their rows read and
         locked ``FOR UPDATE SKIP LOCKED`` (claims made at once take disjoint tasks
         without waiting), then started by id. No ``UPDATE … RETURNING`` here: the
@@ -489,7 +489,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         backlog, the single locking read took 0.5 ms at first and over 3 ms after a
         few hundred claims; the two reads, 0.5 to 0.7 ms throughout. When other claims
         took every candidate, the claim index is read with a lock after all."""
-        node_id, now, limit, lease_until, _finished, serving = c
+        node_id, now, limit, lease_until, _finished, serving = claim
         adapt = self.connection.ops.adapt_datetimefield_value
         served, served_params = served_sql(serving, plain=True)
         due = f"{CLAIMABLE_SQL} AND {MYSQL_PLAIN}{served}"

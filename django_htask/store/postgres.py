@@ -795,10 +795,10 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         return ids or None
 
     # -- one-off tasks ---------------------------------------------------------------
-    def _start_in(self, c: values.Claim) -> list[StartedTask]:
+    def _start_in(self, claim: values.Claim) -> list[StartedTask]:
         """As the generic one, in one statement; rows another node is claiming are
         skipped (``FOR UPDATE SKIP LOCKED``), so nodes starting at once never wait."""
-        return self._start_returning(c, lock=" FOR UPDATE SKIP LOCKED")
+        return self._start_returning(claim, lock=" FOR UPDATE SKIP LOCKED")
 
     def _record_in(
         self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None

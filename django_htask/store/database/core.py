@@ -345,21 +345,21 @@ class OrmStore(Store):
             )
 
     @staticmethod
-    def _run(o: RunOutcome, schedule_id: int | None = None) -> Run:
+    def _run(outcome: RunOutcome, schedule_id: int | None = None) -> Run:
         return Run(
-            schedule_id=schedule_id or o.schedule_id,
-            task_id=o.task_id,
-            name=o.name,
-            function=o.function,
-            node=o.node,
-            attempt=o.attempt,
-            scheduled_for=o.scheduled_for,
-            started_at=o.started_at,
-            finished_at=None if o.status == RunStatus.RUNNING else o.finished_at,
-            status=o.status,
-            error=o.error,
-            traceback=o.traceback,
-            duration=o.duration,
+            schedule_id=schedule_id or outcome.schedule_id,
+            task_id=outcome.task_id,
+            name=outcome.name,
+            function=outcome.function,
+            node=outcome.node,
+            attempt=outcome.attempt,
+            scheduled_for=outcome.scheduled_for,
+            started_at=outcome.started_at,
+            finished_at=None if outcome.status == RunStatus.RUNNING else outcome.finished_at,
+            status=outcome.status,
+            error=outcome.error,
+            traceback=outcome.traceback,
+            duration=outcome.duration,
         )
 
 

@@ -160,20 +160,22 @@ class TaskRows(FollowRows):
         )["m"]
         return due, values.earliest(first, wake_at)
 
-    def _start_tasks(self, c: values.Claim) -> values.Started:
-        probe = self._gated_probe(c.now, c.serving) if c.limit > 0 else None
-        running_ids = [o.task_id for o in c.finished if o.task_id is not None]
-        fenced = self._fenced(c.node_id, claim=True, probe=probe, running_ids=running_ids)
+    def _start_tasks(self, claim: values.Claim) -> values.Started:
+        probe = self._gated_probe(claim.now, claim.serving) if claim.limit > 0 else None
+        running_ids = [o.task_id for o in claim.finished if o.task_id is not None]
+        fenced = self._fenced(claim.node_id, claim=True, probe=probe, running_ids=running_ids)
         with fenced:
             # Whether the node still runs the finished tasks, if the fence's statement said.
-            late = self._record_in(c.node_id, c.finished, getattr(fenced, "still_running", None))
-            if any(o.gated for o in c.finished):
+            late = self._record_in(
+                claim.node_id, claim.finished, getattr(fenced, "still_running", None)
+            )
+            if any(o.gated for o in claim.finished):
                 self._gate_released()
             # Whether gated tasks are due, if the fence's statement said (PostgreSQL).
             gated_due: bool | None = getattr(fenced, "gated_due", None)
-            started = self._start_gated(c, gated_due) if c.limit > 0 else values.Started()
-            if c.limit > len(started):
-                started += self._start_in(c._replace(limit=c.limit - len(started)))
+            started = self._start_gated(claim, gated_due) if claim.limit > 0 else values.Started()
+            if claim.limit > len(started):
+                started += self._start_in(claim._replace(limit=claim.limit - len(started)))
         self._record_late(late)
         return started
 
@@ -368,7 +370,7 @@ class TaskRows(FollowRows):
         )
         return [Gated(*row) for row in cursor.fetchall()]
 
-    def _start_gated(self, c: values.Claim, gated_due: bool | None) -> values.Started:
+    def _start_gated(self, claim: values.Claim, gated_due: bool | None) -> values.Started:
         """Claim and start the due tasks with a lock or a limit (their own, or their
         queue's) that may start now, in the caller's transaction: chosen, then (where
         several nodes claim at once) their locks, functions, flows and limited queues
@@ -377,7 +379,7 @@ class TaskRows(FollowRows):
         a queue, nor a rate limit's window; the starts of the rate-limited ones are
         counted (:meth:`_take_slots`). ``gated_due``: whether any with a lock or a limit
         of their own are due, if known already."""
-        now, limit, serving = c.now, c.limit, c.serving
+        now, limit, serving = claim.now, claim.limit, claim.serving
         if gated_due is False and not serving.states.limits:
             return values.Started()
         with self.connection.cursor() as cursor:
@@ -387,10 +389,10 @@ class TaskRows(FollowRows):
             limits = serving.limits
             keys = gate_keys(chosen, limits)
             if self._lock_gates(keys):
-                chosen, wake_at = self._choose_again(cursor, c, chosen, keys)
+                chosen, wake_at = self._choose_again(cursor, claim, chosen, keys)
             wanted = len(chosen)
             claimable = Task.objects.using(self.using).claimable(now)
-            started = self._mark_started(c, [g.id for g in chosen], claimable)
+            started = self._mark_started(claim, [g.id for g in chosen], claimable)
             if len(started) < wanted:  # a claim at once took them, or their places:
                 wake_at = now  # others may start, which this one did not look at
             ids = {task.id for task in started}
@@ -404,7 +406,7 @@ class TaskRows(FollowRows):
     def _choose_again(
         self,
         cursor: Any,
-        c: values.Claim,
+        claim: values.Claim,
         chosen: list[Gated],
         keys: list[str],
     ) -> tuple[list[Gated], datetime | None]:
@@ -415,8 +417,8 @@ class TaskRows(FollowRows):
         first candidates: it takes the next ones rather than none); else ``chosen``
         weighed again against the holders and windows counted now, and the node is to
         look again at once for the new choice (``wake_at`` now)."""
-        now, limit, limits = c.now, c.limit, c.serving.limits
-        fresh, fresh_wake = self._choose_gated(cursor, now, c.serving, limit, True)
+        now, limit, limits = claim.now, claim.limit, claim.serving.limits
+        fresh, fresh_wake = self._choose_gated(cursor, now, claim.serving, limit, True)
         if set(gate_keys(fresh, limits)) <= set(keys):
             return fresh, fresh_wake
         held = self._holders(cursor, now)
@@ -424,16 +426,16 @@ class TaskRows(FollowRows):
         return pick_gated(chosen, held, limit, limits), now
 
     def _mark_started(
-        self, c: values.Claim, ids: list[int], claimable: QuerySet[Task]
+        self, claim: values.Claim, ids: list[int], claimable: QuerySet[Task]
     ) -> list[StartedTask]:
-        """Start the tasks ``ids`` still ``claimable`` as claim ``c``'s (in the caller's
+        """Start the tasks ``ids`` still ``claimable`` as ``claim``'s (in the caller's
         transaction), and return them."""
         tasks = Task.objects.using(self.using)
         claimable.filter(id__in=ids).update(
-            **rules.claimed_task(F("attempts"), c.node_id, c.now, c.lease_until)
+            **rules.claimed_task(F("attempts"), claim.node_id, claim.now, claim.lease_until)
         )
         rows = (
-            tasks.filter(id__in=ids, locked_by=c.node_id, status=TaskStatus.RUNNING)
+            tasks.filter(id__in=ids, locked_by=claim.node_id, status=TaskStatus.RUNNING)
             .order_by()  # read by id, not sorted: the claim above took them in order
             .values_list(*STARTED_FIELDS)
         )
@@ -441,7 +443,7 @@ class TaskRows(FollowRows):
 
     def _start_returning(
         self,
-        c: values.Claim,
+        claim: values.Claim,
         lock: str = "",
         adapt: Callable[[Any], Any] = lambda v: v,
         indexed_by: str = "",
@@ -450,7 +452,7 @@ class TaskRows(FollowRows):
         RETURNING`` statement (in the caller's transaction); ``lock``: how the candidate
         rows are locked, ``adapt``: the database's adapter of timestamps,
         ``indexed_by``: a hint after the table name of the candidates' query."""
-        node_id, now, limit, lease_until, _finished, serving = c
+        node_id, now, limit, lease_until, _finished, serving = claim
         served, served_params = served_sql(serving, plain=True)
         sets, set_params = set_sql(
             rules.claimed_task(Column("attempts"), node_id, adapt(now), adapt(lease_until))
@@ -474,10 +476,10 @@ class TaskRows(FollowRows):
             rows = cursor.fetchall()
         return [started_task(row, _as_datetime) for row in rows]
 
-    def _start_in(self, c: values.Claim) -> list[StartedTask]:
+    def _start_in(self, claim: values.Claim) -> list[StartedTask]:
         """Claim and start due tasks without a lock or a limit, in the caller's
         transaction."""
-        now, limit, serving = c.now, c.limit, c.serving
+        now, limit, serving = claim.now, claim.limit, claim.serving
         tasks = Task.objects.using(self.using)
         served = served_task(serving.plain, serving.backend)
         claimable = tasks.claimable(now).plain().filter(served)
@@ -486,7 +488,7 @@ class TaskRows(FollowRows):
         )
         if not ids:
             return []
-        return self._mark_started(c, ids, claimable)
+        return self._mark_started(claim, ids, claimable)
 
     def aborts(self, node_id: str) -> list[tuple[str, int]]:
         # Both read through their small partial index (abort_requested_at IS NOT NULL).
@@ -711,22 +713,36 @@ def started_task(
     row: Sequence[Any], as_datetime: Callable[[Any], datetime] = lambda v: v
 ) -> StartedTask:
     """The :class:`StartedTask` of the values of :data:`STARTED_FIELDS`."""
-    i, t, f, p, r, a, m, pr, to, snoozes, most, followed, *retry = row
+    (
+        task_id,
+        token,
+        function,
+        payload,
+        run_at,
+        attempts,
+        max_attempts,
+        priority,
+        timeout,
+        snoozes,
+        max_snoozes,
+        followed,
+        *retry,
+    ) = row
     columns = base.RetryColumns(*retry)
     if columns == base.DEFAULT_RETRY:
         columns = base.DEFAULT_RETRY  # one object for the many tasks without a policy
     return StartedTask(
-        i,
-        t,
-        f,
-        bytes(p),
-        as_datetime(r),
-        a,
-        m,
-        pr,
-        to,
+        task_id,
+        token,
+        function,
+        bytes(payload),
+        as_datetime(run_at),
+        attempts,
+        max_attempts,
+        priority,
+        timeout,
         columns,
         snoozes=snoozes,
-        max_snoozes=most,
+        max_snoozes=max_snoozes,
         follow=bool(followed),
     )

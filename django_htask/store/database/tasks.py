@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import F, Min, QuerySet
 
@@ -76,6 +76,21 @@ _SNOOZES_ROWS = 100
 #: task others came to wait on while it ran is not written so (see
 #: :meth:`TaskRows._write_plain_ends`).
 _GUARD = " AND followed = FALSE"
+
+
+class TaskEnd(NamedTuple):
+    """A task's end as :meth:`TaskRows._write_ends` writes it: the fields of
+    :func:`~django_htask.store.rules.ended_task`, adapted, named as their columns, and
+    the task's id."""
+
+    status: str
+    #: The retry time; None for a finish (the column keeps its value).
+    run_at: Any
+    finished_at: Any
+    last_error: str
+    traceback: str
+    result: bytes | None
+    id: int | None
 
 
 def served_sql(serving: base.Serving, *, plain: bool = False) -> tuple[str, list[Any]]:
@@ -574,8 +589,8 @@ class TaskRows(FollowRows):
         finished ones whose end is followed up (:meth:`_follow_ends`): those the claim
         said so, and those that became so while they ran (:meth:`_write_plain_ends`)."""
         adapt = self.connection.ops.adapt_datetimefield_value
-        plain: list[tuple[Any, ...]] = []  # finished, nothing follows as the claim read it
-        others: list[tuple[Any, ...]] = []
+        plain: list[TaskEnd] = []  # finished, nothing follows as the claim read it
+        others: list[TaskEnd] = []
         snoozed = []
         followed = [o.task_id for o in outcomes if o.follow and o.retry_at is None]
         for o in outcomes:
@@ -583,7 +598,7 @@ class TaskRows(FollowRows):
                 snoozed.append(o)
                 continue
             end = rules.ended_task(o)
-            row = (
+            row = TaskEnd(
                 end["status"],
                 adapt(end.get("run_at")),
                 adapt(end["finished_at"]),
@@ -612,15 +627,15 @@ class TaskRows(FollowRows):
                 grown += self._ended_followed(retried)  # superseded: cancelled
         return [i for i in followed if i is not None] + grown
 
-    def _write_plain_ends(self, node_id: str, ends: list[tuple[Any, ...]]) -> list[int]:
+    def _write_plain_ends(self, node_id: str, ends: list[TaskEnd]) -> list[int]:
         """Write the finished tasks of ``ends`` whose claim said nothing follows their
         end, guarded by that (``followed`` false, :meth:`_write_ends`); a task others
         came to wait on while it ran is refused by the guard, then written as the
         followed ones are: return those (no statement more when there are none)."""
         if self._write_ends(ends, guard=True) == len(ends):
             return []
-        refused = self._refused(node_id, [end[-1] for end in ends])
-        self._write_ends([end for end in ends if end[-1] in refused])
+        refused = self._refused(node_id, [end.id for end in ends if end.id is not None])
+        self._write_ends([end for end in ends if end.id in refused])
         return sorted(refused)
 
     def _refused(self, node_id: str, task_ids: list[int]) -> set[int]:
@@ -628,9 +643,8 @@ class TaskRows(FollowRows):
         guard of :meth:`_write_plain_ends` refused them."""
         return self._still_running(node_id, task_ids)
 
-    def _write_ends(self, ends: list[tuple[Any, ...]], *, guard: bool = False) -> int:
-        """Write each task of ``ends`` (status, retry time or None, finished_at, error,
-        traceback, result, id) if it still runs (and, with ``guard``, if nothing
+    def _write_ends(self, ends: list[TaskEnd], *, guard: bool = False) -> int:
+        """Write each task of ``ends`` if it still runs (and, with ``guard``, if nothing
         follows its end: ``followed`` false); return how many were written. One
         prepared statement for all (``executemany``): the ORM's ``update()`` per row
         costs more than the jobs themselves when the jobs are trivial."""

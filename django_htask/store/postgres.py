@@ -216,12 +216,12 @@ def _run_rows(
     run row (:func:`~django_htask.store.rules.writes_run`, ``every_attempt`` its
     setting) says so; one that writes none gives only the task's fields."""
     rows = []
-    for o in outcomes:
-        if results and not rules.writes_run(o, every_attempt):
-            columns = {name: getattr(o, name) for name in _FINISH_COLUMNS}
-            columns["finished_at"] = o.finished_at.isoformat()
+    for outcome in outcomes:
+        if results and not rules.writes_run(outcome, every_attempt):
+            columns = {name: getattr(outcome, name) for name in _FINISH_COLUMNS}
+            columns["finished_at"] = outcome.finished_at.isoformat()
         else:
-            columns = o.columns()
+            columns = outcome.columns()
             for name in _RUN_TIMES:
                 at = columns[name]
                 if at is not None:
@@ -230,8 +230,8 @@ def _run_rows(
                 columns["run"] = True
         if schedule_id:
             columns["schedule_id"] = schedule_id
-        if results and o.result is not None:
-            columns["result"] = base64.b64encode(o.result).decode("ascii")
+        if results and outcome.result is not None:
+            columns["result"] = base64.b64encode(outcome.result).decode("ascii")
         rows.append(columns)
     return [json.dumps(rows), len(rows)]
 
@@ -767,10 +767,10 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
             )
             return [node for (node,) in cursor.fetchall()]
 
-    def _claim_occurrence(self, o: values.Occurrence) -> list[int] | None:
+    def _claim_occurrence(self, occurrence: values.Occurrence) -> list[int] | None:
         """The compare-and-set and the run rows in one statement: the runs are inserted
         only if the schedule's update took its row."""
-        node_id, row, next_run_at, now, runs = o
+        node_id, row, next_run_at, now, runs = occurrence
         sets = "next_run_at = %s"
         params: list[Any] = [next_run_at]
         if runs:

@@ -60,12 +60,12 @@ class NodeRows(FollowRows):
     def stop_node(self, node_id: str, now: datetime) -> None:
         Node.objects.using(self.using).not_stopped().filter(id=node_id).update(stopped_at=now)
 
-    def _abandon(self, d: values.Departure) -> None:
-        node_id, now, abandoned, dead_at, heartbeat_at = d
+    def _abandon(self, departure: values.Departure) -> None:
+        node_id, now, abandoned, dead_at, heartbeat_at = departure
         tasks = Task.objects.using(self.using)
         with self._fenced(node_id):
             runs = Run.objects.using(self.using)
-            task_ids = [a.task_id for a in abandoned if a.task_id is not None]
+            task_ids = [left.task_id for left in abandoned if left.task_id is not None]
             still_running = {
                 t.pk: t
                 for t in tasks.filter(
@@ -73,20 +73,20 @@ class NodeRows(FollowRows):
                 ).only("id", "function", "attempts", "max_attempts", "run_at", "started_at")
             }
             new_runs = []
-            for a in abandoned:
-                if a.run_id is not None:
-                    runs.filter(id=a.run_id, status=RunStatus.RUNNING).update(
-                        **rules.abandoned_run(a, now)
+            for left in abandoned:
+                if left.run_id is not None:
+                    runs.filter(id=left.run_id, status=RunStatus.RUNNING).update(
+                        **rules.abandoned_run(left, now)
                     )
                     continue
-                task = still_running.get(a.task_id or 0)
+                task = still_running.get(left.task_id or 0)
                 if task is None:
                     continue
-                if a.started:
+                if left.started:
                     new_runs.append(
-                        self._run(rules.crashed_run(task, task.pk, node_id, now, a.error))
+                        self._run(rules.crashed_run(task, task.pk, node_id, now, left.error))
                     )
-                changes = rules.abandoned_task(a, task.attempts, now, dead_at)
+                changes = rules.abandoned_task(left, task.attempts, now, dead_at)
                 self._end_lost(task.pk, changes, now, locked_by=node_id)
             runs.bulk_create(new_runs)
             self._follow_ends(self._ended_followed(list(still_running)), now)

@@ -564,24 +564,24 @@ class TaskRows(FollowRows):
         ``still_running``: which of their tasks this node still runs, if known (read otherwise):
         the others were reaped meanwhile, and their outcome is not written."""
         runs = Run.objects.using(self.using)
-        task_outcomes = [o for o in outcomes if o.task_id is not None]
+        task_outcomes = [outcome for outcome in outcomes if outcome.task_id is not None]
         if still_running is None:
-            ids = [o.task_id for o in task_outcomes if o.task_id]
+            ids = [outcome.task_id for outcome in task_outcomes if outcome.task_id]
             still_running = self._still_running(node_id, ids)
-        ended = [o for o in task_outcomes if o.task_id in still_running]
-        for o in outcomes:
-            if o.task_id is None and o.run_id is not None:
-                runs.filter(id=o.run_id, status=RunStatus.RUNNING).update(
-                    status=o.status,
-                    finished_at=o.finished_at,
-                    duration=o.duration,
-                    error=o.error,
-                    traceback=o.traceback,
+        ended = [outcome for outcome in task_outcomes if outcome.task_id in still_running]
+        for outcome in outcomes:
+            if outcome.task_id is None and outcome.run_id is not None:
+                runs.filter(id=outcome.run_id, status=RunStatus.RUNNING).update(
+                    status=outcome.status,
+                    finished_at=outcome.finished_at,
+                    duration=outcome.duration,
+                    error=outcome.error,
+                    traceback=outcome.traceback,
                 )
         if ended:
             followed = self._end_tasks(node_id, ended)
             self._insert_runs(rules.runs_written(ended, get_settings().record_every_attempt))
-            self._follow_ends(followed, max(o.finished_at for o in ended))
+            self._follow_ends(followed, max(outcome.finished_at for outcome in ended))
 
     def _end_tasks(self, node_id: str, outcomes: list[RunOutcome]) -> list[int]:
         """Write the tasks whose attempt ended: finished, or pending again for a retry
@@ -592,12 +592,14 @@ class TaskRows(FollowRows):
         plain: list[TaskEnd] = []  # finished, nothing follows as the claim read it
         others: list[TaskEnd] = []
         snoozed = []
-        followed = [o.task_id for o in outcomes if o.follow and o.retry_at is None]
-        for o in outcomes:
-            if o.status == RunStatus.SNOOZED:
-                snoozed.append(o)
+        followed = [
+            outcome.task_id for outcome in outcomes if outcome.follow and outcome.retry_at is None
+        ]
+        for outcome in outcomes:
+            if outcome.status == RunStatus.SNOOZED:
+                snoozed.append(outcome)
                 continue
-            end = rules.ended_task(o)
+            end = rules.ended_task(outcome)
             row = TaskEnd(
                 end["status"],
                 adapt(end.get("run_at")),
@@ -605,10 +607,14 @@ class TaskRows(FollowRows):
                 end["last_error"],
                 end["traceback"],
                 end["result"],
-                o.task_id,
+                outcome.task_id,
             )
-            (plain if o.retry_at is None and not o.follow else others).append(row)
-        retried = [o.task_id for o in outcomes if o.task_id is not None and o.retry_at is not None]
+            (plain if outcome.retry_at is None and not outcome.follow else others).append(row)
+        retried = [
+            outcome.task_id
+            for outcome in outcomes
+            if outcome.task_id is not None and outcome.retry_at is not None
+        ]
         grown: list[int] = []
 
         def write() -> int:
@@ -622,7 +628,7 @@ class TaskRows(FollowRows):
         if not retried:
             write()
         else:
-            now = max(o.finished_at for o in outcomes)
+            now = max(outcome.finished_at for outcome in outcomes)
             if put_back(self.using, retried, TaskStatus.RUNNING, now, write)[1]:
                 grown += self._ended_followed(retried)  # superseded: cancelled
         return [i for i in followed if i is not None] + grown

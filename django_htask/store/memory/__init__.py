@@ -363,26 +363,32 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
         a limit ended, or a waiting task was released (the others are told, as
         PostgreSQL's store does)."""
         released = False
-        for o in outcomes:
-            if o.task_id is not None:
-                task = self.tasks.get(o.task_id)
+        for outcome in outcomes:
+            if outcome.task_id is not None:
+                task = self.tasks.get(outcome.task_id)
                 if task is None or task.locked_by != node_id or task.status != TaskStatus.RUNNING:
                     continue  # reaped meanwhile: the survivors' record stands
-                released = released or o.gated
-                if o.status == RunStatus.SNOOZED:
-                    changes = rules.snoozed_task(o.retry_at, task.attempts, task.snoozes)
+                released = released or outcome.gated
+                if outcome.status == RunStatus.SNOOZED:
+                    changes = rules.snoozed_task(outcome.retry_at, task.attempts, task.snoozes)
                 else:
-                    changes = rules.ended_task(o)
-                self._write(task, changes, o.finished_at)
-                if rules.writes_run(o, get_settings().record_every_attempt):
-                    self._run(o)
-            elif o.run_id is not None:
-                run = self.runs.get(o.run_id)
+                    changes = rules.ended_task(outcome)
+                self._write(task, changes, outcome.finished_at)
+                if rules.writes_run(outcome, get_settings().record_every_attempt):
+                    self._run(outcome)
+            elif outcome.run_id is not None:
+                run = self.runs.get(outcome.run_id)
                 if run is not None and run.status == RunStatus.RUNNING:
-                    run.status, run.finished_at, run.duration = o.status, o.finished_at, o.duration
-                    run.error, run.traceback = o.error, o.traceback
+                    run.status, run.finished_at, run.duration = (
+                        outcome.status,
+                        outcome.finished_at,
+                        outcome.duration,
+                    )
+                    run.error, run.traceback = outcome.error, outcome.traceback
         if self._ended:  # what follows the ends, in the same step
-            released = self._follow_ended(max(o.finished_at for o in outcomes)) or released
+            released = (
+                self._follow_ended(max(outcome.finished_at for outcome in outcomes)) or released
+            )
         for schedule_id, (status, when) in values.last_statuses(outcomes).items():
             s = self.schedules.get(schedule_id)
             if s is not None and (s.last_run_at is None or s.last_run_at <= when):

@@ -264,7 +264,7 @@ class Membership:
     def refresh(self, now: datetime) -> bool:
         """Re-read the live nodes; rebalance if the members changed, a handover ended or
         an earlier rebalance could not read the schedules. Return whether the schedules
-        held changed."""
+        placed changed."""
         live, roles = self._live(now), self.roles
         for owner in roles.clear_suspicions(live):
             self.firing.replace_placed(owner)

@@ -150,7 +150,7 @@ def bench_schedules(count: int, function: str) -> dict[str, float]:
     stats = node.start()
     ready_s = time.perf_counter() - t0
     assert stats.schedules == count, stats
-    assert len(node.held_schedules()) == count
+    assert len(node.placed_schedules()) == count
 
     # Idle: nothing is due for an hour; the node polls every second.
     idle_for = 5.0

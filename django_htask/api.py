@@ -188,29 +188,29 @@ def _schedule(
     fn_or_name: Callable[..., Any] | str,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-    o: Mapping[str, Any],
+    option_values: Mapping[str, Any],
 ) -> Task:
-    """:func:`schedule` of ``fn_or_name(*args, **kwargs)`` with the options ``o``
+    """:func:`schedule` of ``fn_or_name(*args, **kwargs)`` with the options ``option_values``
     (each of :data:`SCHEDULE_OPTIONS`, by name)."""
     name = function_name(fn_or_name)
     options = _Options.of(
-        o["at"],
-        o["delay"],
-        o["max_attempts"],
-        o["queue_name"],
-        o["timeout"],
-        o["retry"],
-        o["max_running"],
-        o["rate_limit"],
-        o["priority"],
+        option_values["at"],
+        option_values["delay"],
+        option_values["max_attempts"],
+        option_values["queue_name"],
+        option_values["timeout"],
+        option_values["retry"],
+        option_values["max_running"],
+        option_values["rate_limit"],
+        option_values["priority"],
     )
-    conflict = OnConflict.of(o["on_conflict"])
-    key, lock, after = o["key"], o["lock"], o["after"]
+    conflict = OnConflict.of(option_values["on_conflict"])
+    key, lock, after = option_values["key"], option_values["lock"], option_values["after"]
     keys: list[str | None] | None = None if key is None else [check_key(key)]
     own_lock = None if lock is None else check_lock(lock)
     refs = [] if after is None else parse_after(after)
     payload, per = _checked_call(name, args, kwargs, _later(refs))
-    composition = _Composition.of(1, refs, o["after_failure"], building(), keys)
+    composition = _Composition.of(1, refs, option_values["after_failure"], building(), keys)
     call = (name, payload, own_lock, per)
     [task] = _store([call], options, BATCH_SIZE, keys, conflict, composition)
     return task
@@ -424,7 +424,7 @@ class _Composition:
     edges: tuple[NewEdge, ...] = ()
     batch: int | None = None
     #: The tasks wait for their batch (a batch's callbacks, released by it).
-    held: bool = False
+    wait_for_batch: bool = False
 
     @classmethod
     def of(
@@ -452,7 +452,7 @@ class _Composition:
 
     def waiting(self, calls: int) -> set[int]:
         """The places of the tasks that wait, among ``calls``."""
-        return set(range(calls)) if self.held else {edge.task for edge in self.edges}
+        return set(range(calls)) if self.wait_for_batch else {edge.task for edge in self.edges}
 
 
 def _token_of(ref: object) -> str:
@@ -669,7 +669,7 @@ def _composed_rows(
     the batch's members marked; ``common`` gets the batch."""
     if composition.batch is not None:
         common.update(batch_id=composition.batch, followed=True)
-    if composition.held:
+    if composition.wait_for_batch:
         common["waiting_on"] = 1
     waiting = composition.waiting(offset + len(rows))
     status = (("status", TaskStatus.WAITING),)
@@ -709,14 +709,14 @@ def _attach(
 
 
 def _checked(
-    i: int, call: object, later: list[str] | None = None
+    index: int, call: object, later: list[str] | None = None
 ) -> tuple[str, bytes, str | None, str | None, str | None]:
     """The function name, the payload, the key, the lock and the per key of
-    ``calls[i]`` (its error names its place); ``later``: the parameters that receive
+    ``calls[index]`` (its error names its place); ``later``: the parameters that receive
     results."""
     if not isinstance(call, tuple | list) or len(call) not in (3, 4, 5):
         raise TypeError(
-            f"calls[{i}] must be a tuple (fn, args, kwargs), (fn, args, kwargs, key) or "
+            f"calls[{index}] must be a tuple (fn, args, kwargs), (fn, args, kwargs, key) or "
             f"(fn, args, kwargs, key, lock), got {call!r}"
         )
     fn, args, kwargs, key, lock = (*call, None, None)[:5]
@@ -733,7 +733,7 @@ def _checked(
         payload, per = _checked_call(name, tuple(args), dict(kwargs), later or ())
         return name, payload, key, lock, per
     except (FunctionNotRegistered, PayloadError, ArgumentError, TypeError, ValueError) as exc:
-        raise type(exc)(f"calls[{i}]: {exc}") from exc
+        raise type(exc)(f"calls[{index}]: {exc}") from exc
 
 
 # The async twins run the sync function in Django's thread for sync code

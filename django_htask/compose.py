@@ -152,9 +152,9 @@ def batch(
     calls = {role: _checked_callback(role, spec) for role, spec in roles.items() if spec}
     using = scheduler_alias()
     with transaction.atomic(using=using):
-        held = _Composition(held=True)
+        callbacks = _Composition(wait_for_batch=True)
         options = _Options.of(None, None, None, queue_name, None, None)
-        tasks = _store(list(calls.values()), options, BATCH_SIZE, composition=held)
+        tasks = _store(list(calls.values()), options, BATCH_SIZE, composition=callbacks)
         ids = {f"{role}_id": task.pk for role, task in zip(calls, tasks, strict=True)}
         row = BatchRow.objects.using(using).create(name=name, **ids)
         handle = Batch(row.pk, name)
@@ -352,17 +352,17 @@ class Graph:
 
 
 def _step_options(step: Step) -> _Options:
-    o = step.options
+    options = step.options
     return _Options.of(
-        o.get("at"),
-        o.get("delay"),
-        o.get("max_attempts"),
-        o.get("queue_name", DEFAULT_QUEUE),
-        o.get("timeout"),
-        o.get("retry"),
-        o.get("max_running"),
-        o.get("rate_limit"),
-        o.get("priority"),
+        options.get("at"),
+        options.get("delay"),
+        options.get("max_attempts"),
+        options.get("queue_name", DEFAULT_QUEUE),
+        options.get("timeout"),
+        options.get("retry"),
+        options.get("max_running"),
+        options.get("rate_limit"),
+        options.get("priority"),
     )
 
 

@@ -3,7 +3,7 @@
 Every node computes the same answer from the same member list, so no node has to tell
 the others. With ``n`` members serving a schedule's queue, each owns about ``1/n`` of
 those schedules, and a member joining or leaving moves only the schedules it gains or
-held. The member with the second highest hash is the schedule's *standby*: it fires an
+gives up. The member with the second highest hash is the schedule's *standby*: it fires an
 occurrence the owner left unclaimed (see :mod:`django_htask.cluster`).
 
 Pure Python: no Django import.

@@ -84,13 +84,15 @@ def _added(*parts: dict[str, _Histogram]) -> dict[str, _Histogram]:
     """The histograms of ``parts`` added, name by name."""
     total: dict[str, _Histogram] = {}
     for part in parts:
-        for name, h in part.items():
+        for name, histogram in part.items():
             was = total.get(name)
             if was is not None:
-                buckets = [a + b for a, b in zip(was.buckets, h.buckets, strict=True)]
-                total[name] = _Histogram(buckets, was.count + h.count, was.total + h.total)
+                buckets = [a + b for a, b in zip(was.buckets, histogram.buckets, strict=True)]
+                total[name] = _Histogram(
+                    buckets, was.count + histogram.count, was.total + histogram.total
+                )
             else:
-                total[name] = h
+                total[name] = histogram
     return total
 
 

@@ -18,7 +18,7 @@ A :class:`Node` runs three engine schedulers on one clock:
 The parts, one job each:
 
 - :mod:`~django_htask.node.node` — the life of a node: start, poll, wake-up, stop;
-- :mod:`~django_htask.node.firing` — the schedules held and fired (claimed, run,
+- :mod:`~django_htask.node.firing` — the schedules placed and fired (claimed, run,
   retried), on an engine ``Timetable``;
 - :mod:`~django_htask.node.planning` — what a due schedule does (misfire and overlap
   policies, broken rows), decided without writing;

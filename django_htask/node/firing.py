@@ -1,9 +1,9 @@
-"""Firing schedules: the schedules a node holds, each with a timer at its due time, and
+"""Firing schedules: the schedules a node has placed, each with a timer at its due time, and
 what happens when one is due: claimed, run on a worker, retried.
 
-The schedules are held in an engine :class:`~django_htask.engine.Timetable` (the
+The schedules are placed on an engine :class:`~django_htask.engine.Timetable` (the
 entries due at one instant share a timer, as in the engine's ``Cron`` runner), by their
-stored ``next_run_at``: no cron is evaluated to hold them. A schedule fires by a
+stored ``next_run_at``: no cron is evaluated to place them. A schedule fires by a
 compare-and-set on (id, ``next_run_at``, version) that moves ``next_run_at`` on and
 writes its run rows in one transaction, so an occurrence runs once even when another
 process or node looks at it too. What runs (the misfire and overlap policies) is
@@ -37,13 +37,13 @@ logger = logging.getLogger(__name__)
 class Roles(Protocol):
     """Who fires what among several nodes (:class:`~django_htask.node.membership.Membership`)."""
 
-    def holding(self, schedule_id: int, queue: str) -> str | None: ...
+    def role(self, schedule_id: int, queue: str) -> str | None: ...
     def standby_delay(self, owner: str) -> float: ...
     def suspect(self, owner: str, now: datetime) -> bool: ...
 
 
-class _Held:
-    """A schedule held: its due time, version and queue, and ``owner``: "" when this
+class _Placed:
+    """A schedule placed: its due time, version and queue, and ``owner``: "" when this
     node owns it, else the node it stands by for; ``delay``: its timer is that late."""
 
     __slots__ = ("delay", "due", "owner", "queue", "version")
@@ -65,13 +65,13 @@ class Firing:
         self.ctx = ctx
         self.supervisor = supervisor
         self.roles = roles  # several nodes
-        self._table: Timetable[int, _Held] = Timetable(ctx.control.scheduler, self._due)
-        self._delayed: dict[int, _Held | None] = {}  # waiting for a run (overlap=delay)
+        self._table: Timetable[int, _Placed] = Timetable(ctx.control.scheduler, self._due)
+        self._delayed: dict[int, _Placed | None] = {}  # waiting for a run (overlap=delay)
         self.seen_version = 0
 
-    # -- what is held ------------------------------------------------------------------
-    def held(self) -> dict[int, datetime]:
-        """Schedule id -> due time, of every schedule held (owned or stood by for)."""
+    # -- what is placed ----------------------------------------------------------------
+    def placed(self) -> dict[int, datetime]:
+        """Schedule id -> due time, of every schedule placed (owned or stood by for)."""
         return {i: h.due for i, h in self._table.items()}
 
     def owned(self) -> dict[int, datetime]:
@@ -89,7 +89,7 @@ class Firing:
             self.place(ref)
 
     def sync(self) -> None:
-        """Read the schedules whose version rose since the last look, and hold them."""
+        """Read the schedules whose version rose since the last look, and place them."""
         refs, top = self.ctx.store.changed_schedules(self.seen_version)
         self.seen_version = top
         for ref in refs:
@@ -103,43 +103,45 @@ class Firing:
             )
 
     def place(self, ref: ScheduleRef) -> None:
-        """Hold ``ref`` with a timer at its due time, or let it go. With several nodes,
+        """Place ``ref`` with a timer at its due time, or let it go. With several nodes,
         a schedule this node stands by for gets its timer the standby delay later (none
         while its owner is suspected of being gone)."""
         owner: str | None = "" if self.ctx.serving.fires(ref.queue) else None
         delay = 0.0
         if self.roles is not None and owner is not None:
-            owner = self.roles.holding(ref.id, ref.queue)
+            owner = self.roles.role(ref.id, ref.queue)
             if owner:
                 delay = self.roles.standby_delay(owner)
         if owner is None or not ref.enabled or ref.next_run_at is None:
             self._table.drop(ref.id)
             return
-        held = self._table.get(ref.id)
-        if held is not None and (held.due, held.owner, held.delay) == (
+        placed = self._table.get(ref.id)
+        if placed is not None and (placed.due, placed.owner, placed.delay) == (
             ref.next_run_at,
             owner,
             delay,
         ):
-            held.version = max(held.version, ref.version)
+            placed.version = max(placed.version, ref.version)
             return
         if self.ctx.control.closing:
             return
         at = ref.next_run_at + timedelta(seconds=delay) if delay else ref.next_run_at
-        self._table.place(ref.id, at, _Held(ref.next_run_at, ref.version, owner, ref.queue, delay))
+        self._table.place(
+            ref.id, at, _Placed(ref.next_run_at, ref.version, owner, ref.queue, delay)
+        )
 
     def drop(self, schedule_id: int) -> None:
         self._table.drop(schedule_id)
 
-    def replace_held(self, owner: str | None = None) -> None:
-        """Place every held schedule again (roles changed); with ``owner``, only those
+    def replace_placed(self, owner: str | None = None) -> None:
+        """Place every schedule again (roles changed); with ``owner``, only those
         this node stands by for that owner."""
-        for schedule_id, held in self._table.items():
-            if owner is None or held.owner == owner:
-                self.place(ScheduleRef(schedule_id, held.due, held.version, queue=held.queue))
+        for schedule_id, placed in self._table.items():
+            if owner is None or placed.owner == owner:
+                self.place(ScheduleRef(schedule_id, placed.due, placed.version, queue=placed.queue))
 
-    def hold_again(self, queues: frozenset[str]) -> None:
-        """Hold the schedules of ``queues`` again (resumed: they were let go while
+    def place_again(self, queues: frozenset[str]) -> None:
+        """Place the schedules of ``queues`` again (resumed: they were let go while
         paused), from a full read; an occurrence that fell due meanwhile fires at once."""
         refs, _top = self.ctx.store.load_schedules()
         for ref in refs:
@@ -150,23 +152,23 @@ class Firing:
         self._table.clear()
 
     # -- firing --------------------------------------------------------------------------
-    def _due(self, due: list[tuple[int, _Held]]) -> None:
-        for schedule_id, held in due:
-            self.fire(schedule_id, held)
+    def _due(self, due: list[tuple[int, _Placed]]) -> None:
+        for schedule_id, placed in due:
+            self.fire(schedule_id, placed)
 
-    def fire(self, schedule_id: int, held: _Held | None) -> None:
+    def fire(self, schedule_id: int, placed: _Placed | None) -> None:
         if self.ctx.stopping():
             return
         control = self.ctx.control
         ok = control.guarded(
-            lambda: self._fire_once(schedule_id, held), f"fire of schedule {schedule_id}"
+            lambda: self._fire_once(schedule_id, placed), f"fire of schedule {schedule_id}"
         )
         if not ok and control.backoff.delay:  # the database away: try again after the delay
-            control.later(control.backoff.delay, self.fire, schedule_id, held)
+            control.later(control.backoff.delay, self.fire, schedule_id, placed)
 
-    def _fire_once(self, schedule_id: int, held: _Held | None) -> None:
+    def _fire_once(self, schedule_id: int, placed: _Placed | None) -> None:
         try:
-            self._claim_and_run(schedule_id, held)
+            self._claim_and_run(schedule_id, placed)
         except (StoreUnavailable, NodeFenced):
             raise  # the control thread's to handle: back off, or stop
         except Exception as exc:  # a row written behind the model's back, say
@@ -175,9 +177,9 @@ class Firing:
             )
             self._break(schedule_id, None, f"{type(exc).__name__}: {exc}")
 
-    def _claim_and_run(self, schedule_id: int, held: _Held | None) -> None:
+    def _claim_and_run(self, schedule_id: int, placed: _Placed | None) -> None:
         ctx = self.ctx
-        standby_for = held.owner if held is not None else ""
+        standby_for = placed.owner if placed is not None else ""
         row = ctx.store.get_schedule(schedule_id)
         if row is None or not row.enabled or row.next_run_at is None or self._paused(row):
             self._delayed.pop(schedule_id, None)
@@ -186,7 +188,7 @@ class Firing:
         now = ctx.clock.now()
         moved = row.next_run_at > now
         if standby_for:  # the owner claims by moving next_run_at: only one left as it was
-            moved = moved or held is None or row.next_run_at != held.due
+            moved = moved or placed is None or row.next_run_at != placed.due
         if moved:
             self.place(_ref(row))
             return
@@ -198,8 +200,8 @@ class Firing:
         if row.overlap != Overlap.ALLOW and not busy:
             busy = ctx.store.running_elsewhere(row.id, ctx.node_id, ctx.settings.dead_before(now))
         if busy and row.overlap == Overlap.DELAY:
-            self._delayed[row.id] = held
-            ctx.control.later(ctx.settings.poll_interval, self.fire, row.id, held)
+            self._delayed[row.id] = placed
+            ctx.control.later(ctx.settings.poll_interval, self.fire, row.id, placed)
             return
         decided = plan(row, ctx.node_id, now, busy, ctx.settings.catch_up_limit)
         next_run_at, runs = decided.next_run_at, decided.runs
@@ -225,7 +227,7 @@ class Firing:
                 ctx.settings.standby_delay,
                 extra={"action": "owner_suspected", "node": standby_for},
             )
-            self.replace_held(standby_for)
+            self.replace_placed(standby_for)
         self._delayed.pop(row.id, None)
         if next_run_at is None:
             self.drop(row.id)
@@ -235,7 +237,7 @@ class Firing:
             self._start_run(row, run_id, outcome)
 
     def _paused(self, row: ScheduleRow) -> bool:
-        """Whether ``row``'s queue was paused since it was held."""
+        """Whether ``row``'s queue was paused since it was placed."""
         return not self.ctx.serving.fires(row.queue_name)
 
     def _break(self, schedule_id: int, row: ScheduleRow | None, why: str) -> None:

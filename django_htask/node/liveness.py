@@ -74,17 +74,17 @@ class Liveness:
             return
         ctx = self.ctx
         now = ctx.clock.now()
-        s = ctx.settings
+        settings = ctx.settings
         stuck = ctx.control.stuck_for()
         try:
-            if stuck > s.node_timeout:
+            if stuck > settings.node_timeout:
                 logger.warning(
                     "the control thread has been in one call for %.0fs: leases not renewed",
                     stuck,
                     extra={"action": "control_stuck"},
                 )
             else:
-                self._renew(now, now + timedelta(seconds=s.lease))
+                self._renew(now, now + timedelta(seconds=settings.lease))
             if not ctx.stopping():
                 self.reap(now)
         except NodeFenced as exc:
@@ -92,7 +92,7 @@ class Liveness:
             self._on_fenced(exc)
             return
         except StoreUnavailable as exc:
-            ctx.control.backoff.lost(exc, s.heartbeat_interval)
+            ctx.control.backoff.lost(exc, settings.heartbeat_interval)
         except Exception:
             # logged, and the beat goes on: a heartbeat not armed again would have the
             # others declare this node dead while it runs
@@ -105,7 +105,7 @@ class Liveness:
         # after it would let each beat slip by that much (and by a whole interval if the
         # clock jumped meanwhile).
         with contextlib.suppress(SchedulerClosed):
-            self.beat.call_at(now + timedelta(seconds=s.heartbeat_interval), self._heartbeat)
+            self.beat.call_at(now + timedelta(seconds=settings.heartbeat_interval), self._heartbeat)
 
     def _renew(self, now: datetime, lease_until: datetime) -> None:
         """The heartbeat, with the worker threads given up and still stuck (shown by

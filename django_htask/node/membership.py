@@ -14,7 +14,7 @@ Partitioning
     :mod:`django_htask.partition`), so a node joining or leaving moves only the
     schedules that hash to it. Membership is re-read at every heartbeat and when a node
     joins or stops (a notification). A node keeps the schedules it gives away for one
-    more heartbeat: a schedule is briefly held by two nodes (the compare-and-set lets
+    more heartbeat: a schedule is briefly placed by two nodes (the compare-and-set lets
     one of them fire each occurrence) and never by none. A node whose heartbeat is
     late (it missed a whole interval, though it is not yet ``NODE_TIMEOUT`` old; see
     :func:`late`) is left out of the partition: a rebalance gives it nothing, and what
@@ -115,10 +115,10 @@ class NodeRoles:
     @property
     def handing_over(self) -> bool:
         """Whether the members changed at the last move (what was given away is still
-        held, for one more heartbeat)."""
+        placed, for one more heartbeat)."""
         return self._previous.members != self._partition.members
 
-    def holding(self, schedule_id: int, queue: str = DEFAULT_QUEUE) -> str | None:
+    def role(self, schedule_id: int, queue: str = DEFAULT_QUEUE) -> str | None:
         """This node's part in the schedule: "" to fire it (it owns it, or is handing it
         over), the owner's id to stand by for it, None to leave it."""
         if self._previous is not self._partition and self._previous.owns(schedule_id, queue):
@@ -216,12 +216,12 @@ class Membership:
     def start(self) -> None:
         """Read the live nodes and start listening (after the node is registered)."""
         self.roles.begin(self._live())
-        s = self.ctx.settings
+        settings = self.ctx.settings
         self._listener = self.ctx.store.listen(
             self._on_notify,
             self._on_reconnect,
-            retry=s.db_retry,
-            retry_max=s.db_retry_max,
+            retry=settings.db_retry,
+            retry_max=settings.db_retry_max,
             name=f"{self.ctx.node_id}-listener",
         )
 
@@ -264,10 +264,10 @@ class Membership:
     def refresh(self, now: datetime) -> bool:
         """Re-read the live nodes; rebalance if the members changed, a handover ended or
         an earlier rebalance could not read the schedules. Return whether the schedules
-        held changed."""
+        placed changed."""
         live, roles = self._live(now), self.roles
         for owner in roles.clear_suspicions(live):
-            self.firing.replace_held(owner)
+            self.firing.replace_placed(owner)
         current = roles.partition_of(live)
         changed = current.members != roles.members
         if not changed and not roles.handing_over and not self._load_owed:
@@ -320,4 +320,4 @@ class Membership:
             self._load_owed = False
             for ref in refs:
                 self.firing.place(ref)  # skips what it neither owns nor stands by for
-        self.firing.replace_held()  # roles change with the members; what is left goes
+        self.firing.replace_placed()  # roles change with the members; what is left goes

@@ -133,18 +133,18 @@ class Node:
     ) -> None:
         if max_tasks is not None and not max_tasks > 0:
             raise ValueError(f"max_tasks must be greater than zero, got {max_tasks!r}")
-        self.settings = s = _node_settings(settings or get_settings(), pool, poll_interval)
+        self.settings = settings = _node_settings(settings or get_settings(), pool, poll_interval)
         self.clock = clock if clock is not None else clocks.get_clock()
         self.node_id = node_id or new_node_id()
-        self.workers = s.workers if workers is None else workers
-        self.poll_interval = s.poll_interval
+        self.workers = settings.workers if workers is None else workers
+        self.poll_interval = settings.poll_interval
         self.store = store or get_store()
         self.connections = connections
         #: The tasks it runs and the schedules it fires (queues, a django.tasks alias).
         self.serving = Serving(queues, backend)
         self.max_tasks = max_tasks
         self.batch = batch
-        self.task_retry = RetryPolicy(s.retry_backoff, s.retry_backoff_max)
+        self.task_retry = RetryPolicy(settings.retry_backoff, settings.retry_backoff_max)
         #: Set by :meth:`request_stop` (from a signal handler: a plain flag, no lock),
         #: by a node that finds it was declared dead, and when it is done.
         self.stop_requested = False
@@ -163,8 +163,8 @@ class Node:
         self.processes: ProcessPool | None = None
         #: Where the calls run: the worker threads, or those processes.
         self.executor: Executor = ThreadExecutor()
-        if s.pool == "process":
-            self.processes = _process_pool(s, self.node_id, self.clock, self.workers)
+        if settings.pool == "process":
+            self.processes = _process_pool(settings, self.node_id, self.clock, self.workers)
             self.executor = ProcessExecutor(self.processes)
 
     @property
@@ -439,9 +439,9 @@ class Node:
                 self.done = f"{stuck} (more than MAX_ABANDONED_THREADS)"
 
     # -- state, for tests and the banner ---------------------------------------------
-    def held_schedules(self) -> dict[int, datetime]:
-        """Schedule id -> due time, as held (owned or stood by for)."""
-        return self._parts.firing.held() if self._parts is not None else {}
+    def placed_schedules(self) -> dict[int, datetime]:
+        """Schedule id -> due time, as placed (owned or stood by for)."""
+        return self._parts.firing.placed() if self._parts is not None else {}
 
     def owned_schedules(self) -> dict[int, datetime]:
         return self._parts.firing.owned() if self._parts is not None else {}

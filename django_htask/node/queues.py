@@ -7,7 +7,7 @@ statements are the ones of a node that never heard of queues.
 
 A queue paused: its schedules are let go (their ``next_run_at`` stays where it is), its
 tasks are no longer claimed nor counted as due. Resumed: its schedules are read again
-(a full read, then only theirs are held) and fire at once what fell due meanwhile, by
+(a full read, then only theirs are placed) and fire at once what fell due meanwhile, by
 their own grace and catch-up; the node looks for tasks. A limit changed: the node looks
 for tasks (a higher limit may let more start).
 """
@@ -82,8 +82,8 @@ class QueueWatch:
                 extra={"action": "queue_limited", "queue": queue, "node": node},
             )
         if paused:
-            self.firing.replace_held()  # their schedules are let go
+            self.firing.replace_placed()  # their schedules are let go
         if resumed:
-            self.firing.hold_again(resumed)
+            self.firing.place_again(resumed)
         self.tasks.due = True
         self.tasks.request.request()

@@ -407,7 +407,7 @@ class Store(abc.ABC):
         self._abandon(Departure(node_id, now, abandoned, dead_at, heartbeat_at))
 
     @abc.abstractmethod
-    def _abandon(self, d: Departure) -> None: ...
+    def _abandon(self, departure: Departure) -> None: ...
 
     @abc.abstractmethod
     def live_nodes(self, dead_before: datetime) -> dict[str, tuple[datetime, QueueFilter]]:
@@ -483,7 +483,7 @@ class Store(abc.ABC):
         return self._claim_occurrence(Occurrence(node_id, row, next_run_at, now, runs))
 
     @abc.abstractmethod
-    def _claim_occurrence(self, o: Occurrence) -> list[int] | None: ...
+    def _claim_occurrence(self, occurrence: Occurrence) -> list[int] | None: ...
 
     def mark_broken(
         self, node_id: str, schedule_id: int, version: int | None, reason: str, run: RunOutcome
@@ -494,7 +494,7 @@ class Store(abc.ABC):
         return self._mark_broken(Breakage(node_id, schedule_id, version, storable(reason), run))
 
     @abc.abstractmethod
-    def _mark_broken(self, b: Breakage) -> bool: ...
+    def _mark_broken(self, breakage: Breakage) -> bool: ...
 
     @abc.abstractmethod
     def start_schedule_run(self, node_id: str, outcome: RunOutcome) -> int:
@@ -542,7 +542,7 @@ class Store(abc.ABC):
         return Started(order, started.wake_at)
 
     @abc.abstractmethod
-    def _start_tasks(self, c: Claim) -> Started: ...
+    def _start_tasks(self, claim: Claim) -> Started: ...
 
     @abc.abstractmethod
     def record(self, node_id: str, outcomes: list[RunOutcome]) -> None:

@@ -117,6 +117,7 @@ from .database import (
     DatabaseStore,
     FencedAtomic,
     Probe,
+    TaskEnd,
     _as_datetime,
     check_fence,
     gate_key,
@@ -159,30 +160,31 @@ _ENDS_BYTES = 4 << 20
 #: Ends one statement writes at most: each field they differ in is a ``CASE`` on the
 #: id, searched in order for each row.
 _ENDS_ROWS = 100
-#: An end's fields (:meth:`MySQLStore._write_ends`): the column, the index in the end,
-#: and how its value is written (``{}``: the parameter).
+#: An end's fields (:meth:`MySQLStore._write_ends`): the column (the field of
+#: :class:`TaskEnd`), and how its value is written (``{}``: the parameter).
 _END_COLUMNS = (
-    ("status", 0, "{}"),
-    ("run_at", 1, "COALESCE({}, run_at)"),
-    ("finished_at", 2, "{}"),
-    ("last_error", 3, "{}"),
-    ("traceback", 4, "{}"),
-    ("result", 5, "UNHEX({})"),
+    ("status", "{}"),
+    ("run_at", "COALESCE({}, run_at)"),
+    ("finished_at", "{}"),
+    ("last_error", "{}"),
+    ("traceback", "{}"),
+    ("result", "UNHEX({})"),
 )
-_RETRY_AT = 1
-_RESULT = 5
 
 
-def _end_size(end: tuple[Any, ...]) -> int:
+def _end_size(end: TaskEnd) -> int:
     """The most bytes an end (:meth:`MySQLStore._write_ends`) can take in a statement."""
-    _status, _retry_at, _finished_at, error, traceback, result, _id = end
-    return 100 + 4 * (len(error or "") + len(traceback or "")) + 2 * len(result or b"")
+    return (
+        100
+        + 4 * (len(end.last_error or "") + len(end.traceback or ""))
+        + 2 * len(end.result or b"")
+    )
 
 
-def _batches(ends: list[tuple[Any, ...]]) -> list[list[tuple[Any, ...]]]:
+def _batches(ends: list[TaskEnd]) -> list[list[TaskEnd]]:
     """``ends`` in order, cut so that none but a single end passes :data:`_ENDS_BYTES`,
     and none holds more than :data:`_ENDS_ROWS` ends."""
-    batches: list[list[tuple[Any, ...]]] = []
+    batches: list[list[TaskEnd]] = []
     size = _ENDS_BYTES
     for end in ends:
         grown = size + _end_size(end)
@@ -461,16 +463,21 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         *,
         claim: bool = False,
         probe: Probe | None = None,
-        held: Iterable[int] = (),
+        running_ids: Iterable[int] = (),
     ) -> FencedAtomic:
         """The fence, the probe and the still-running check in one statement
         (:class:`~django_htask.store.database.FencedAtomic`): a claim's round trips
         are most of its time here."""
         return _BoundedAtomic(
-            self.using, node_id, lock=self._fence_lock, probe=probe, held=held, by_id=BY_ID
+            self.using,
+            node_id,
+            lock=self._fence_lock,
+            probe=probe,
+            running_ids=running_ids,
+            by_id=BY_ID,
         )
 
-    def _start_in(self, c: values.Claim) -> list[StartedTask]:
+    def _start_in(self, claim: values.Claim) -> list[StartedTask]:
         """Claim and start due tasks without a lock or a limit: their rows read and
         locked ``FOR UPDATE SKIP LOCKED`` (claims made at once take disjoint tasks
         without waiting), then started by id. No ``UPDATE … RETURNING`` here: the
@@ -484,7 +491,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         backlog, the single locking read took 0.5 ms at first and over 3 ms after a
         few hundred claims; the two reads, 0.5 to 0.7 ms throughout. When other claims
         took every candidate, the claim index is read with a lock after all."""
-        node_id, now, limit, lease_until, _finished, serving = c
+        node_id, now, limit, lease_until, _finished, serving = claim
         adapt = self.connection.ops.adapt_datetimefield_value
         served, served_params = served_sql(serving, plain=True)
         due = f"{CLAIMABLE_SQL} AND {MYSQL_PLAIN}{served}"
@@ -661,7 +668,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         self._heartbeat_after(now - (last if last.tzinfo else last.replace(tzinfo=UTC)))
         return renewed
 
-    def _write_ends(self, ends: list[tuple[Any, ...]], *, guard: bool = False) -> int:
+    def _write_ends(self, ends: list[TaskEnd], *, guard: bool = False) -> int:
         """As the generic one, in one statement: a field the ends share is one
         parameter, a field they differ in a ``CASE`` on the id (their finish times). MySQL's
         driver sends an ``executemany`` of an ``UPDATE`` as one statement per row, and a
@@ -674,15 +681,16 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         # rules.ended_task's fields, as SQL of their own (one statement, as above).
         written = 0
         for chunk in _batches(ends):
-            ids = [end[-1] for end in chunk]
+            fields = dict(zip(TaskEnd._fields, zip(*chunk, strict=True), strict=True))
+            ids = list(fields["id"])
             sets: list[str] = []
             params: list[Any] = []
-            for column, index, form in _END_COLUMNS:
-                values = [end[index] for end in chunk]
-                if index == _RESULT:
+            for column, form in _END_COLUMNS:
+                values = list(fields[column])
+                if column == "result":
                     values = [None if v is None else v.hex() for v in values]
                 if all(v == values[0] for v in values):
-                    if index == _RETRY_AT and values[0] is None:
+                    if column == "run_at" and values[0] is None:
                         continue  # run_at stays
                     sets.append(f"{column} = {form.format('%s')}")
                     params.append(values[0])
@@ -701,12 +709,12 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         return written
 
     def _record_in(
-        self, node_id: str, outcomes: list[RunOutcome], held: set[int] | None = None
+        self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None
     ) -> dict[int, tuple[str, datetime]]:
         """As the generic one, with the schedules' last statuses written only where no
         other transaction holds the row (the others are returned, for
         :meth:`_record_late`): see :mod:`~django_htask.store.statuses`."""
-        self._record_runs(node_id, outcomes, held)
+        self._record_runs(node_id, outcomes, still_running)
         statuses = values.last_statuses(outcomes)
         busy = self._set_statuses(statuses, wait=False)
         return {schedule_id: statuses[schedule_id] for schedule_id in busy}

@@ -214,12 +214,12 @@ def _run_rows(
     run row (:func:`~django_htask.store.rules.writes_run`, ``every_attempt`` its
     setting) says so; one that writes none gives only the task's fields."""
     rows = []
-    for o in outcomes:
-        if results and not rules.writes_run(o, every_attempt):
-            columns = {name: getattr(o, name) for name in _FINISH_COLUMNS}
-            columns["finished_at"] = o.finished_at.isoformat()
+    for outcome in outcomes:
+        if results and not rules.writes_run(outcome, every_attempt):
+            columns = {name: getattr(outcome, name) for name in _FINISH_COLUMNS}
+            columns["finished_at"] = outcome.finished_at.isoformat()
         else:
-            columns = o.columns()
+            columns = outcome.columns()
             for name in _RUN_TIMES:
                 at = columns[name]
                 if at is not None:
@@ -228,8 +228,8 @@ def _run_rows(
                 columns["run"] = True
         if schedule_id:
             columns["schedule_id"] = schedule_id
-        if results and o.result is not None:
-            columns["result"] = base64.b64encode(o.result).decode("ascii")
+        if results and outcome.result is not None:
+            columns["result"] = base64.b64encode(outcome.result).decode("ascii")
         rows.append(columns)
     return [json.dumps(rows), len(rows)]
 
@@ -571,7 +571,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         *,
         claim: bool = False,
         probe: Probe | None = None,
-        held: Iterable[int] = (),
+        running_ids: Iterable[int] = (),
     ) -> _QuietAtomic:
         planner = CLAIM_PLANNER if claim else ()
         return _QuietAtomic(self.using, planner, fence=node_id, probe=probe)
@@ -773,10 +773,10 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
             )
             return [node for (node,) in cursor.fetchall()]
 
-    def _claim_occurrence(self, o: values.Occurrence) -> list[int] | None:
+    def _claim_occurrence(self, occurrence: values.Occurrence) -> list[int] | None:
         """The compare-and-set and the run rows in one statement: the runs are inserted
         only if the schedule's update took its row."""
-        node_id, row, next_run_at, now, runs = o
+        node_id, row, next_run_at, now, runs = occurrence
         sets = "next_run_at = %s"
         params: list[Any] = [next_run_at]
         if runs:
@@ -801,13 +801,13 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         return ids or None
 
     # -- one-off tasks ---------------------------------------------------------------
-    def _start_in(self, c: values.Claim) -> list[StartedTask]:
+    def _start_in(self, claim: values.Claim) -> list[StartedTask]:
         """As the generic one, in one statement; rows another node is claiming are
         skipped (``FOR UPDATE SKIP LOCKED``), so nodes starting at once never wait."""
-        return self._start_returning(c, lock=" FOR UPDATE SKIP LOCKED")
+        return self._start_returning(claim, lock=" FOR UPDATE SKIP LOCKED")
 
     def _record_in(
-        self, node_id: str, outcomes: list[RunOutcome], held: set[int] | None = None
+        self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None
     ) -> dict[int, tuple[str, datetime]]:
         """As the generic one, with finished tasks written in one statement, and the
         schedules' last statuses written only where no other transaction holds the row
@@ -823,7 +823,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
                 followed += [o for o in chunk if o.task_id in refused]
         for i in range(0, len(followed), _FINISH_CHUNK):
             self._finish_tasks(node_id, followed[i : i + _FINISH_CHUNK])
-        self._record_runs(node_id, others, held)
+        self._record_runs(node_id, others, still_running)
         if followed:
             ids = [o.task_id for o in followed if o.task_id is not None]
             self._follow_ends(ids, max(o.finished_at for o in followed))

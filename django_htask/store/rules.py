@@ -204,33 +204,34 @@ def claimed_task(attempts: Any, node_id: str, now: Any, lease_until: Any) -> dic
     }
 
 
-def ended_task(o: RunOutcome) -> dict[str, Any]:
-    """The fields of a running task whose attempt ended as ``o``: no node holds it, its
-    error, traceback and result are ``o``'s; pending again at ``o.retry_at`` for a
-    retry (the store puts it back, unless a newer task holds its key, see
-    :mod:`django_htask.keys`), else finished with ``o.status`` at ``o.finished_at``."""
+def ended_task(outcome: RunOutcome) -> dict[str, Any]:
+    """The fields of a running task whose attempt ended as ``outcome``: no node holds
+    it, its error, traceback and result are ``outcome``'s; pending again at
+    ``outcome.retry_at`` for a retry (the store puts it back, unless a newer task holds
+    its key, see :mod:`django_htask.keys`), else finished with ``outcome.status`` at
+    ``outcome.finished_at``."""
     changes: dict[str, Any] = {
         **UNLOCKED,
-        "last_error": o.error,
-        "traceback": o.traceback,
-        "result": o.result,
+        "last_error": outcome.error,
+        "traceback": outcome.traceback,
+        "result": outcome.result,
     }
-    if o.retry_at is not None:
-        changes.update(status=TaskStatus.PENDING, run_at=o.retry_at, finished_at=None)
+    if outcome.retry_at is not None:
+        changes.update(status=TaskStatus.PENDING, run_at=outcome.retry_at, finished_at=None)
     else:
-        changes.update(status=o.status, finished_at=o.finished_at)
+        changes.update(status=outcome.status, finished_at=outcome.finished_at)
     return changes
 
 
-def writes_run(o: RunOutcome, every_attempt: bool) -> bool:
-    """Whether the end ``o`` writes a run row: a schedule's run always (its row was
-    written when it started); a task's attempt unless it succeeded, or with
+def writes_run(outcome: RunOutcome, every_attempt: bool) -> bool:
+    """Whether the end ``outcome`` writes a run row: a schedule's run always (its row
+    was written when it started); a task's attempt unless it succeeded, or with
     ``every_attempt`` (the ``RECORD_EVERY_ATTEMPT`` setting). A success is on the
     task's row already (its node, start, end, result): a row of its own would add
     nothing, and it is most of the rows a busy node writes. A failed attempt, retried
     or final (a timeout, an abort), a snooze and a lost attempt keep a row each, with
     their error and traceback."""
-    return every_attempt or o.task_id is None or o.status != RunStatus.SUCCEEDED
+    return every_attempt or outcome.task_id is None or outcome.status != RunStatus.SUCCEEDED
 
 
 def runs_written(outcomes: list[RunOutcome], every_attempt: bool) -> list[RunOutcome]:
@@ -258,26 +259,28 @@ def snoozed_task(run_at: Any, attempts: Any, snoozes: Any) -> dict[str, Any]:
     }
 
 
-def abandoned_task(a: Abandoned, attempts: int, now: datetime, dead_at: datetime) -> dict[str, Any]:
+def abandoned_task(
+    abandoned: Abandoned, attempts: int, now: datetime, dead_at: datetime
+) -> dict[str, Any]:
     """The fields of a running task (``attempts`` made) its node left at a shutdown
-    (``a``): never called, pending again as it was (the attempt not counted); started,
-    its attempt ended with ``a.error``, retried at ``a.retry_at`` (not before the node
-    is dead, ``dead_at``) or failed."""
-    if not a.started:
+    (``abandoned``): never called, pending again as it was (the attempt not counted);
+    started, its attempt ended with ``abandoned.error``, retried at
+    ``abandoned.retry_at`` (not before the node is dead, ``dead_at``) or failed."""
+    if not abandoned.started:
         return {**UNLOCKED, "status": TaskStatus.PENDING, "attempts": attempts - 1}
-    ended = {**UNLOCKED, "last_error": a.error, "traceback": ""}
-    if a.retry_at is not None:
-        return {**ended, "status": TaskStatus.PENDING, "run_at": max(a.retry_at, dead_at)}
+    ended = {**UNLOCKED, "last_error": abandoned.error, "traceback": ""}
+    if abandoned.retry_at is not None:
+        return {**ended, "status": TaskStatus.PENDING, "run_at": max(abandoned.retry_at, dead_at)}
     return {**ended, "status": TaskStatus.FAILED, "finished_at": now}
 
 
-def abandoned_run(a: Abandoned, now: datetime) -> dict[str, Any]:
+def abandoned_run(abandoned: Abandoned, now: datetime) -> dict[str, Any]:
     """The fields of a schedule run still running its node left at a shutdown: never
-    called, failed at once with ``a.error``; started, the error noted, and failed by
-    the reaper once the node is dead (:func:`lost_run_error` keeps it)."""
-    if a.started:
-        return {"error": a.error}
-    return {"status": RunStatus.FAILED, "finished_at": now, "error": a.error}
+    called, failed at once with ``abandoned.error``; started, the error noted, and
+    failed by the reaper once the node is dead (:func:`lost_run_error` keeps it)."""
+    if abandoned.started:
+        return {"error": abandoned.error}
+    return {"status": RunStatus.FAILED, "finished_at": now, "error": abandoned.error}
 
 
 def broken_reason(reason: str) -> str:

@@ -189,7 +189,7 @@ class SQLiteStore(DatabaseStore):
             refs = RefReader(_utc).loaded(cursor.fetchall())
         return refs, top
 
-    def _start_in(self, c: values.Claim) -> list[StartedTask]:
+    def _start_in(self, claim: values.Claim) -> list[StartedTask]:
         """As the generic one, in one statement where SQLite has ``RETURNING`` (3.35).
 
         The candidates are read through the claim index, named: left to choose, SQLite
@@ -198,9 +198,9 @@ class SQLiteStore(DatabaseStore):
         which states the status of a claimable task as it is (``CLAIMABLE_SQL``)."""
         conn = self.connection
         if not conn.features.can_return_columns_from_insert:
-            return super()._start_in(c)
+            return super()._start_in(claim)
         return self._start_returning(
-            c, adapt=conn.ops.adapt_datetimefield_value, indexed_by=f" INDEXED BY {CLAIM_INDEX}"
+            claim, adapt=conn.ops.adapt_datetimefield_value, indexed_by=f" INDEXED BY {CLAIM_INDEX}"
         )
 
     @contextlib.contextmanager

@@ -102,7 +102,7 @@ def from_another_client(other_client: Callable[..., Any], sql: str, params: list
 
 
 def held(*nodes: Any) -> list[set[int]]:
-    """The schedules each node owns (it also stands by for others: ``held_schedules``)."""
+    """The schedules each node owns (it also stands by for others: ``placed_schedules``)."""
     return [set(n.owned_schedules()) for n in nodes]
 
 
@@ -268,7 +268,7 @@ def test_a_change_from_another_client_wakes_the_node(
     other_client().execute(
         "UPDATE django_htask_schedule SET next_run_at = %s WHERE id = %s", [soon, sid]
     )
-    wait_for(lambda: node.held_schedules().get(sid) == soon, timeout=2)
+    wait_for(lambda: node.placed_schedules().get(sid) == soon, timeout=2)
     other_client().execute(
         "INSERT INTO django_htask_task (token, function, payload, run_at, status, attempts, "
         "max_attempts, last_error, traceback, created_at) VALUES "
@@ -314,7 +314,7 @@ def test_overlap_holds_across_nodes(
     fake_clock.advance(60, wait=False)
     wait_for(lambda: len(calls["slow-start"]) == 1)  # running on a, blocked
     b = start(make_node, _node_that_gets(sid, "node-a"), settle=False)
-    assert sid in b.held_schedules()
+    assert sid in b.placed_schedules()
     heard = hear_of_members(fake_clock, wait=False)
     wait_for(lambda: len(a.membership.members) == 2)
     fake_clock.advance(HEARTBEAT, wait=False)
@@ -358,5 +358,5 @@ def test_schedules_are_shared_only_among_the_nodes_serving_their_queue(
     wait_for(lambda: a.membership.members == ("node-a", "node-b"))
     fake_clock.advance(HEARTBEAT)
     assert held(a) == [set(emails)]  # the only node serving emails: owns all of them
-    assert set(a.held_schedules()) == set(emails)  # and stands by for nothing else
+    assert set(a.placed_schedules()) == set(emails)  # and stands by for nothing else
     assert held(b) == [set(ids) - set(emails)]

@@ -241,7 +241,7 @@ def test_a_row_the_node_cannot_use_is_marked_broken_and_costs_nothing_more(
     assert (run.status, run.error) == (RunStatus.FAILED, f"broken: {bad.broken}")
     broken_logs = [r for r in caplog.records if getattr(r, "action", "") == "schedule_broken"]
     assert len(broken_logs) == 1  # one error, not one per occurrence
-    assert bad.pk not in node.held_schedules()  # no timer: no CPU
+    assert bad.pk not in node.placed_schedules()  # no timer: no CPU
     assert calls["add"] == [1, 1, 1]  # the good one kept firing
     assert Run.objects.filter(schedule=good, status=RunStatus.SUCCEEDED).count() == 3
     # Saved again (in the admin, say) with its values put right, it fires again.

@@ -57,8 +57,8 @@ def test_start_registers_the_node_and_loads_schedules(
     a = make_schedule("a")
     b = make_schedule("b", enabled=False)
     node = make_node()
-    assert node.held_schedules() == {a.pk: a.next_run_at}
-    assert b.pk not in node.held_schedules()
+    assert node.placed_schedules() == {a.pk: a.next_run_at}
+    assert b.pk not in node.placed_schedules()
     row = Node.objects.get(id=node.node_id)
     assert row.last_heartbeat == fake_clock.now()
 
@@ -260,7 +260,7 @@ def test_an_unregistered_function_fails_the_task_and_breaks_the_schedule(
     assert row.last_status == RunStatus.FAILED
     assert row.next_run_at is None  # kept, but it stops: nothing to run
     assert "FunctionNotRegistered" in row.broken
-    assert node.held_schedules() == {}
+    assert node.placed_schedules() == {}
     fake_clock.advance(600)
     errors = list(Run.objects.order_by("id").values_list("error", flat=True))
     assert len(errors) == 2  # the task's run and one for the schedule
@@ -276,10 +276,10 @@ def test_changes_by_another_process_are_seen_within_the_poll_interval(
     # A QuerySet.update() is what another process's edit looks like to this node.
     Schedule.objects.filter(pk=row.pk).update(next_run_at=soon)
     fake_clock.advance(2)
-    assert node.held_schedules() == {row.pk: soon}
+    assert node.placed_schedules() == {row.pk: soon}
     Schedule.objects.filter(pk=row.pk).update(enabled=False)
     fake_clock.advance(2)
-    assert node.held_schedules() == {}
+    assert node.placed_schedules() == {}
     fake_clock.advance(10)
     assert calls["add"] == []
 
@@ -290,7 +290,7 @@ def test_changes_in_the_nodes_own_process_are_seen_at_once(
     node = make_node(poll_interval=60.0)
     row = make_schedule(text="@every 5m")
     fake_clock.advance(0)
-    assert node.held_schedules() == {row.pk: row.next_run_at}
+    assert node.placed_schedules() == {row.pk: row.next_run_at}
     task = schedule(tasks.add, 1, delay=10)
     fake_clock.advance(0)
     assert node.next_task_wake() == task.run_at
@@ -539,7 +539,7 @@ def test_start_syncs_the_code_defined_schedules(make_node: MakeNode, fake_clock:
     node = make_node(sync=sync_schedules)
     row = Schedule.objects.get(name="testapp-minutely")
     assert (row.origin, row.function) == ("code", "tests.integration.testapp.tasks:minutely")
-    assert node.held_schedules() == {row.pk: fake_clock.now() + timedelta(minutes=1)}
+    assert node.placed_schedules() == {row.pk: fake_clock.now() + timedelta(minutes=1)}
 
 
 def test_a_schedule_saved_in_a_transaction_is_seen_at_its_commit(
@@ -549,9 +549,9 @@ def test_a_schedule_saved_in_a_transaction_is_seen_at_its_commit(
     with transaction.atomic():
         row = make_schedule("in-tx")
         fake_clock.advance(0)
-        assert node.held_schedules() == {}
+        assert node.placed_schedules() == {}
     fake_clock.advance(0)
-    assert node.held_schedules() == {row.pk: row.next_run_at}
+    assert node.placed_schedules() == {row.pk: row.next_run_at}
 
 
 def test_a_deleted_schedule_is_dropped_when_it_comes_due(
@@ -562,7 +562,7 @@ def test_a_deleted_schedule_is_dropped_when_it_comes_due(
     Schedule.objects.filter(pk=row.pk).delete()
     fake_clock.advance(60)
     assert calls["add"] == []
-    assert node.held_schedules() == {}
+    assert node.placed_schedules() == {}
 
 
 def test_a_stop_request_ends_a_start_waiting_for_the_database(
@@ -620,7 +620,7 @@ def test_start_evaluates_no_cron_and_a_broken_schedule_fails_when_due(
     # Raw SQL from another program leaves text that no longer parses.
     Schedule.objects.filter(pk=row.pk).update(schedule="every blue moon")
     node = make_node()
-    assert node.held_schedules() == {row.pk: row.next_run_at}  # loaded as stored
+    assert node.placed_schedules() == {row.pk: row.next_run_at}  # loaded as stored
     fake_clock.advance(60)
     assert calls["add"] == []
     run = Run.objects.get()
@@ -628,4 +628,4 @@ def test_start_evaluates_no_cron_and_a_broken_schedule_fails_when_due(
     assert "every blue moon" in run.error
     row.refresh_from_db()
     assert (row.next_run_at, row.last_status) == (None, RunStatus.FAILED)
-    assert node.held_schedules() == {}
+    assert node.placed_schedules() == {}

@@ -41,7 +41,7 @@ def test_a_node_serves_only_its_queues_tasks_and_schedules(
     node = make_node(queues=QueueFilter.of(["emails"]))
     fake_clock.advance(60)
     assert statuses() == {"default": "pending", "emails": "succeeded", "reports": "pending"}
-    assert set(node.held_schedules()) == {mails.pk}
+    assert set(node.placed_schedules()) == {mails.pk}
     assert calls["add"] == [1, 20]
     assert Node.objects.get(id=node.node_id).queues == "emails"
 
@@ -68,7 +68,7 @@ def test_a_node_for_one_backend_runs_only_its_tasks_and_no_schedule(
     fake_clock.advance(60)
     assert Task.objects.get(pk=theirs.pk).status == TaskStatus.SUCCEEDED
     assert Task.objects.get(pk=own.pk).status == TaskStatus.PENDING
-    assert node.held_schedules() == {}
+    assert node.placed_schedules() == {}
     assert calls["add"] == [2]
     assert Node.objects.get(id=node.node_id).queues == ""  # shares out no schedule
 

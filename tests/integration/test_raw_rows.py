@@ -146,7 +146,7 @@ def test_a_schedule_inserted_with_an_iso_next_run_fires_once_per_occurrence(
         assert stored_text("django_htask_schedule", "created_at", pk) == "2029-12-31 23:00:00"
     assert Schedule.objects.get(pk=pk).next_run_at == instant
     fake_clock.advance(1)  # the poll sees the new row
-    assert node.held_schedules() == {pk: instant}
+    assert node.placed_schedules() == {pk: instant}
     fake_clock.advance(30)  # due: it fires
     fake_clock.advance(60)  # and again a minute later
     fake_clock.advance(20)
@@ -299,7 +299,7 @@ def test_a_schedule_over_a_limit_is_marked_broken_and_the_others_go_on(
     [run] = Run.objects.filter(schedule=bad)
     assert (run.status, run.error) == (RunStatus.FAILED, f"broken: {reason}")
     assert [r.action for r in caplog.records if hasattr(r, "action")].count("schedule_broken") == 1
-    assert pk not in node.held_schedules()
+    assert pk not in node.placed_schedules()
     assert calls["add"] == [1, 1, 1]  # the good one kept firing
 
 

@@ -90,19 +90,19 @@ def count_occurrences(groups: Iterable[Group], now: datetime, hours: int, budget
     partial = False
     left = budget
     steady: Counter[_Steps] = Counter()
-    for text, zone, stored, n in groups:
-        schedules += n
+    for text, zone, stored, count in groups:
+        schedules += count
         if stored <= now:
-            overdue += n
+            overdue += count
         if left <= 0:  # the budget is spent: the stored occurrence only
             partial = True
-            _add(per_minute, start, stored, horizon, n)
+            _add(per_minute, start, stored, horizon, count)
             continue
         try:
             parsed = parse_schedule(text, tz=zone or None)
         except (ValueError, LookupError):
-            invalid += n
-            _add(per_minute, start, stored, horizon, n)
+            invalid += count
+            _add(per_minute, start, stored, horizon, count)
             continue
         when: datetime | None = stored
         if stored <= now:
@@ -112,24 +112,24 @@ def count_occurrences(groups: Iterable[Group], now: datetime, hours: int, budget
             continue
         steps = _steps_after(parsed, when, start, horizon)
         if steps is not None:
-            _add(per_minute, start, when, horizon, n)
+            _add(per_minute, start, when, horizon, count)
             # The rest by arithmetic at the end, once per distinct progression.
             if steps not in steady and not steps.whole_minutes:
                 if steps.cost > left:
                     partial = True
                     continue
                 left -= steps.cost
-            steady[steps] += n
+            steady[steps] += count
             continue
         while when is not None and when < horizon:
             if left <= 0:
                 partial = True
                 break
-            _add(per_minute, start, when, horizon, n)
+            _add(per_minute, start, when, horizon, count)
             left -= 1
             when = parsed.next_after(when)
-    for steps, n in steady.items():
-        steps.add_to(per_minute, n)
+    for steps, count in steady.items():
+        steps.add_to(per_minute, count)
     return Timeline(start, per_minute, schedules, overdue, partial, invalid)
 
 

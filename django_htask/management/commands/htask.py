@@ -463,12 +463,12 @@ class Command(BaseCommand):
         for kind in Failure:
             if kind in RETRIED:
                 continue
-            n = failed_tasks(
+            count = failed_tasks(
                 cutoff, kinds=[kind], functions=functions, error=error, using=self.using
             ).count()
-            if n:
+            if count:
                 self.stderr.write(
-                    f"left out: {n} {kind.value} task(s) (--status {kind.value} to send them)"
+                    f"left out: {count} {kind.value} task(s) (--status {kind.value} to send them)"
                 )
 
     # -- queue -----------------------------------------------------------------------

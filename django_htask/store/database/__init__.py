@@ -31,6 +31,7 @@ from .schedules import schedule_row as schedule_row
 from .tasks import _GUARD as _GUARD
 from .tasks import STARTED_FIELDS as STARTED_FIELDS
 from .tasks import Column as Column
+from .tasks import TaskEnd as TaskEnd
 from .tasks import TaskRows
 from .tasks import gate_key as gate_key
 from .tasks import served_sql as served_sql

@@ -69,8 +69,9 @@ class FencedAtomic(transaction.Atomic):
 
     - ``probe``: whether that query finds a row (``gated_due``: are tasks with a lock
       or a limit due?);
-    - ``held``: whether this node still runs every task of those ids (``held``: the
-      ids, when it does all; None otherwise, and the caller reads which).
+    - ``running_ids``: whether this node still runs every task of those ids
+      (``still_running``: the ids, when it does all; None otherwise, and the caller
+      reads which).
 
     The subqueries lock nothing: PostgreSQL and InnoDB lock the rows of the query the
     locking clause is on, not those its subqueries read. :meth:`_columns` adds columns
@@ -89,22 +90,22 @@ class FencedAtomic(transaction.Atomic):
         *,
         lock: str = "",
         probe: Probe | None = None,
-        held: Iterable[int] = (),
+        running_ids: Iterable[int] = (),
         by_id: str = "",
     ) -> None:
         super().__init__(using, savepoint=True, durable=False)
-        #: A hint after the task table's name when ``held`` is asked about by id.
+        #: A hint after the task table's name when ``running_ids`` are asked about by id.
         self.by_id = by_id
         #: The node whose transaction it is (None: no fence, :meth:`_columns` only).
         self.fence = fence
         self.lock = lock
         self.probe = probe
         #: Asked about when few enough for one ``IN`` list (else the caller reads).
-        self.held_ids = sorted(set(held))
+        self.running_ids = sorted(set(running_ids))
         #: The probe's answer, once entered (None: no probe).
         self.gated_due: bool | None = None
-        #: ``held_ids`` when the node still runs them all, once entered; else None.
-        self.held: set[int] | None = None
+        #: ``running_ids`` when the node still runs them all, once entered; else None.
+        self.still_running: set[int] | None = None
 
     def _columns(self, connection: BaseDatabaseWrapper) -> tuple[list[str], list[Any]]:
         """Columns the first statement selects for their effect, and their parameters
@@ -134,24 +135,24 @@ class FencedAtomic(transaction.Atomic):
         if self.probe is not None:
             columns.append(f"EXISTS ({self.probe.sql})")
             params += self.probe.params
-        held = self.held_ids if 0 < len(self.held_ids) <= _CHUNK else []
-        if held:
+        asked = self.running_ids if 0 < len(self.running_ids) <= _CHUNK else []
+        if asked:
             columns.append(
                 f"(SELECT COUNT(*) FROM {_TASK}{self.by_id}"
-                f" WHERE id IN ({', '.join(['%s'] * len(held))})"
+                f" WHERE id IN ({', '.join(['%s'] * len(asked))})"
                 " AND locked_by = %s AND status = %s)"
             )
-            params += [*held, fence, TaskStatus.RUNNING]
+            params += [*asked, fence, TaskStatus.RUNNING]
         cursor.execute(
             f"SELECT {', '.join(columns)} FROM {_NODE} WHERE id = %s{self.lock}", [*params, fence]
         )
         row = cursor.fetchone()
         check_fence(fence, row)
         assert row is not None
-        if held and row[-1] == len(held):
-            self.held = set(held)
+        if asked and row[-1] == len(asked):
+            self.still_running = set(asked)
         if self.probe is not None:
-            self.gated_due = bool(row[-2 if held else -1])
+            self.gated_due = bool(row[-2 if asked else -1])
 
 
 Method = TypeVar("Method", bound=Callable[..., Any])
@@ -300,13 +301,14 @@ class OrmStore(Store):
         *,
         claim: bool = False,
         probe: Probe | None = None,
-        held: Iterable[int] = (),
+        running_ids: Iterable[int] = (),
     ) -> AbstractContextManager[Any]:
         """A write transaction of node ``node_id``, which first checks that the node is
         registered and not declared dead (:meth:`_fence`). ``claim``: a claim's (finished
         tasks written, due ones started), whose plans PostgreSQL pins; ``probe`` and
-        ``held``: what the fence may answer in the same statement, as ``gated_due`` and
-        ``held`` of the context manager (:class:`FencedAtomic`; ignored here)."""
+        ``running_ids``: what the fence may answer in the same statement, as
+        ``gated_due`` and ``still_running`` of the context manager
+        (:class:`FencedAtomic`; ignored here)."""
         return _fenced_in(self._atomic(), self, node_id)
 
     # -- fencing ---------------------------------------------------------------------
@@ -343,21 +345,21 @@ class OrmStore(Store):
             )
 
     @staticmethod
-    def _run(o: RunOutcome, schedule_id: int | None = None) -> Run:
+    def _run(outcome: RunOutcome, schedule_id: int | None = None) -> Run:
         return Run(
-            schedule_id=schedule_id or o.schedule_id,
-            task_id=o.task_id,
-            name=o.name,
-            function=o.function,
-            node=o.node,
-            attempt=o.attempt,
-            scheduled_for=o.scheduled_for,
-            started_at=o.started_at,
-            finished_at=None if o.status == RunStatus.RUNNING else o.finished_at,
-            status=o.status,
-            error=o.error,
-            traceback=o.traceback,
-            duration=o.duration,
+            schedule_id=schedule_id or outcome.schedule_id,
+            task_id=outcome.task_id,
+            name=outcome.name,
+            function=outcome.function,
+            node=outcome.node,
+            attempt=outcome.attempt,
+            scheduled_for=outcome.scheduled_for,
+            started_at=outcome.started_at,
+            finished_at=None if outcome.status == RunStatus.RUNNING else outcome.finished_at,
+            status=outcome.status,
+            error=outcome.error,
+            traceback=outcome.traceback,
+            duration=outcome.duration,
         )
 
 

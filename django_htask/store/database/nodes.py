@@ -60,45 +60,45 @@ class NodeRows(FollowRows):
     def stop_node(self, node_id: str, now: datetime) -> None:
         Node.objects.using(self.using).not_stopped().filter(id=node_id).update(stopped_at=now)
 
-    def _abandon(self, d: values.Departure) -> None:
-        node_id, now, abandoned, dead_at, heartbeat_at = d
+    def _abandon(self, departure: values.Departure) -> None:
+        node_id, now, abandoned, dead_at, heartbeat_at = departure
         tasks = Task.objects.using(self.using)
         with self._fenced(node_id):
             runs = Run.objects.using(self.using)
-            task_ids = [a.task_id for a in abandoned if a.task_id is not None]
-            held = {
+            task_ids = [left.task_id for left in abandoned if left.task_id is not None]
+            still_running = {
                 t.pk: t
                 for t in tasks.filter(
                     id__in=task_ids, locked_by=node_id, status=TaskStatus.RUNNING
                 ).only("id", "function", "attempts", "max_attempts", "run_at", "started_at")
             }
             new_runs = []
-            for a in abandoned:
-                if a.run_id is not None:
-                    runs.filter(id=a.run_id, status=RunStatus.RUNNING).update(
-                        **rules.abandoned_run(a, now)
+            for left in abandoned:
+                if left.run_id is not None:
+                    runs.filter(id=left.run_id, status=RunStatus.RUNNING).update(
+                        **rules.abandoned_run(left, now)
                     )
                     continue
-                task = held.get(a.task_id or 0)
+                task = still_running.get(left.task_id or 0)
                 if task is None:
                     continue
-                if a.started:
+                if left.started:
                     new_runs.append(
-                        self._run(rules.crashed_run(task, task.pk, node_id, now, a.error))
+                        self._run(rules.crashed_run(task, task.pk, node_id, now, left.error))
                     )
-                changes = rules.abandoned_task(a, task.attempts, now, dead_at)
+                changes = rules.abandoned_task(left, task.attempts, now, dead_at)
                 self._end_lost(task.pk, changes, now, locked_by=node_id)
             runs.bulk_create(new_runs)
-            self._follow_ends(self._ended_followed(list(held)), now)
+            self._follow_ends(self._ended_followed(list(still_running)), now)
             # Dead at dead_at, not before: until then the others count its runs as going on.
             Node.objects.using(self.using).filter(id=node_id).update(last_heartbeat=heartbeat_at)
 
-    def _end_lost(self, task_id: int, changes: dict[str, Any], now: datetime, **held: Any) -> int:
+    def _end_lost(self, task_id: int, changes: dict[str, Any], now: datetime, **where: Any) -> int:
         """Write a rule's ``changes`` (:mod:`~django_htask.store.rules`) on the running
-        task ``task_id`` (still ``held`` so): put back to pending through
+        task ``task_id`` (if it still matches ``where``): put back to pending through
         :func:`put_back` (superseded by a pending task holding its key); return the rows
         changed."""
-        mine = Task.objects.using(self.using).filter(id=task_id, status=TaskStatus.RUNNING, **held)
+        mine = Task.objects.using(self.using).filter(id=task_id, status=TaskStatus.RUNNING, **where)
         if changes["status"] != TaskStatus.PENDING:
             return mine.update(**changes)
         return sum(
@@ -198,9 +198,9 @@ class NodeRows(FollowRows):
         # Rows found by a plain read first, then written by id: an UPDATE that scans
         # would lock, on MySQL/MariaDB, rows it then leaves alone (the live nodes'
         # tasks and runs, which their nodes are writing), and deadlock with them.
-        held = tasks.lost(now, live).filter(status=TaskStatus.PENDING, locked_by__isnull=False)
-        if ids := list(held.values_list("id", flat=True)):
-            count += held.filter(id__in=ids).update(**rules.UNLOCKED)
+        claimed = tasks.lost(now, live).filter(status=TaskStatus.PENDING, locked_by__isnull=False)
+        if ids := list(claimed.values_list("id", flat=True)):
+            count += claimed.filter(id__in=ids).update(**rules.UNLOCKED)
         all_runs = Run.objects.using(self.using)
         cut = all_runs.filter(status=RunStatus.RUNNING).exclude(node__in=live)
         if ids := list(cut.values_list("id", flat=True)):

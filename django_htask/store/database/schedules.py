@@ -131,8 +131,8 @@ class ScheduleRows(OrmStore):
         )
         return sorted(set(nodes))
 
-    def _claim_occurrence(self, o: values.Occurrence) -> list[int] | None:
-        node_id, row, next_run_at, now, runs = o
+    def _claim_occurrence(self, occurrence: values.Occurrence) -> list[int] | None:
+        node_id, row, next_run_at, now, runs = occurrence
         with self._fenced(node_id):
             claimed = (
                 Schedule.objects.using(self.using)
@@ -142,12 +142,12 @@ class ScheduleRows(OrmStore):
             if not claimed:
                 return None
             created = Run.objects.using(self.using).bulk_create(
-                [self._run(o, schedule_id=row.id) for o in runs]
+                [self._run(run, schedule_id=row.id) for run in runs]
             )
         return [r.pk for r in created]
 
-    def _mark_broken(self, b: values.Breakage) -> bool:
-        node_id, schedule_id, version, reason, run = b
+    def _mark_broken(self, breakage: values.Breakage) -> bool:
+        node_id, schedule_id, version, reason, run = breakage
         with self._fenced(node_id):
             rows = Schedule.objects.using(self.using).filter(id=schedule_id)
             if version is not None:

@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import F, Min, QuerySet
 
@@ -76,6 +76,21 @@ _SNOOZES_ROWS = 100
 #: task others came to wait on while it ran is not written so (see
 #: :meth:`TaskRows._write_plain_ends`).
 _GUARD = " AND followed = FALSE"
+
+
+class TaskEnd(NamedTuple):
+    """A task's end as :meth:`TaskRows._write_ends` writes it: the fields of
+    :func:`~django_htask.store.rules.ended_task`, adapted, named as their columns, and
+    the task's id."""
+
+    status: str
+    #: The retry time; None for a finish (the column keeps its value).
+    run_at: Any
+    finished_at: Any
+    last_error: str
+    traceback: str
+    result: bytes | None
+    id: int | None
 
 
 def served_sql(serving: base.Serving, *, plain: bool = False) -> tuple[str, list[Any]]:
@@ -160,20 +175,22 @@ class TaskRows(FollowRows):
         )["m"]
         return due, values.earliest(first, wake_at)
 
-    def _start_tasks(self, c: values.Claim) -> values.Started:
-        probe = self._gated_probe(c.now, c.serving) if c.limit > 0 else None
-        held = [o.task_id for o in c.finished if o.task_id is not None]
-        fenced = self._fenced(c.node_id, claim=True, probe=probe, held=held)
+    def _start_tasks(self, claim: values.Claim) -> values.Started:
+        probe = self._gated_probe(claim.now, claim.serving) if claim.limit > 0 else None
+        running_ids = [o.task_id for o in claim.finished if o.task_id is not None]
+        fenced = self._fenced(claim.node_id, claim=True, probe=probe, running_ids=running_ids)
         with fenced:
             # Whether the node still runs the finished tasks, if the fence's statement said.
-            late = self._record_in(c.node_id, c.finished, getattr(fenced, "held", None))
-            if any(o.gated for o in c.finished):
+            late = self._record_in(
+                claim.node_id, claim.finished, getattr(fenced, "still_running", None)
+            )
+            if any(o.gated for o in claim.finished):
                 self._gate_released()
             # Whether gated tasks are due, if the fence's statement said (PostgreSQL).
             gated_due: bool | None = getattr(fenced, "gated_due", None)
-            started = self._start_gated(c, gated_due) if c.limit > 0 else values.Started()
-            if c.limit > len(started):
-                started += self._start_in(c._replace(limit=c.limit - len(started)))
+            started = self._start_gated(claim, gated_due) if claim.limit > 0 else values.Started()
+            if claim.limit > len(started):
+                started += self._start_in(claim._replace(limit=claim.limit - len(started)))
         self._record_late(late)
         return started
 
@@ -368,7 +385,7 @@ class TaskRows(FollowRows):
         )
         return [Gated(*row) for row in cursor.fetchall()]
 
-    def _start_gated(self, c: values.Claim, gated_due: bool | None) -> values.Started:
+    def _start_gated(self, claim: values.Claim, gated_due: bool | None) -> values.Started:
         """Claim and start the due tasks with a lock or a limit (their own, or their
         queue's) that may start now, in the caller's transaction: chosen, then (where
         several nodes claim at once) their locks, functions, flows and limited queues
@@ -377,7 +394,7 @@ class TaskRows(FollowRows):
         a queue, nor a rate limit's window; the starts of the rate-limited ones are
         counted (:meth:`_take_slots`). ``gated_due``: whether any with a lock or a limit
         of their own are due, if known already."""
-        now, limit, serving = c.now, c.limit, c.serving
+        now, limit, serving = claim.now, claim.limit, claim.serving
         if gated_due is False and not serving.states.limits:
             return values.Started()
         with self.connection.cursor() as cursor:
@@ -387,10 +404,10 @@ class TaskRows(FollowRows):
             limits = serving.limits
             keys = gate_keys(chosen, limits)
             if self._lock_gates(keys):
-                chosen, wake_at = self._choose_again(cursor, c, chosen, keys)
+                chosen, wake_at = self._choose_again(cursor, claim, chosen, keys)
             wanted = len(chosen)
             claimable = Task.objects.using(self.using).claimable(now)
-            started = self._mark_started(c, [g.id for g in chosen], claimable)
+            started = self._mark_started(claim, [g.id for g in chosen], claimable)
             if len(started) < wanted:  # a claim at once took them, or their places:
                 wake_at = now  # others may start, which this one did not look at
             ids = {task.id for task in started}
@@ -404,7 +421,7 @@ class TaskRows(FollowRows):
     def _choose_again(
         self,
         cursor: Any,
-        c: values.Claim,
+        claim: values.Claim,
         chosen: list[Gated],
         keys: list[str],
     ) -> tuple[list[Gated], datetime | None]:
@@ -415,8 +432,8 @@ class TaskRows(FollowRows):
         first candidates: it takes the next ones rather than none); else ``chosen``
         weighed again against the holders and windows counted now, and the node is to
         look again at once for the new choice (``wake_at`` now)."""
-        now, limit, limits = c.now, c.limit, c.serving.limits
-        fresh, fresh_wake = self._choose_gated(cursor, now, c.serving, limit, True)
+        now, limit, limits = claim.now, claim.limit, claim.serving.limits
+        fresh, fresh_wake = self._choose_gated(cursor, now, claim.serving, limit, True)
         if set(gate_keys(fresh, limits)) <= set(keys):
             return fresh, fresh_wake
         held = self._holders(cursor, now)
@@ -424,16 +441,16 @@ class TaskRows(FollowRows):
         return pick_gated(chosen, held, limit, limits), now
 
     def _mark_started(
-        self, c: values.Claim, ids: list[int], claimable: QuerySet[Task]
+        self, claim: values.Claim, ids: list[int], claimable: QuerySet[Task]
     ) -> list[StartedTask]:
-        """Start the tasks ``ids`` still ``claimable`` as claim ``c``'s (in the caller's
+        """Start the tasks ``ids`` still ``claimable`` as ``claim``'s (in the caller's
         transaction), and return them."""
         tasks = Task.objects.using(self.using)
         claimable.filter(id__in=ids).update(
-            **rules.claimed_task(F("attempts"), c.node_id, c.now, c.lease_until)
+            **rules.claimed_task(F("attempts"), claim.node_id, claim.now, claim.lease_until)
         )
         rows = (
-            tasks.filter(id__in=ids, locked_by=c.node_id, status=TaskStatus.RUNNING)
+            tasks.filter(id__in=ids, locked_by=claim.node_id, status=TaskStatus.RUNNING)
             .order_by()  # read by id, not sorted: the claim above took them in order
             .values_list(*STARTED_FIELDS)
         )
@@ -441,7 +458,7 @@ class TaskRows(FollowRows):
 
     def _start_returning(
         self,
-        c: values.Claim,
+        claim: values.Claim,
         lock: str = "",
         adapt: Callable[[Any], Any] = lambda v: v,
         indexed_by: str = "",
@@ -450,7 +467,7 @@ class TaskRows(FollowRows):
         RETURNING`` statement (in the caller's transaction); ``lock``: how the candidate
         rows are locked, ``adapt``: the database's adapter of timestamps,
         ``indexed_by``: a hint after the table name of the candidates' query."""
-        node_id, now, limit, lease_until, _finished, serving = c
+        node_id, now, limit, lease_until, _finished, serving = claim
         served, served_params = served_sql(serving, plain=True)
         sets, set_params = set_sql(
             rules.claimed_task(Column("attempts"), node_id, adapt(now), adapt(lease_until))
@@ -474,10 +491,10 @@ class TaskRows(FollowRows):
             rows = cursor.fetchall()
         return [started_task(row, _as_datetime) for row in rows]
 
-    def _start_in(self, c: values.Claim) -> list[StartedTask]:
+    def _start_in(self, claim: values.Claim) -> list[StartedTask]:
         """Claim and start due tasks without a lock or a limit, in the caller's
         transaction."""
-        now, limit, serving = c.now, c.limit, c.serving
+        now, limit, serving = claim.now, claim.limit, claim.serving
         tasks = Task.objects.using(self.using)
         served = served_task(serving.plain, serving.backend)
         claimable = tasks.claimable(now).plain().filter(served)
@@ -486,7 +503,7 @@ class TaskRows(FollowRows):
         )
         if not ids:
             return []
-        return self._mark_started(c, ids, claimable)
+        return self._mark_started(claim, ids, claimable)
 
     def aborts(self, node_id: str) -> list[tuple[str, int]]:
         # Both read through their small partial index (abort_requested_at IS NOT NULL).
@@ -510,13 +527,13 @@ class TaskRows(FollowRows):
         self._record_late(late)
 
     def _record_in(
-        self, node_id: str, outcomes: list[RunOutcome], held: set[int] | None = None
+        self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None
     ) -> dict[int, tuple[str, datetime]]:
         """Write ``outcomes`` in the caller's transaction; return the last statuses of
         schedules left to write afterwards, each in a transaction of its own
-        (:meth:`_record_late`). ``held``: the tasks of ``outcomes`` this node still
-        runs, if known (:meth:`_record_runs`)."""
-        self._record_runs(node_id, outcomes, held)
+        (:meth:`_record_late`). ``still_running``: the tasks of ``outcomes`` this node
+        still runs, if known (:meth:`_record_runs`)."""
+        self._record_runs(node_id, outcomes, still_running)
         for schedule_id, (status, when) in values.last_statuses(outcomes).items():
             Schedule.objects.using(self.using).filter(
                 rules.status_not_older(when), id=schedule_id
@@ -529,41 +546,42 @@ class TaskRows(FollowRows):
     def _still_running(self, node_id: str, task_ids: list[int]) -> set[int]:
         """Which of ``task_ids`` this node still runs (the others were reaped meanwhile:
         their outcome is not written)."""
-        held: set[int] = set()
+        running: set[int] = set()
         tasks = Task.objects.using(self.using)
         for i in range(0, len(task_ids), _CHUNK):
-            held.update(
+            running.update(
                 tasks.filter(
                     id__in=task_ids[i : i + _CHUNK], locked_by=node_id, status=TaskStatus.RUNNING
                 ).values_list("id", flat=True)
             )
-        return held
+        return running
 
     def _record_runs(
-        self, node_id: str, outcomes: list[RunOutcome], held: set[int] | None = None
+        self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None
     ) -> None:
         """Write the runs and tasks of ``outcomes`` (in the caller's transaction): a run
         row for each end that writes one (:func:`~django_htask.store.rules.writes_run`).
-        ``held``: which of their tasks this node still runs, if known (read otherwise):
+        ``still_running``: which of their tasks this node still runs, if known (read otherwise):
         the others were reaped meanwhile, and their outcome is not written."""
         runs = Run.objects.using(self.using)
-        task_outcomes = [o for o in outcomes if o.task_id is not None]
-        if held is None:
-            held = self._still_running(node_id, [o.task_id for o in task_outcomes if o.task_id])
-        ended = [o for o in task_outcomes if o.task_id in held]
-        for o in outcomes:
-            if o.task_id is None and o.run_id is not None:
-                runs.filter(id=o.run_id, status=RunStatus.RUNNING).update(
-                    status=o.status,
-                    finished_at=o.finished_at,
-                    duration=o.duration,
-                    error=o.error,
-                    traceback=o.traceback,
+        task_outcomes = [outcome for outcome in outcomes if outcome.task_id is not None]
+        if still_running is None:
+            ids = [outcome.task_id for outcome in task_outcomes if outcome.task_id]
+            still_running = self._still_running(node_id, ids)
+        ended = [outcome for outcome in task_outcomes if outcome.task_id in still_running]
+        for outcome in outcomes:
+            if outcome.task_id is None and outcome.run_id is not None:
+                runs.filter(id=outcome.run_id, status=RunStatus.RUNNING).update(
+                    status=outcome.status,
+                    finished_at=outcome.finished_at,
+                    duration=outcome.duration,
+                    error=outcome.error,
+                    traceback=outcome.traceback,
                 )
         if ended:
             followed = self._end_tasks(node_id, ended)
             self._insert_runs(rules.runs_written(ended, get_settings().record_every_attempt))
-            self._follow_ends(followed, max(o.finished_at for o in ended))
+            self._follow_ends(followed, max(outcome.finished_at for outcome in ended))
 
     def _end_tasks(self, node_id: str, outcomes: list[RunOutcome]) -> list[int]:
         """Write the tasks whose attempt ended: finished, or pending again for a retry
@@ -571,26 +589,32 @@ class TaskRows(FollowRows):
         finished ones whose end is followed up (:meth:`_follow_ends`): those the claim
         said so, and those that became so while they ran (:meth:`_write_plain_ends`)."""
         adapt = self.connection.ops.adapt_datetimefield_value
-        plain: list[tuple[Any, ...]] = []  # finished, nothing follows as the claim read it
-        others: list[tuple[Any, ...]] = []
+        plain: list[TaskEnd] = []  # finished, nothing follows as the claim read it
+        others: list[TaskEnd] = []
         snoozed = []
-        followed = [o.task_id for o in outcomes if o.follow and o.retry_at is None]
-        for o in outcomes:
-            if o.status == RunStatus.SNOOZED:
-                snoozed.append(o)
+        followed = [
+            outcome.task_id for outcome in outcomes if outcome.follow and outcome.retry_at is None
+        ]
+        for outcome in outcomes:
+            if outcome.status == RunStatus.SNOOZED:
+                snoozed.append(outcome)
                 continue
-            end = rules.ended_task(o)
-            row = (
+            end = rules.ended_task(outcome)
+            row = TaskEnd(
                 end["status"],
                 adapt(end.get("run_at")),
                 adapt(end["finished_at"]),
                 end["last_error"],
                 end["traceback"],
                 end["result"],
-                o.task_id,
+                outcome.task_id,
             )
-            (plain if o.retry_at is None and not o.follow else others).append(row)
-        retried = [o.task_id for o in outcomes if o.task_id is not None and o.retry_at is not None]
+            (plain if outcome.retry_at is None and not outcome.follow else others).append(row)
+        retried = [
+            outcome.task_id
+            for outcome in outcomes
+            if outcome.task_id is not None and outcome.retry_at is not None
+        ]
         grown: list[int] = []
 
         def write() -> int:
@@ -604,20 +628,20 @@ class TaskRows(FollowRows):
         if not retried:
             write()
         else:
-            now = max(o.finished_at for o in outcomes)
+            now = max(outcome.finished_at for outcome in outcomes)
             if put_back(self.using, retried, TaskStatus.RUNNING, now, write)[1]:
                 grown += self._ended_followed(retried)  # superseded: cancelled
         return [i for i in followed if i is not None] + grown
 
-    def _write_plain_ends(self, node_id: str, ends: list[tuple[Any, ...]]) -> list[int]:
+    def _write_plain_ends(self, node_id: str, ends: list[TaskEnd]) -> list[int]:
         """Write the finished tasks of ``ends`` whose claim said nothing follows their
         end, guarded by that (``followed`` false, :meth:`_write_ends`); a task others
         came to wait on while it ran is refused by the guard, then written as the
         followed ones are: return those (no statement more when there are none)."""
         if self._write_ends(ends, guard=True) == len(ends):
             return []
-        refused = self._refused(node_id, [end[-1] for end in ends])
-        self._write_ends([end for end in ends if end[-1] in refused])
+        refused = self._refused(node_id, [end.id for end in ends if end.id is not None])
+        self._write_ends([end for end in ends if end.id in refused])
         return sorted(refused)
 
     def _refused(self, node_id: str, task_ids: list[int]) -> set[int]:
@@ -625,9 +649,8 @@ class TaskRows(FollowRows):
         guard of :meth:`_write_plain_ends` refused them."""
         return self._still_running(node_id, task_ids)
 
-    def _write_ends(self, ends: list[tuple[Any, ...]], *, guard: bool = False) -> int:
-        """Write each task of ``ends`` (status, retry time or None, finished_at, error,
-        traceback, result, id) if it still runs (and, with ``guard``, if nothing
+    def _write_ends(self, ends: list[TaskEnd], *, guard: bool = False) -> int:
+        """Write each task of ``ends`` if it still runs (and, with ``guard``, if nothing
         follows its end: ``followed`` false); return how many were written. One
         prepared statement for all (``executemany``): the ORM's ``update()`` per row
         costs more than the jobs themselves when the jobs are trivial."""
@@ -710,22 +733,36 @@ def started_task(
     row: Sequence[Any], as_datetime: Callable[[Any], datetime] = lambda v: v
 ) -> StartedTask:
     """The :class:`StartedTask` of the values of :data:`STARTED_FIELDS`."""
-    i, t, f, p, r, a, m, pr, to, snoozes, most, followed, *retry = row
+    (
+        task_id,
+        token,
+        function,
+        payload,
+        run_at,
+        attempts,
+        max_attempts,
+        priority,
+        timeout,
+        snoozes,
+        max_snoozes,
+        followed,
+        *retry,
+    ) = row
     columns = base.RetryColumns(*retry)
     if columns == base.DEFAULT_RETRY:
         columns = base.DEFAULT_RETRY  # one object for the many tasks without a policy
     return StartedTask(
-        i,
-        t,
-        f,
-        bytes(p),
-        as_datetime(r),
-        a,
-        m,
-        pr,
-        to,
+        task_id,
+        token,
+        function,
+        bytes(payload),
+        as_datetime(run_at),
+        attempts,
+        max_attempts,
+        priority,
+        timeout,
         columns,
         snoozes=snoozes,
-        max_snoozes=most,
+        max_snoozes=max_snoozes,
         follow=bool(followed),
     )

@@ -147,27 +147,27 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
 
     def get_schedule(self, schedule_id: int) -> ScheduleRow | None:
         with self._lock:
-            s = self.schedules.get(schedule_id)
-            if s is None:
+            record = self.schedules.get(schedule_id)
+            if record is None:
                 return None
             return ScheduleRow(
-                s.id,
-                s.name,
-                s.function,
-                s.schedule,
-                s.timezone,
-                s.payload,
-                s.enabled,
-                s.next_run_at,
-                s.grace,
-                s.catch_up,
-                s.overlap,
-                s.max_attempts,
-                s.retry_backoff,
-                s.version,
-                s.queue_name,
-                s.timeout,
-                s.retry,
+                record.id,
+                record.name,
+                record.function,
+                record.schedule,
+                record.timezone,
+                record.payload,
+                record.enabled,
+                record.next_run_at,
+                record.grace,
+                record.catch_up,
+                record.overlap,
+                record.max_attempts,
+                record.retry_backoff,
+                record.version,
+                record.queue_name,
+                record.timeout,
+                record.retry,
             )
 
     def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> list[str]:
@@ -184,33 +184,33 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 }
             )
 
-    def _claim_occurrence(self, o: values.Occurrence) -> list[int] | None:
-        node_id, row, next_run_at, now, runs = o
+    def _claim_occurrence(self, occurrence: values.Occurrence) -> list[int] | None:
+        node_id, row, next_run_at, now, runs = occurrence
         with self._lock:
             self._fence(node_id)
-            s = self.schedules.get(row.id)
+            record = self.schedules.get(row.id)
             if (
-                s is None
-                or not s.enabled
-                or (s.next_run_at, s.version) != (row.next_run_at, row.version)
+                record is None
+                or not record.enabled
+                or (record.next_run_at, record.version) != (row.next_run_at, row.version)
             ):
                 return None
-            s.next_run_at = next_run_at
+            record.next_run_at = next_run_at
             if runs:
-                s.last_run_at, s.last_status = now, runs[-1].status
-            s.version = next(self._versions)
-            return [self._run(o, schedule_id=row.id) for o in runs]
+                record.last_run_at, record.last_status = now, runs[-1].status
+            record.version = next(self._versions)
+            return [self._run(run, schedule_id=row.id) for run in runs]
 
-    def _mark_broken(self, b: values.Breakage) -> bool:
-        node_id, schedule_id, version, reason, run = b
+    def _mark_broken(self, breakage: values.Breakage) -> bool:
+        node_id, schedule_id, version, reason, run = breakage
         with self._lock:
             self._fence(node_id)
-            s = self.schedules.get(schedule_id)
-            if s is None or (version is not None and s.version != version):
+            record = self.schedules.get(schedule_id)
+            if record is None or (version is not None and record.version != version):
                 return False
-            s.next_run_at, s.broken = None, rules.broken_reason(reason)
-            s.last_status, s.last_run_at = run.status, run.finished_at
-            s.version = next(self._versions)
+            record.next_run_at, record.broken = None, rules.broken_reason(reason)
+            record.last_status, record.last_run_at = run.status, run.finished_at
+            record.version = next(self._versions)
             self._run(run, schedule_id=schedule_id)
             return True
 
@@ -312,8 +312,8 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
             if g.flow is not None and g.rate_period is not None
         ]
 
-    def _start_tasks(self, c: values.Claim) -> values.Started:
-        node_id, now, limit, lease_until, finished, serving = c
+    def _start_tasks(self, claim: values.Claim) -> values.Started:
+        node_id, now, limit, lease_until, finished, serving = claim
         with self._lock:
             self._fence(node_id)
             released = self._record(node_id, finished)
@@ -363,26 +363,32 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
         a limit ended, or a waiting task was released (the others are told, as
         PostgreSQL's store does)."""
         released = False
-        for o in outcomes:
-            if o.task_id is not None:
-                task = self.tasks.get(o.task_id)
+        for outcome in outcomes:
+            if outcome.task_id is not None:
+                task = self.tasks.get(outcome.task_id)
                 if task is None or task.locked_by != node_id or task.status != TaskStatus.RUNNING:
                     continue  # reaped meanwhile: the survivors' record stands
-                released = released or o.gated
-                if o.status == RunStatus.SNOOZED:
-                    changes = rules.snoozed_task(o.retry_at, task.attempts, task.snoozes)
+                released = released or outcome.gated
+                if outcome.status == RunStatus.SNOOZED:
+                    changes = rules.snoozed_task(outcome.retry_at, task.attempts, task.snoozes)
                 else:
-                    changes = rules.ended_task(o)
-                self._write(task, changes, o.finished_at)
-                if rules.writes_run(o, get_settings().record_every_attempt):
-                    self._run(o)
-            elif o.run_id is not None:
-                run = self.runs.get(o.run_id)
+                    changes = rules.ended_task(outcome)
+                self._write(task, changes, outcome.finished_at)
+                if rules.writes_run(outcome, get_settings().record_every_attempt):
+                    self._run(outcome)
+            elif outcome.run_id is not None:
+                run = self.runs.get(outcome.run_id)
                 if run is not None and run.status == RunStatus.RUNNING:
-                    run.status, run.finished_at, run.duration = o.status, o.finished_at, o.duration
-                    run.error, run.traceback = o.error, o.traceback
+                    run.status, run.finished_at, run.duration = (
+                        outcome.status,
+                        outcome.finished_at,
+                        outcome.duration,
+                    )
+                    run.error, run.traceback = outcome.error, outcome.traceback
         if self._ended:  # what follows the ends, in the same step
-            released = self._follow_ended(max(o.finished_at for o in outcomes)) or released
+            released = (
+                self._follow_ended(max(outcome.finished_at for outcome in outcomes)) or released
+            )
         for schedule_id, (status, when) in values.last_statuses(outcomes).items():
             s = self.schedules.get(schedule_id)
             if s is not None and (s.last_run_at is None or s.last_run_at <= when):
@@ -434,11 +440,11 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
                 self.slots = [slot for i, slot in enumerate(self.slots) if i not in dropped]
                 more = len(dropped) >= limit
             pruned = Pruned(len(tasks), len(runs), len(nodes), more)
-            me = self.nodes.get(node_id)
-            if me is not None and pruned.rows:
-                me.pruned_tasks += pruned.tasks
-                me.pruned_runs += pruned.runs
-                me.pruned_at = cutoffs.now
+            node = self.nodes.get(node_id)
+            if node is not None and pruned.rows:
+                node.pruned_tasks += pruned.tasks
+                node.pruned_runs += pruned.runs
+                node.pruned_at = cutoffs.now
             return pruned
 
     def _drop_if_spent(self, batch_id: int | None) -> None:

@@ -50,22 +50,22 @@ class MemoryNodes(MemoryTables):
                 node.stopped_at = now
         self._notify("node")
 
-    def _abandon(self, d: values.Departure) -> None:
-        node_id, now, abandoned, dead_at, heartbeat_at = d
+    def _abandon(self, departure: values.Departure) -> None:
+        node_id, now, abandoned, dead_at, heartbeat_at = departure
         with self._lock:
             node = self._fence(node_id)
-            for a in abandoned:
-                if a.run_id is not None:
-                    run = self.runs.get(a.run_id)
+            for left in abandoned:
+                if left.run_id is not None:
+                    run = self.runs.get(left.run_id)
                     if run is not None and run.status == RunStatus.RUNNING:
-                        _set(run, rules.abandoned_run(a, now))
+                        _set(run, rules.abandoned_run(left, now))
                     continue
-                task = self.tasks.get(a.task_id or 0)
+                task = self.tasks.get(left.task_id or 0)
                 if task is None or task.locked_by != node_id or task.status != TaskStatus.RUNNING:
                     continue
-                if a.started:
-                    self._run(rules.crashed_run(task, task.id, node_id, now, a.error))
-                self._write(task, rules.abandoned_task(a, task.attempts, now, dead_at), now)
+                if left.started:
+                    self._run(rules.crashed_run(task, task.id, node_id, now, left.error))
+                self._write(task, rules.abandoned_task(left, task.attempts, now, dead_at), now)
             if self._follow_ended(now):
                 self._notify("task")
             node.last_heartbeat = heartbeat_at

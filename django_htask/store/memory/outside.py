@@ -184,19 +184,19 @@ class OutsideWrites(MemoryTables):
         """Keep the new ``task`` (returned), unless a pending task holds its key:
         ``conflict`` decides (that task returned, moved to this call by ``replace``;
         DuplicateKey raised). Under the lock."""
-        held = self._pending_with(task.key)
-        if held is None:
+        holder = self._pending_with(task.key)
+        if holder is None:
             self.tasks[task.id] = task
             return task
         if conflict is OnConflict.RAISE:
-            raise DuplicateKey(held.key or "", held.token)
+            raise DuplicateKey(holder.key or "", holder.token)
         if conflict is OnConflict.REPLACE:
             for name in _REPLACED:
-                setattr(held, name, getattr(task, name))
-            held.attempts = held.snoozes = 0
-            held.locked_by = held.lease_expires_at = None
-            held.last_error = held.traceback = ""
-        return held
+                setattr(holder, name, getattr(task, name))
+            holder.attempts = holder.snoozes = 0
+            holder.locked_by = holder.lease_expires_at = None
+            holder.last_error = holder.traceback = ""
+        return holder
 
     def _add_composed(
         self,

@@ -233,10 +233,10 @@ class MemoryTables:
         """Whether ``task``, about to be put back to pending, is superseded by a pending
         task holding its key: if so it is finished as cancelled (as the database stores'
         ``supersede``), with the lock held."""
-        held = self._pending_with(task.key)
-        if held is None or held is task:
+        holder = self._pending_with(task.key)
+        if holder is None or holder is task:
             return False
-        _set(task, rules.superseded_task(now, superseded_reason(held.token)))
+        _set(task, rules.superseded_task(now, superseded_reason(holder.token)))
         return True
 
     def _write(self, task: TaskRecord, changes: dict[str, Any], now: datetime) -> None:

@@ -163,7 +163,7 @@ def test_a_schedule_the_node_cannot_use_is_broken_once(
     clock.advance(600)
     assert store.schedules[sid].broken.startswith("catch_up 'bogus' is not one of")
     assert statuses(store, sid) == ["failed"]
-    assert node.held_schedules() == {}
+    assert node.placed_schedules() == {}
 
 
 def test_an_edit_by_another_process_is_seen_within_the_poll_interval(
@@ -174,7 +174,7 @@ def test_an_edit_by_another_process_is_seen_within_the_poll_interval(
     soon = START + timedelta(seconds=5)
     store.update_schedule(sid, next_run_at=soon)
     clock.advance(2)
-    assert node.held_schedules() == {sid: soon}
+    assert node.placed_schedules() == {sid: soon}
     clock.advance(3)
     assert calls["add"] == [2]
 
@@ -403,7 +403,7 @@ def test_the_standby_fires_what_a_dead_owner_left(
     clock.advance(a.settings.heartbeat_interval)  # members settled, handover done
     victim, survivor = (a, b) if a.owned_schedules() else (b, a)
     lost = set(victim.owned_schedules())
-    assert lost and set(survivor.held_schedules()) == set(ids)  # standby for the rest
+    assert lost and set(survivor.placed_schedules()) == set(ids)  # standby for the rest
     victim.parts.ctx.control.close(wait=False)  # it dies: fires nothing more
     victim.parts.liveness.close(wait=False)
     died = clock.now()

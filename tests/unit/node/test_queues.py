@@ -68,7 +68,7 @@ def test_a_node_started_while_a_queue_is_paused_starts_paused(
     task = store.add_task(ADD, 1, queue_name="slow")
     node = make_node()
     assert node.queue_states == QueueStates(frozenset({"slow"}), (("reports", 2),))
-    assert node.held_schedules() == {}
+    assert node.placed_schedules() == {}
     clock.advance(120)
     assert statuses(store, [task]) == ["pending"]
     assert store.runs_of(schedule_id=sid) == []

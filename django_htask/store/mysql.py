@@ -226,8 +226,8 @@ PENDING_KEY = "htask_pending_key"
 #: tasks due?" read every pending task, so long that the node's own heartbeat waited
 #: behind it. Stored, not virtual: while another transaction has uncommitted changes to
 #: rows of an index on a virtual column, InnoDB's consistent reads through that index
-#: (MariaDB 10.11) find none of its rows, and a claim saw no gated task at all while
-#: another node's claim was in flight. Migration 0014 adds it, 0018 redefines it, 0024
+#: (MariaDB 10.11) miss its rows: a claim would see no gated task while another node's
+#: claim is in flight. Migration 0014 adds it, 0018 redefines it, 0024
 #: stores it (:func:`add_gated_column`); inserts never name it.
 GATED_COLUMN = "htask_gated"
 

@@ -14,7 +14,8 @@ import hashlib
 
 from django.db.backends.utils import CursorWrapper
 
-from django_htask.models import Node, Queue, Schedule, Task, TaskStatus
+from django_htask.models import Node, Queue, Schedule, Task
+from django_htask.retention import FINAL_STATUSES
 
 from .listen import CHANNEL, ENDED
 
@@ -25,9 +26,7 @@ TASK = Task._meta.db_table
 NODE = Node._meta.db_table
 QUEUE = Queue._meta.db_table
 #: The statuses a task ends in, as SQL.
-_ENDED = ", ".join(
-    f"'{s}'" for s in (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED)
-)
+_ENDED = ", ".join(f"'{status}'" for status in FINAL_STATUSES)
 
 #: Transaction-local setting that silences the NOTIFY triggers for node bookkeeping.
 QUIET = "django_htask.quiet"

@@ -109,13 +109,7 @@ from .reaping import SharedReaper
 from .statuses import LateStatuses
 from .values import _RUN_COLUMNS
 
-__all__ = [
-    "CHANNEL",
-    "PostgresDialect",
-    "PostgresStore",
-    "install",
-    "on_conflict",
-]
+__all__ = ["CHANNEL", "PostgresDialect", "PostgresStore", "install", "on_conflict"]
 
 logger = logging.getLogger(__name__)
 
@@ -455,17 +449,6 @@ _LITERALS: dict[str, Callable[[Any], str]] = {
 }
 
 
-def _connector(params: dict[str, Any]) -> Callable[[], Any]:
-    """A function that opens a plain psycopg connection (autocommit) with ``params``."""
-
-    def connect() -> Any:
-        import psycopg  # noqa: PLC0415
-
-        return psycopg.connect(**params, autocommit=True)
-
-    return connect
-
-
 class _EndNotices:
     """The ``NOTIFY`` of one task's end, heard on a connection that ``LISTEN``s on
     :data:`~django_htask.store.listen.ENDED` (psycopg 3: notices that come during a
@@ -511,8 +494,15 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         """A started :class:`~django_htask.store.listen.Listener` on the channel the
         triggers notify, with a connection of its own."""
         on_notify, on_reconnect, retry, retry_max, name = to
+        params = connection_params(self.using)
+
+        def connect() -> Any:
+            import psycopg  # noqa: PLC0415
+
+            return psycopg.connect(**params, autocommit=True)
+
         listener = Listener(
-            _connector(connection_params(self.using)),
+            connect,
             on_notify,
             on_reconnect=on_reconnect,
             retry=retry,

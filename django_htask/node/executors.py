@@ -62,10 +62,10 @@ class Executor(abc.ABC):
         False if it is not in its call any more."""
 
     @abc.abstractmethod
-    def give_up(self, ctx: NodeContext, key: Key, called: Called) -> RunOutcome | None:
-        """End a call that did not stop when forced. The outcome to record for it when
-        its worker thread will not (the thread was given up), else None (the worker
-        thread records it, or the call is over)."""
+    def give_up(self, ctx: NodeContext, key: Key, called: Called) -> bool:
+        """End a call that did not stop when forced. True if its worker thread was given
+        up: its run is then recorded here; False if the worker thread records it, or
+        the call is over."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -102,12 +102,15 @@ class ThreadExecutor(Executor):
     def force(self, key: Key, called: Called) -> bool:
         return called.guard.interrupt()
 
-    def give_up(self, ctx: NodeContext, key: Key, called: Called) -> RunOutcome | None:
+    def give_up(self, ctx: NodeContext, key: Key, called: Called) -> bool:
         guard = called.guard
         if not guard.abandon():
-            return None
-        outcome = given_up(
-            called.call, called.started_at, guard.reason or "", guard.retryable, ctx.clock
+            return False
+        # Recorded before the thread leaves the pool: a node that stops waits for the
+        # pool, then takes the results and hands back what still runs, so the run must
+        # be in one or the other by then, never between.
+        called.finish(
+            given_up(called.call, called.started_at, guard.reason or "", guard.retryable, ctx.clock)
         )
         ctx.jobs.replace_worker(called.thread)
         stuck = ctx.jobs.abandoned_workers()
@@ -117,7 +120,7 @@ class ThreadExecutor(Executor):
             stuck,
             extra={"action": "worker_given_up", "job": key, "stuck": stuck},
         )
-        return outcome
+        return True
 
 
 class ProcessExecutor(Executor):
@@ -146,7 +149,7 @@ class ProcessExecutor(Executor):
     def force(self, key: Key, called: Called) -> bool:
         return self.pool.force(key)
 
-    def give_up(self, ctx: NodeContext, key: Key, called: Called) -> RunOutcome | None:
+    def give_up(self, ctx: NodeContext, key: Key, called: Called) -> bool:
         pid = self.pool.kill(key)
         if pid is not None:
             logger.error(
@@ -155,7 +158,7 @@ class ProcessExecutor(Executor):
                 pid,
                 extra={"action": "process_killed", "job": key, "pid": pid},
             )
-        return None
+        return False
 
     def close(self) -> None:
         self.pool.close()

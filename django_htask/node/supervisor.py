@@ -174,10 +174,8 @@ class Supervisor:
         called = ctx.running.called(key)
         if called is None:
             return
-        outcome = self.executor.give_up(ctx, key, called)
-        if outcome is None:
+        if not self.executor.give_up(ctx, key, called):
             return
-        called.finish(outcome)
         self.given_up += 1
         stuck = ctx.jobs.abandoned_workers()
         if stuck > ctx.settings.max_abandoned_threads and not self._told:

@@ -230,6 +230,48 @@ def test_the_stuck_threads_said_at_the_stop_count_those_given_up_while_it_stops(
     assert node.done == "2 worker threads are stuck (more than MAX_ABANDONED_THREADS)"
 
 
+def test_a_thread_given_up_while_the_node_stops_is_recorded_as_timed_out_not_interrupted(
+    start_node: Callable[..., Node], clock: FakeClock, store: InMemoryStore
+) -> None:
+    """The stopping node waits for the pool, then takes the results and hands back what
+    still runs. A thread given up leaves the pool at once: its run must be recorded
+    before, else the stop, looking right then, finds it still running. Here the pool's
+    replacement waits until the stop has looked."""
+    tid = store.add_task(BLOCKED, "given-up-at-stop", timeout=2.0, max_attempts=2)
+    node = start_node(workers=2)
+    ctx = node.parts.ctx
+    looked = threading.Event()
+    take, replace = ctx.results.take, ctx.jobs.replace_worker
+
+    def take_and_say() -> Any:
+        taken = take()
+        if threading.current_thread() is stopping:
+            looked.set()
+        return taken
+
+    def replace_then_wait(thread: threading.Thread) -> bool:
+        replaced = replace(thread)
+        looked.wait(5)
+        return replaced
+
+    stopping = threading.Thread(target=node.stop)
+    ctx.results.take = take_and_say  # type: ignore[method-assign]
+    ctx.jobs.replace_worker = replace_then_wait  # type: ignore[method-assign]
+    started("given-up-at-stop")
+    step(clock, node, 2, "the timeout", pending=1)
+    step(clock, node, GRACE, "the forced stop", pending=1)
+    stopping.start()
+    until(lambda: node.stopping, "the node stops, waiting for the task")
+    step(clock, node, FORCE_WAIT, "giving the thread up", pending=0)
+    stopping.join(5)
+    assert not stopping.is_alive()
+    assert task_runs(store, tid) == [
+        ("failed", f"{TIMED_OUT}; it did not stop when forced, and its worker thread was given up")
+    ]
+    assert store.tasks[tid].status == TaskStatus.PENDING  # its retry, by its policy
+    assert node.unfinished == 0
+
+
 def test_an_abort_stops_a_running_task_and_it_is_not_retried(
     start_node: Callable[..., Node], clock: FakeClock, store: InMemoryStore
 ) -> None:

@@ -1,16 +1,25 @@
 """What a database does its own way, behind one short interface that the code the
-databases share calls, never asking the database's name: for now, inserting task rows
-(:mod:`.inserts`). Each vendor module defines one :class:`Dialect` (its SQL is there),
-and its store holds it (``OrmStore.dialect``)."""
+databases share calls, never asking the database's name. Each vendor module defines one
+:class:`Dialect` (its SQL is there), and its store holds it (``OrmStore.dialect``).
+
+The shared code (:mod:`.database`) calls the dialect explicitly, ``self.dialect.x(self,
+...)``, handing it the store; a dialect reaches the shared code the same way, by
+explicit calls on that store. A vendor's store class implements the public
+:class:`~django_htask.store.base.Store` interface where its database has a better way,
+and overrides nothing private of the shared code: what differs below that interface is
+here."""
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+if TYPE_CHECKING:
+    from .database import DatabaseStore
 
 __all__ = ["Conflict", "Dialect", "OnBatch", "RowInsert"]
 
@@ -108,3 +117,9 @@ class Dialect(abc.ABC):
                     params += params_of(row)
                 cursor.execute(head + ", ".join([one] * len(batch)) + tail, params)
                 insert.on_batch(batch, cursor.fetchall())
+
+    # -- notices -------------------------------------------------------------------------
+    def notify(self, store: DatabaseStore, payload: str) -> None:
+        """Tell the nodes listening that ``payload`` (``task``, ``schedule``, ``node``)
+        changed, when the current transaction commits; nothing where the nodes poll."""
+        return

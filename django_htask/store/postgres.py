@@ -326,6 +326,11 @@ class PostgresDialect(Dialect):
     def conflict_clause(self, connection: BaseDatabaseWrapper, conflict: Conflict) -> str:
         return on_conflict(connection, conflict)
 
+    def notify(self, store: DatabaseStore, payload: str) -> None:
+        """``pg_notify`` on the nodes' channel: sent when the transaction commits."""
+        with store.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
+
     def insert_rows(self, insert: RowInsert) -> None:
         """The varying columns as arrays, ``unnest`` into rows: a statement of a few
         parameters whatever its rows (psycopg parses a query's placeholders in Python,
@@ -589,10 +594,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         return True
 
     def notify(self, payload: str) -> None:
-        """Tell every listening node that ``payload`` (``task``, ``schedule``,
-        ``node``) changed; sent when the current transaction commits."""
-        with self._cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
+        self.dialect.notify(self, payload)
 
     # -- versions --------------------------------------------------------------------
     def _horizon(self, cursor: CursorWrapper) -> int:

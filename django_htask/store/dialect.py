@@ -14,14 +14,11 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-if TYPE_CHECKING:
-    from .database import DatabaseStore
-
-__all__ = ["Conflict", "Dialect", "OnBatch", "RowInsert"]
+__all__ = ["Conflict", "Dialect", "OnBatch", "RowInsert", "SharedStore"]
 
 #: What an insert hands each batch to: its rows, and the rows its statement returned.
 OnBatch = Callable[[list[tuple[Any, ...]], list[tuple[Any, ...]]], None]
@@ -86,6 +83,16 @@ class RowInsert:
         return params_of
 
 
+class SharedStore(Protocol):
+    """What a dialect reaches of the shared store (:mod:`.database`) it is handed: the
+    explicit calls by which a vendor's way builds on the shared code."""
+
+    using: str
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper: ...
+
+
 class Dialect(abc.ABC):
     """What a database does its own way (see the module)."""
 
@@ -119,7 +126,7 @@ class Dialect(abc.ABC):
                 insert.on_batch(batch, cursor.fetchall())
 
     # -- notices -------------------------------------------------------------------------
-    def notify(self, store: DatabaseStore, payload: str) -> None:
+    def notify(self, store: SharedStore, payload: str) -> None:
         """Tell the nodes listening that ``payload`` (``task``, ``schedule``, ``node``)
         changed, when the current transaction commits; nothing where the nodes poll."""
         return

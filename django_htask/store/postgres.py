@@ -101,7 +101,7 @@ from .database import (
     schedule_row,
 )
 from .database.pruning import expired_ids
-from .dialect import Conflict, Dialect, OnBatch, RowInsert
+from .dialect import Conflict, Dialect, OnBatch, RowInsert, SharedStore
 from .listen import CHANNEL, ENDED, Listener, connection_params
 from .pg_triggers import FINGERPRINT, PER_XACT, QUIET, STATEMENTS, current
 from .presence import PRESENCE_CLASS, presence_key
@@ -326,7 +326,7 @@ class PostgresDialect(Dialect):
     def conflict_clause(self, connection: BaseDatabaseWrapper, conflict: Conflict) -> str:
         return on_conflict(connection, conflict)
 
-    def notify(self, store: DatabaseStore, payload: str) -> None:
+    def notify(self, store: SharedStore, payload: str) -> None:
         """``pg_notify`` on the nodes' channel: sent when the transaction commits."""
         with store.connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])

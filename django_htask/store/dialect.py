@@ -12,13 +12,42 @@ here."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
+from django.db import DatabaseError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import QuerySet
 
-__all__ = ["Conflict", "Dialect", "OnBatch", "RowInsert", "SharedStore"]
+from django_htask.enums import TaskStatus
+from django_htask.models import GATED_PREDICATE, Schedule, Task
+from django_htask.querysets import PLAIN_TASK_SQL, served_task
+
+from . import rules, values
+from .values import Claim, Probe, RunOutcome, StartedTask, TaskEnd
+
+__all__ = [
+    "GUARD",
+    "Conflict",
+    "Dialect",
+    "OnBatch",
+    "RowInsert",
+    "SharedStore",
+    "TaskStore",
+    "fenced_in",
+]
+
+#: The guard of a task's end written as plain (nothing follows it, as its claim read):
+#: a task others came to wait on while it ran is not written so (see
+#: ``TaskRows._write_plain_ends``).
+GUARD = " AND followed = FALSE"
+_TASK = Task._meta.db_table
+
+logger = logging.getLogger(__name__)
 
 #: What an insert hands each batch to: its rows, and the rows its statement returned.
 OnBatch = Callable[[list[tuple[Any, ...]], list[tuple[Any, ...]]], None]
@@ -92,6 +121,42 @@ class SharedStore(Protocol):
     @property
     def connection(self) -> BaseDatabaseWrapper: ...
 
+    def _fence(self, node_id: str) -> None: ...
+
+
+class TaskStore(SharedStore, Protocol):
+    """What a dialect reaches of the shared store's task rows, to claim and end."""
+
+    def _mark_started(
+        self, claim: Claim, ids: list[int], claimable: QuerySet[Task]
+    ) -> list[StartedTask]: ...
+
+    def _start_returning(
+        self,
+        claim: Claim,
+        lock: str = "",
+        adapt: Callable[[Any], Any] = ...,
+        indexed_by: str = "",
+    ) -> list[StartedTask]: ...
+
+    def _record_runs(
+        self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None
+    ) -> None: ...
+
+    def _refused(self, node_id: str, task_ids: list[int]) -> set[int]: ...
+
+    def _follow_ends(self, task_ids: list[int], now: datetime) -> None: ...
+
+
+@contextmanager
+def fenced_in(
+    atomic: AbstractContextManager[Any], store: SharedStore, node_id: str
+) -> Iterator[None]:
+    """``atomic``, whose first statement is the fence of node ``node_id``."""
+    with atomic:
+        store._fence(node_id)
+        yield
+
 
 class Dialect(abc.ABC):
     """What a database does its own way (see the module)."""
@@ -106,6 +171,133 @@ class Dialect(abc.ABC):
         """The clause after an insert's rows that does ``conflict`` to the pending task
         holding a new row's key, its rows returned as the others are."""
 
+    # -- transactions and the fence -----------------------------------------------------
+    #: Appended to the fencing read of a node's row: how the row is locked for the
+    #: transaction (nothing where write transactions are exclusive already).
+    fence_lock = ""
+
+    def atomic(self, store: SharedStore) -> AbstractContextManager[Any]:
+        """A transaction of the store's writes."""
+        return transaction.atomic(using=store.using)
+
+    def fenced(
+        self,
+        store: SharedStore,
+        node_id: str,
+        *,
+        claim: bool = False,
+        probe: Probe | None = None,
+        running_ids: Iterable[int] = (),
+    ) -> AbstractContextManager[Any]:
+        """A write transaction of node ``node_id``, which first checks that the node is
+        registered and not declared dead (``store._fence``). ``claim``: a claim's
+        (finished tasks written, due ones started), whose plans a database may pin;
+        ``probe`` and ``running_ids``: what the fence may answer in the same statement,
+        as ``gated_due`` and ``still_running`` of the context manager (``FencedAtomic``;
+        ignored here)."""
+        return fenced_in(self.atomic(store), store, node_id)
+
+    # -- the claim -----------------------------------------------------------------------
+    #: A hint after the table name of the gated candidates' query.
+    gated_indexed_by = ""
+    #: The same for a limited queue's other candidates.
+    claim_indexed_by = ""
+    #: Which due tasks have a lock or a limit, as SQL.
+    gated_predicate = GATED_PREDICATE
+    #: Which have neither (:data:`~django_htask.querysets.PLAIN_TASK_SQL`), likewise.
+    plain_predicate = PLAIN_TASK_SQL
+    #: A hint after the task table's name of a statement that finds tasks by id.
+    by_id = ""
+
+    def start_in(self, store: TaskStore, claim: Claim) -> list[StartedTask]:
+        """Claim and start due tasks without a lock or a limit, in the caller's
+        transaction: the candidates read, then started if still claimable."""
+        now, limit, serving = claim.now, claim.limit, claim.serving
+        tasks = Task.objects.using(store.using)
+        served = served_task(serving.plain, serving.backend)
+        claimable = tasks.claimable(now).plain().filter(served)
+        ids = list(
+            claimable.order_by("-priority", "run_at", "id").values_list("id", flat=True)[:limit]
+        )
+        if not ids:
+            return []
+        return store._mark_started(claim, ids, claimable)
+
+    def lock_gates(self, store: SharedStore, keys: list[str]) -> bool:
+        """Serialise the claims of these locks and functions (``lock:…``,
+        ``function:…``) until the transaction ends; return whether the holders must be
+        counted again. Nothing here: the claim's transaction is the only writer."""
+        return False
+
+    # -- the ends of attempts ------------------------------------------------------------
+    def record_in(
+        self,
+        store: TaskStore,
+        node_id: str,
+        outcomes: list[RunOutcome],
+        still_running: set[int] | None = None,
+    ) -> dict[int, tuple[str, datetime]]:
+        """Write ``outcomes`` in the caller's transaction (``still_running``: the tasks
+        of ``outcomes`` this node still runs, if known: ``store._record_runs``), and the
+        schedules' last statuses, waiting for no row; return those skipped, to be
+        written afterwards (:meth:`record_late`)."""
+        store._record_runs(node_id, outcomes, still_running)
+        statuses = values.last_statuses(outcomes)
+        busy = self.set_statuses(store, statuses, wait=False)
+        return {schedule_id: statuses[schedule_id] for schedule_id in busy}
+
+    def record_late(self, store: SharedStore, statuses: dict[int, tuple[str, datetime]]) -> None:
+        """The last statuses :meth:`record_in` skipped, one schedule per transaction.
+
+        A transaction that locks several schedule rows and waits for one more can
+        deadlock with any other that does (``Schedule.objects.update(...)`` in the
+        admin): so the batch written with the runs never waits, and the rows it skipped
+        are written here, each in a transaction that holds nothing else while it
+        waits."""
+        for schedule_id, status in statuses.items():
+            try:
+                with self.atomic(store):
+                    self.set_statuses(store, {schedule_id: status}, wait=True)
+            except DatabaseError as exc:  # the runs are written: only the summary is late
+                logger.warning(
+                    "could not write the last status of schedule %s: %s",
+                    schedule_id,
+                    exc,
+                    extra={"action": "status_unrecorded"},
+                )
+                return
+
+    def set_statuses(
+        self, store: SharedStore, statuses: dict[int, tuple[str, datetime]], *, wait: bool
+    ) -> list[int]:
+        """Write each schedule's last status and run time, unless a later run already
+        did. With ``wait`` false, a database where writers wait for each other's rows
+        skips the rows another transaction holds, and returns their ids; here, one
+        writer at a time, none is skipped."""
+        for schedule_id, (status, when) in statuses.items():
+            Schedule.objects.using(store.using).filter(
+                rules.status_not_older(when), id=schedule_id
+            ).update(last_status=status, last_run_at=when)
+        return []
+
+    def write_ends(self, store: SharedStore, ends: list[TaskEnd], *, guard: bool = False) -> int:
+        """Write each task of ``ends`` if it still runs (and, with ``guard``, if nothing
+        follows its end: ``followed`` false); return how many were written. One
+        prepared statement for all (``executemany``): the ORM's ``update()`` per row
+        costs more than the jobs themselves when the jobs are trivial."""
+        # rules.ended_task's fields, as SQL of their own: one statement for rows that
+        # differ in which fields they set (a retry keeps no run_at from a finish).
+        with store.connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {_TASK} SET status = %s, run_at = COALESCE(%s, run_at), "
+                "finished_at = %s, locked_by = NULL, lease_expires_at = NULL, "
+                "last_error = %s, traceback = %s, result = %s WHERE id = %s AND status = %s"
+                f"{GUARD if guard else ''}",
+                [(*end, TaskStatus.RUNNING) for end in ends],
+            )
+            return max(int(cursor.rowcount), 0)
+
+    # -- inserts -------------------------------------------------------------------------
     def insert_rows(self, insert: RowInsert) -> None:
         """Insert the rows of ``insert``: ``VALUES`` lists of as many rows as the
         database takes parameters for, each statement returning its rows."""

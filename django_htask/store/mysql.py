@@ -24,8 +24,9 @@ Versions
     order they are handed out and a node may read "above the highest version seen".
     The price: transactions that edit schedules wait for each other. A node's writes
     of last statuses leave the version alone (:data:`STATUS_ONLY`) and skip the rows
-    another transaction holds (:mod:`~django_htask.store.statuses`), so a node never
-    deadlocks with the admin editing several schedules.
+    another transaction holds (written later: see
+    :meth:`~django_htask.store.dialect.Dialect.record_late`), so a node never deadlocks
+    with the admin editing several schedules.
 Claims
     Due tasks are read ``FOR UPDATE SKIP LOCKED``, then started by id, in one
     transaction: claims made at once take disjoint tasks without waiting.
@@ -109,15 +110,12 @@ from django_htask.querysets import (
 )
 
 from . import rules, values
-from .base import RunOutcome, StartedTask
+from .base import StartedTask
 from .database import (
-    _GUARD,
     STARTED_FIELDS,
     Column,
     DatabaseStore,
     FencedAtomic,
-    Probe,
-    TaskEnd,
     _as_datetime,
     check_fence,
     gate_key,
@@ -125,9 +123,9 @@ from .database import (
     set_sql,
     started_task,
 )
-from .dialect import Conflict, Dialect, RowInsert
+from .dialect import GUARD, Conflict, Dialect, RowInsert, SharedStore, TaskStore
 from .reaping import SharedReaper
-from .statuses import LateStatuses
+from .values import Probe, TaskEnd
 
 __all__ = [
     "GATE_SLOTS",
@@ -150,7 +148,7 @@ SLOT = RateSlot._meta.db_table
 #: The name of a node's presence lock (:mod:`~django_htask.store.presence`), from its id
 #: (the parameter) and the session's database: named locks belong to the whole server.
 PRESENCE = "CONCAT('htask-node-', SHA1(CONCAT(DATABASE(), ':', %s)))"
-#: Bytes the tasks' ends one statement writes may reach (:meth:`MySQLStore._write_ends`):
+#: Bytes the tasks' ends one statement writes may reach (:meth:`MySQLDialect.write_ends`):
 #: well under ``max_allowed_packet`` (16 MiB by default on MariaDB, 64 on MySQL 8),
 #: for results go as hex (twice their size) and texts may take 4 bytes a character.
 #: An end over it goes alone, as every end did before they were batched.
@@ -160,7 +158,7 @@ _ENDS_BYTES = 4 << 20
 #: Ends one statement writes at most: each field they differ in is a ``CASE`` on the
 #: id, searched in order for each row.
 _ENDS_ROWS = 100
-#: An end's fields (:meth:`MySQLStore._write_ends`): the column (the field of
+#: An end's fields (:meth:`MySQLDialect.write_ends`): the column (the field of
 #: :class:`TaskEnd`), and how its value is written (``{}``: the parameter).
 _END_COLUMNS = (
     ("status", "{}"),
@@ -173,7 +171,7 @@ _END_COLUMNS = (
 
 
 def _end_size(end: TaskEnd) -> int:
-    """The most bytes an end (:meth:`MySQLStore._write_ends`) can take in a statement."""
+    """The most bytes an end (:meth:`MySQLDialect.write_ends`) can take in a statement."""
     return (
         100
         + 4 * (len(end.last_error or "") + len(end.traceback or ""))
@@ -237,7 +235,7 @@ GATED_COLUMN = "htask_gated"
 #: those columns for each statement, and took the holders' index when a node held many
 #: tasks, reading them all (0.9 ms a statement against 0.3).
 BY_ID = " FORCE INDEX (PRIMARY)"
-#: A claim's candidates (:meth:`MySQLStore._start_in`): so many per task it wants, and
+#: A claim's candidates (:meth:`MySQLDialect.start_in`): so many per task it wants, and
 #: so many more, for the claims of other nodes made at the same time.
 CANDIDATES = 4
 SPARE = 16
@@ -245,7 +243,7 @@ SPARE = 16
 MYSQL_PLAIN = plain_task_sql(lambda name: f"`{name}`")
 
 #: Session variable set while a node writes schedules' last statuses: the update
-#: trigger leaves the version alone then (see :meth:`MySQLStore._set_statuses`).
+#: trigger leaves the version alone then (see :meth:`MySQLDialect.set_statuses`).
 STATUS_ONLY = "@django_htask_status_only"
 
 _BUMP = (
@@ -433,32 +431,23 @@ class MySQLDialect(Dialect):
         found = Task.objects.using(insert.connection.alias).filter(id__in=ids).order_by()
         insert.on_batch(insert.rows, list(found.values_list(*insert.returned)))
 
+    # -- transactions and the fence -----------------------------------------------------
+    fence_lock = " LOCK IN SHARE MODE"
 
-class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
-    """Several nodes on MySQL or MariaDB: the ORM store, with the version triggers
-    above, claims that skip the rows another transaction is claiming, and row locks of
-    the counter table for the reaper and the locks and limits (see the module)."""
-
-    vendor = "mysql"
-    dialect = MySQLDialect()
-    _no_such_table = re.compile(r"Table '(?:[^'.]+\.)?(\w+)' doesn't exist")
-    supports_several_nodes = True
-    _fence_lock = " LOCK IN SHARE MODE"
-    _gated_predicate = f"{GATED_COLUMN} = 1"
-    _plain_predicate = MYSQL_PLAIN
+    # -- the claim -----------------------------------------------------------------------
+    gated_predicate = f"{GATED_COLUMN} = 1"
+    plain_predicate = MYSQL_PLAIN
     # The optimizer, on a small table or stale statistics, sometimes reads the whole
     # table instead (1 run in 6 of the plan's test): the index is named, as on SQLite.
-    _gated_indexed_by = f" FORCE INDEX ({GATED_INDEX})"
-    _by_id = BY_ID
+    gated_indexed_by = f" FORCE INDEX ({GATED_INDEX})"
+    by_id = BY_ID
 
-    def install(self) -> None:
-        install(self.connection)
+    def atomic(self, store: SharedStore) -> FencedAtomic:
+        return _BoundedAtomic(store.using)
 
-    def _atomic(self) -> FencedAtomic:
-        return _BoundedAtomic(self.using)
-
-    def _fenced(
+    def fenced(
         self,
+        store: SharedStore,
         node_id: str,
         *,
         claim: bool = False,
@@ -469,15 +458,15 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         (:class:`~django_htask.store.database.FencedAtomic`): a claim's round trips
         are most of its time here."""
         return _BoundedAtomic(
-            self.using,
+            store.using,
             node_id,
-            lock=self._fence_lock,
+            lock=self.fence_lock,
             probe=probe,
             running_ids=running_ids,
             by_id=BY_ID,
         )
 
-    def _start_in(self, claim: values.Claim) -> list[StartedTask]:
+    def start_in(self, store: TaskStore, claim: values.Claim) -> list[StartedTask]:
         """Claim and start due tasks without a lock or a limit: their rows read and
         locked ``FOR UPDATE SKIP LOCKED`` (claims made at once take disjoint tasks
         without waiting), then started by id. No ``UPDATE … RETURNING`` here: the
@@ -492,14 +481,14 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         few hundred claims; the two reads, 0.5 to 0.7 ms throughout. When other claims
         took every candidate, the claim index is read with a lock after all."""
         node_id, now, limit, lease_until, _finished, serving = claim
-        adapt = self.connection.ops.adapt_datetimefield_value
+        adapt = store.connection.ops.adapt_datetimefield_value
         served, served_params = served_sql(serving, plain=True)
         due = f"{CLAIMABLE_SQL} AND {MYSQL_PLAIN}{served}"
         due_params = [*claimable_params(adapt(now)), *served_params]
         order = "ORDER BY priority DESC, run_at, id LIMIT %s"
         started = f"SELECT {', '.join(STARTED_FIELDS)} FROM {TASK}"
         page = CANDIDATES * limit + SPARE
-        with self.connection.cursor() as cursor:
+        with store.connection.cursor() as cursor:
             cursor.execute(f"SELECT id FROM {TASK} WHERE {due} {order}", [*due_params, page])
             ids = [row[0] for row in cursor.fetchall()]
             rows: list[Any] = []
@@ -539,6 +528,104 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
             fields[attempts] = claimed["attempts"]
             tasks.append(started_task(fields, _as_datetime))
         return tasks
+
+    def lock_gates(self, store: SharedStore, keys: list[str]) -> bool:
+        """Lock the counter rows of ``keys`` until the transaction ends, in their order
+        (every claim takes them in that order: no deadlock)."""
+        rows = sorted({gate_row(key) for key in keys})
+        with store.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT name FROM {COUNTER} WHERE name IN ({', '.join(['%s'] * len(rows))}) "
+                "ORDER BY name FOR UPDATE",
+                rows,
+            )
+        return True
+
+    def write_ends(self, store: SharedStore, ends: list[TaskEnd], *, guard: bool = False) -> int:
+        """As the generic one, in one statement: a field the ends share is one
+        parameter, a field they differ in a ``CASE`` on the id (their finish times). MySQL's
+        driver sends an ``executemany`` of an ``UPDATE`` as one statement per row, and a
+        join of the table to the rows (``UNION ALL`` or ``JSON_TABLE``) took MariaDB
+        twice the time of the ``CASE``. A result goes as hex, read by ``UNHEX``: bytes
+        in an expression are read in the connection's character set, where most byte
+        strings are not valid. Cut by size and count (:func:`_batches`): a batch of
+        large results in one statement would pass ``max_allowed_packet``, and a
+        ``CASE`` is searched in order."""
+        # rules.ended_task's fields, as SQL of their own (one statement, as above).
+        written = 0
+        for chunk in _batches(ends):
+            fields = dict(zip(TaskEnd._fields, zip(*chunk, strict=True), strict=True))
+            ids = list(fields["id"])
+            sets: list[str] = []
+            params: list[Any] = []
+            for column, form in _END_COLUMNS:
+                values = list(fields[column])
+                if column == "result":
+                    values = [None if v is None else v.hex() for v in values]
+                if all(v == values[0] for v in values):
+                    if column == "run_at" and values[0] is None:
+                        continue  # run_at stays
+                    sets.append(f"{column} = {form.format('%s')}")
+                    params.append(values[0])
+                    continue
+                whens = " ".join([f"WHEN %s THEN {form.format('%s')}"] * len(chunk))
+                sets.append(f"{column} = CASE id {whens} END")
+                params += [v for pair in zip(ids, values, strict=True) for v in pair]
+            with store.connection.cursor() as cursor:
+                cursor.execute(
+                    f"UPDATE {TASK}{BY_ID} SET {', '.join(sets)}, locked_by = NULL, "
+                    f"lease_expires_at = NULL WHERE id IN ({', '.join(['%s'] * len(ids))}) "
+                    f"AND status = %s{GUARD if guard else ''}",
+                    [*params, *ids, TaskStatus.RUNNING],
+                )
+                written += max(int(cursor.rowcount), 0)
+        return written
+
+    def set_statuses(
+        self, store: SharedStore, statuses: dict[int, tuple[str, datetime]], *, wait: bool
+    ) -> list[int]:
+        """Lock the rows (``SKIP LOCKED`` unless ``wait``), then write them with the
+        version left alone: a status is no edit a node must see, and bumping the version
+        would queue the write behind every other writer of schedules (the counter)."""
+        if not statuses:
+            return []
+        ids = sorted(statuses)
+        adapt = store.connection.ops.adapt_datetimefield_value
+        lock = "FOR UPDATE" if wait else "FOR UPDATE SKIP LOCKED"
+        with store.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id FROM {SCHEDULE} WHERE id IN ({', '.join(['%s'] * len(ids))}) "
+                f"ORDER BY id {lock}",
+                ids,
+            )
+            locked = [row[0] for row in cursor.fetchall()]
+            cursor.execute(f"SET {STATUS_ONLY} = 1")
+            try:
+                cursor.executemany(
+                    f"UPDATE {SCHEDULE} SET last_status = %s, last_run_at = %s WHERE id = %s "
+                    "AND (last_run_at IS NULL OR last_run_at <= %s)",
+                    [
+                        (statuses[i][0], adapt(statuses[i][1]), i, adapt(statuses[i][1]))
+                        for i in locked
+                    ],
+                )
+            finally:
+                cursor.execute(f"SET {STATUS_ONLY} = NULL")
+        return [] if wait else [i for i in ids if i not in set(locked)]
+
+
+class MySQLStore(SharedReaper, DatabaseStore):
+    """Several nodes on MySQL or MariaDB: the ORM store, with the version triggers
+    above, claims that skip the rows another transaction is claiming, and row locks of
+    the counter table for the reaper and the locks and limits (see the module)."""
+
+    vendor = "mysql"
+    dialect = MySQLDialect()
+    _no_such_table = re.compile(r"Table '(?:[^'.]+\.)?(\w+)' doesn't exist")
+    supports_several_nodes = True
+
+    def install(self) -> None:
+        install(self.connection)
 
     def check_migrated(self) -> None:
         """As the generic check, and the connection's isolation level must be READ
@@ -631,18 +718,6 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
             holders = cursor.fetchone() or ()
         return sorted(n for n, holder in zip(node_ids, holders, strict=True) if holder is None)
 
-    def _lock_gates(self, keys: list[str]) -> bool:
-        """Lock the counter rows of ``keys`` until the transaction ends, in their order
-        (every claim takes them in that order: no deadlock)."""
-        rows = sorted({gate_row(key) for key in keys})
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT name FROM {COUNTER} WHERE name IN ({', '.join(['%s'] * len(rows))}) "
-                "ORDER BY name FOR UPDATE",
-                rows,
-            )
-        return True
-
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime, stuck: int = 0) -> int:
         """Record the heartbeat and renew this node's leases, and hold the node's
         presence on this connection (its named lock, taken once: see
@@ -667,84 +742,3 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         last: datetime = row[1]
         self._heartbeat_after(now - (last if last.tzinfo else last.replace(tzinfo=UTC)))
         return renewed
-
-    def _write_ends(self, ends: list[TaskEnd], *, guard: bool = False) -> int:
-        """As the generic one, in one statement: a field the ends share is one
-        parameter, a field they differ in a ``CASE`` on the id (their finish times). MySQL's
-        driver sends an ``executemany`` of an ``UPDATE`` as one statement per row, and a
-        join of the table to the rows (``UNION ALL`` or ``JSON_TABLE``) took MariaDB
-        twice the time of the ``CASE``. A result goes as hex, read by ``UNHEX``: bytes
-        in an expression are read in the connection's character set, where most byte
-        strings are not valid. Cut by size and count (:func:`_batches`): a batch of
-        large results in one statement would pass ``max_allowed_packet``, and a
-        ``CASE`` is searched in order."""
-        # rules.ended_task's fields, as SQL of their own (one statement, as above).
-        written = 0
-        for chunk in _batches(ends):
-            fields = dict(zip(TaskEnd._fields, zip(*chunk, strict=True), strict=True))
-            ids = list(fields["id"])
-            sets: list[str] = []
-            params: list[Any] = []
-            for column, form in _END_COLUMNS:
-                values = list(fields[column])
-                if column == "result":
-                    values = [None if v is None else v.hex() for v in values]
-                if all(v == values[0] for v in values):
-                    if column == "run_at" and values[0] is None:
-                        continue  # run_at stays
-                    sets.append(f"{column} = {form.format('%s')}")
-                    params.append(values[0])
-                    continue
-                whens = " ".join([f"WHEN %s THEN {form.format('%s')}"] * len(chunk))
-                sets.append(f"{column} = CASE id {whens} END")
-                params += [v for pair in zip(ids, values, strict=True) for v in pair]
-            with self.connection.cursor() as cursor:
-                cursor.execute(
-                    f"UPDATE {TASK}{BY_ID} SET {', '.join(sets)}, locked_by = NULL, "
-                    f"lease_expires_at = NULL WHERE id IN ({', '.join(['%s'] * len(ids))}) "
-                    f"AND status = %s{_GUARD if guard else ''}",
-                    [*params, *ids, TaskStatus.RUNNING],
-                )
-                written += max(int(cursor.rowcount), 0)
-        return written
-
-    def _record_in(
-        self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None
-    ) -> dict[int, tuple[str, datetime]]:
-        """As the generic one, with the schedules' last statuses written only where no
-        other transaction holds the row (the others are returned, for
-        :meth:`_record_late`): see :mod:`~django_htask.store.statuses`."""
-        self._record_runs(node_id, outcomes, still_running)
-        statuses = values.last_statuses(outcomes)
-        busy = self._set_statuses(statuses, wait=False)
-        return {schedule_id: statuses[schedule_id] for schedule_id in busy}
-
-    def _set_statuses(self, statuses: dict[int, tuple[str, datetime]], *, wait: bool) -> list[int]:
-        """Lock the rows (``SKIP LOCKED`` unless ``wait``), then write them with the
-        version left alone: a status is no edit a node must see, and bumping the version
-        would queue the write behind every other writer of schedules (the counter)."""
-        if not statuses:
-            return []
-        ids = sorted(statuses)
-        adapt = self.connection.ops.adapt_datetimefield_value
-        lock = "FOR UPDATE" if wait else "FOR UPDATE SKIP LOCKED"
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id FROM {SCHEDULE} WHERE id IN ({', '.join(['%s'] * len(ids))}) "
-                f"ORDER BY id {lock}",
-                ids,
-            )
-            locked = [row[0] for row in cursor.fetchall()]
-            cursor.execute(f"SET {STATUS_ONLY} = 1")
-            try:
-                cursor.executemany(
-                    f"UPDATE {SCHEDULE} SET last_status = %s, last_run_at = %s WHERE id = %s "
-                    "AND (last_run_at IS NULL OR last_run_at <= %s)",
-                    [
-                        (statuses[i][0], adapt(statuses[i][1]), i, adapt(statuses[i][1]))
-                        for i in locked
-                    ],
-                )
-            finally:
-                cursor.execute(f"SET {STATUS_ONLY} = NULL")
-        return [] if wait else [i for i in ids if i not in set(locked)]

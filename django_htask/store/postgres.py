@@ -95,19 +95,17 @@ from .database import (
     _ROW_FIELDS,
     DatabaseStore,
     FencedAtomic,
-    Probe,
     RefReader,
     gate_key,
     schedule_row,
 )
 from .database.pruning import expired_ids
-from .dialect import Conflict, Dialect, OnBatch, RowInsert, SharedStore
+from .dialect import Conflict, Dialect, OnBatch, RowInsert, SharedStore, TaskStore
 from .listen import CHANNEL, ENDED, Listener, connection_params
 from .pg_triggers import FINGERPRINT, PER_XACT, QUIET, STATEMENTS, current
 from .presence import PRESENCE_CLASS, presence_key
 from .reaping import SharedReaper
-from .statuses import LateStatuses
-from .values import _RUN_COLUMNS
+from .values import _RUN_COLUMNS, Probe
 
 __all__ = ["CHANNEL", "PostgresDialect", "PostgresStore", "install", "on_conflict"]
 
@@ -331,6 +329,137 @@ class PostgresDialect(Dialect):
         with store.connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
 
+    # -- transactions and the fence -----------------------------------------------------
+    fence_lock = " FOR SHARE"
+
+    def atomic(self, store: SharedStore) -> transaction.Atomic:
+        return _QuietAtomic(store.using)
+
+    def fenced(
+        self,
+        store: SharedStore,
+        node_id: str,
+        *,
+        claim: bool = False,
+        probe: Probe | None = None,
+        running_ids: Iterable[int] = (),
+    ) -> _QuietAtomic:
+        planner = CLAIM_PLANNER if claim else ()
+        return _QuietAtomic(store.using, planner, fence=node_id, probe=probe)
+
+    # -- the claim -----------------------------------------------------------------------
+    def lock_gates(self, store: SharedStore, keys: list[str]) -> bool:
+        """Take a transaction-level advisory lock for each of ``keys``, in the order of
+        their 64-bit hashes (every claim takes them in that order: no deadlock)."""
+        hashes = sorted({gate_key(key) for key in keys})
+        with store.connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k", [hashes]
+            )
+        return True
+
+    def start_in(self, store: TaskStore, claim: values.Claim) -> list[StartedTask]:
+        """As the generic one, in one statement; rows another node is claiming are
+        skipped (``FOR UPDATE SKIP LOCKED``), so nodes starting at once never wait."""
+        return store._start_returning(claim, lock=" FOR UPDATE SKIP LOCKED")
+
+    def record_in(
+        self,
+        store: TaskStore,
+        node_id: str,
+        outcomes: list[RunOutcome],
+        still_running: set[int] | None = None,
+    ) -> dict[int, tuple[str, datetime]]:
+        """As the generic one, with finished tasks written in one statement, and the
+        schedules' last statuses written only where no other transaction holds the row
+        (the others are returned, for :meth:`record_late`)."""
+        finished = [o for o in outcomes if o.task_id is not None and o.retry_at is None]
+        others = [o for o in outcomes if o.task_id is None or o.retry_at is not None]
+        plain = [o for o in finished if not o.follow]
+        followed = [o for o in finished if o.follow]
+        for i in range(0, len(plain), _FINISH_CHUNK):
+            chunk = plain[i : i + _FINISH_CHUNK]
+            if self._finish_tasks(store, node_id, chunk, guard=True) < len(chunk):
+                refused = store._refused(node_id, [o.task_id for o in chunk if o.task_id])
+                followed += [o for o in chunk if o.task_id in refused]
+        for i in range(0, len(followed), _FINISH_CHUNK):
+            self._finish_tasks(store, node_id, followed[i : i + _FINISH_CHUNK])
+        store._record_runs(node_id, others, still_running)
+        if followed:
+            ids = [o.task_id for o in followed if o.task_id is not None]
+            store._follow_ends(ids, max(o.finished_at for o in followed))
+        statuses = values.last_statuses(outcomes)
+        busy = self.set_statuses(store, statuses, wait=False)
+        return {schedule_id: statuses[schedule_id] for schedule_id in busy}
+
+    def set_statuses(
+        self, store: SharedStore, statuses: dict[int, tuple[str, datetime]], *, wait: bool
+    ) -> list[int]:
+        """In one statement: the rows locked (``SKIP LOCKED`` unless ``wait``), then
+        written where no later run wrote them (see :meth:`Dialect.record_late
+        <django_htask.store.dialect.Dialect.record_late>`)."""
+        if not statuses:
+            return []
+        ids = list(statuses)
+        names = [statuses[i][0] for i in ids]
+        times = [statuses[i][1] for i in ids]
+        lock = "FOR UPDATE" if wait else "FOR UPDATE SKIP LOCKED"
+        with store.connection.cursor() as cursor:
+            cursor.execute(
+                "WITH v(id, status, at) AS ("
+                " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[])"
+                f"), locked AS (SELECT id FROM {SCHEDULE} WHERE id = ANY(%s::bigint[]) "
+                f"ORDER BY id {lock}"
+                f"), written AS (UPDATE {SCHEDULE} AS s SET last_status = v.status, "
+                "last_run_at = v.at FROM v, locked WHERE s.id = v.id AND s.id = locked.id "
+                "AND (s.last_run_at IS NULL OR s.last_run_at <= v.at) RETURNING s.id"
+                ") SELECT id FROM locked",
+                [ids, names, times, ids],
+            )
+            done = {row[0] for row in cursor.fetchall()}
+        return [] if wait else [i for i in ids if i not in done]
+
+    def _finish_tasks(
+        self, store: TaskStore, node_id: str, outcomes: list[RunOutcome], *, guard: bool = False
+    ) -> int:
+        """Write the finished tasks this node still runs (and, with ``guard``, whose end
+        nothing follows: ``followed`` false, see ``TaskRows._write_plain_ends``), and a run
+        row for each that writes one (:func:`~django_htask.store.rules.writes_run`),
+        in one statement; return how many. The outcomes are the rows of ``v`` (one JSON
+        parameter), the task update returns the ids it wrote, and the run rows are
+        inserted for those ids only. (The ORM's ``bulk_create`` of the run rows cost
+        more CPU than the trivial jobs they record, on the control thread every claim
+        waits for.)
+
+        The tasks are found by id only: whether this node still runs one is checked
+        with ``IS NOT DISTINCT FROM``, which no index serves. Written with ``=``, the
+        planner may read them through an index that begins with the status instead, every
+        task marked running since the last vacuum, when stale statistics make those
+        look like a row or two (see :data:`CLAIM_PLANNER`)."""
+        every_attempt = get_settings().record_every_attempt
+        runs = ""
+        if every_attempt or any(rules.writes_run(o, every_attempt) for o in outcomes):
+            runs = f", runs AS ({_RUN_INSERT} JOIN done ON done.id = v.task_id WHERE v.run)"
+        # rules.ended_task's fields of a finish, as SQL of their own (one statement).
+        with store.connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH {_FINISHED_VALUES}, done AS ("
+                f"UPDATE {TASK} AS t SET status = v.status, finished_at = v.finished_at, "
+                "locked_by = NULL, lease_expires_at = NULL, last_error = v.error, "
+                "traceback = v.traceback, result = decode(v.result, 'base64') FROM v "
+                "WHERE t.id = v.task_id "
+                "AND (t.status, t.locked_by) IS NOT DISTINCT FROM (%s, %s)"
+                f"{' AND NOT t.followed' if guard else ''} RETURNING t.id"
+                f"){runs} SELECT count(*) FROM done",
+                [
+                    *_run_rows(outcomes, results=True, every_attempt=every_attempt),
+                    TaskStatus.RUNNING,
+                    node_id,
+                ],
+            )
+            row = cursor.fetchone()
+        return int(row[0]) if row else 0
+
     def insert_rows(self, insert: RowInsert) -> None:
         """The varying columns as arrays, ``unnest`` into rows: a statement of a few
         parameters whatever its rows (psycopg parses a query's placeholders in Python,
@@ -479,7 +608,7 @@ class _EndNotices:
         return False
 
 
-class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
+class PostgresStore(SharedReaper, DatabaseStore):
     """The store for several nodes on one PostgreSQL database (see the module)."""
 
     vendor = "postgresql"
@@ -543,9 +672,6 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
             with contextlib.suppress(DatabaseError):
                 notices.clear()  # none left for the connection's next user
 
-    def _atomic(self) -> transaction.Atomic:
-        return _QuietAtomic(self.using)
-
     def estimate_rows(self, rows: QuerySet[Any]) -> int | None:
         """The planner's estimate of the rows of ``rows`` (``EXPLAIN``: nothing read)."""
         sql, params = rows.query.sql_with_params()
@@ -560,38 +686,8 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         except (TypeError, LookupError, ValueError):
             return None
 
-    def _fenced(
-        self,
-        node_id: str,
-        *,
-        claim: bool = False,
-        probe: Probe | None = None,
-        running_ids: Iterable[int] = (),
-    ) -> _QuietAtomic:
-        planner = CLAIM_PLANNER if claim else ()
-        return _QuietAtomic(self.using, planner, fence=node_id, probe=probe)
-
     def _cursor(self) -> CursorWrapper:
         return self.connection.cursor()
-
-    def _gate_released(self) -> None:
-        """The end of a task with a lock or a limit was written: wake the other nodes
-        (the claim's transaction is quiet), at commit."""
-        self.notify("task")
-
-    def _released(self) -> None:
-        """Tasks waiting were made pending: wake the other nodes, at commit."""
-        self.notify("task")
-
-    def _lock_gates(self, keys: list[str]) -> bool:
-        """Take a transaction-level advisory lock for each of ``keys``, in the order of
-        their 64-bit hashes (every claim takes them in that order: no deadlock)."""
-        hashes = sorted({gate_key(key) for key in keys})
-        with self._cursor() as cursor:
-            cursor.execute(
-                "SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k", [hashes]
-            )
-        return True
 
     def notify(self, payload: str) -> None:
         self.dialect.notify(self, payload)
@@ -640,7 +736,6 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
         return refs, max(since, horizon)
 
     # -- nodes -----------------------------------------------------------------------
-    _fence_lock = " FOR SHARE"
 
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime, stuck: int = 0) -> int:
         """Record the heartbeat and renew this node's leases, and hold the node's
@@ -791,106 +886,3 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
             # Ids are drawn in the order the rows are inserted: the order of ``runs``.
             ids = sorted(r[0] for r in cursor.fetchall())
         return ids or None
-
-    # -- one-off tasks ---------------------------------------------------------------
-    def _start_in(self, claim: values.Claim) -> list[StartedTask]:
-        """As the generic one, in one statement; rows another node is claiming are
-        skipped (``FOR UPDATE SKIP LOCKED``), so nodes starting at once never wait."""
-        return self._start_returning(claim, lock=" FOR UPDATE SKIP LOCKED")
-
-    def _record_in(
-        self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None
-    ) -> dict[int, tuple[str, datetime]]:
-        """As the generic one, with finished tasks written in one statement, and the
-        schedules' last statuses written only where no other transaction holds the row
-        (the others are returned, for :meth:`_record_late`)."""
-        finished = [o for o in outcomes if o.task_id is not None and o.retry_at is None]
-        others = [o for o in outcomes if o.task_id is None or o.retry_at is not None]
-        plain = [o for o in finished if not o.follow]
-        followed = [o for o in finished if o.follow]
-        for i in range(0, len(plain), _FINISH_CHUNK):
-            chunk = plain[i : i + _FINISH_CHUNK]
-            if self._finish_tasks(node_id, chunk, guard=True) < len(chunk):
-                refused = self._refused(node_id, [o.task_id for o in chunk if o.task_id])
-                followed += [o for o in chunk if o.task_id in refused]
-        for i in range(0, len(followed), _FINISH_CHUNK):
-            self._finish_tasks(node_id, followed[i : i + _FINISH_CHUNK])
-        self._record_runs(node_id, others, still_running)
-        if followed:
-            ids = [o.task_id for o in followed if o.task_id is not None]
-            self._follow_ends(ids, max(o.finished_at for o in followed))
-        statuses = values.last_statuses(outcomes)
-        busy = self._set_statuses(statuses, wait=False)
-        return {schedule_id: statuses[schedule_id] for schedule_id in busy}
-
-    def _set_statuses(self, statuses: dict[int, tuple[str, datetime]], *, wait: bool) -> list[int]:
-        """Write each schedule's last status and run time, unless a later run already
-        did. With ``wait=False``, rows another transaction holds are skipped, not waited
-        for; return their ids.
-
-        A transaction that locks several schedule rows and waits for one more can
-        deadlock with any other that does (``Schedule.objects.update(...)`` in the
-        admin): so the batch, written with the run rows, never waits, and the rows it
-        skipped are written afterwards one per transaction, which holds nothing else
-        while it waits."""
-        if not statuses:
-            return []
-        ids = list(statuses)
-        names = [statuses[i][0] for i in ids]
-        times = [statuses[i][1] for i in ids]
-        lock = "FOR UPDATE" if wait else "FOR UPDATE SKIP LOCKED"
-        with self._cursor() as cursor:
-            cursor.execute(
-                "WITH v(id, status, at) AS ("
-                " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[])"
-                f"), locked AS (SELECT id FROM {SCHEDULE} WHERE id = ANY(%s::bigint[]) "
-                f"ORDER BY id {lock}"
-                f"), written AS (UPDATE {SCHEDULE} AS s SET last_status = v.status, "
-                "last_run_at = v.at FROM v, locked WHERE s.id = v.id AND s.id = locked.id "
-                "AND (s.last_run_at IS NULL OR s.last_run_at <= v.at) RETURNING s.id"
-                ") SELECT id FROM locked",
-                [ids, names, times, ids],
-            )
-            done = {row[0] for row in cursor.fetchall()}
-        return [] if wait else [i for i in ids if i not in done]
-
-    def _finish_tasks(
-        self, node_id: str, outcomes: list[RunOutcome], *, guard: bool = False
-    ) -> int:
-        """Write the finished tasks this node still runs (and, with ``guard``, whose end
-        nothing follows: ``followed`` false, see :meth:`_write_plain_ends`), and a run
-        row for each that writes one (:func:`~django_htask.store.rules.writes_run`),
-        in one statement; return how many. The outcomes are the rows of ``v`` (one JSON
-        parameter), the task update returns the ids it wrote, and the run rows are
-        inserted for those ids only. (The ORM's ``bulk_create`` of the run rows cost
-        more CPU than the trivial jobs they record, on the control thread every claim
-        waits for.)
-
-        The tasks are found by id only: whether this node still runs one is checked
-        with ``IS NOT DISTINCT FROM``, which no index serves. Written with ``=``, the
-        planner may read them through an index that begins with the status instead, every
-        task marked running since the last vacuum, when stale statistics make those
-        look like a row or two (see :data:`CLAIM_PLANNER`)."""
-        every_attempt = get_settings().record_every_attempt
-        runs = ""
-        if every_attempt or any(rules.writes_run(o, every_attempt) for o in outcomes):
-            runs = f", runs AS ({_RUN_INSERT} JOIN done ON done.id = v.task_id WHERE v.run)"
-        # rules.ended_task's fields of a finish, as SQL of their own (one statement).
-        with self._cursor() as cursor:
-            cursor.execute(
-                f"WITH {_FINISHED_VALUES}, done AS ("
-                f"UPDATE {TASK} AS t SET status = v.status, finished_at = v.finished_at, "
-                "locked_by = NULL, lease_expires_at = NULL, last_error = v.error, "
-                "traceback = v.traceback, result = decode(v.result, 'base64') FROM v "
-                "WHERE t.id = v.task_id "
-                "AND (t.status, t.locked_by) IS NOT DISTINCT FROM (%s, %s)"
-                f"{' AND NOT t.followed' if guard else ''} RETURNING t.id"
-                f"){runs} SELECT count(*) FROM done",
-                [
-                    *_run_rows(outcomes, results=True, every_attempt=every_attempt),
-                    TaskStatus.RUNNING,
-                    node_id,
-                ],
-            )
-            row = cursor.fetchone()
-        return int(row[0]) if row else 0

@@ -34,7 +34,7 @@ from django_htask.models import CLAIM_INDEX, GATED_INDEX, Task
 from . import values
 from .base import ScheduleRef, StartedTask
 from .database import DatabaseStore, RefReader
-from .dialect import Conflict, Dialect
+from .dialect import Conflict, Dialect, SharedStore, TaskStore
 from .postgres import on_conflict
 
 __all__ = ["TIMESTAMPS", "SQLiteDialect", "SQLiteStore", "install", "is_utc_text", "utc_text"]
@@ -159,6 +159,47 @@ class SQLiteDialect(Dialect):
     def conflict_clause(self, connection: BaseDatabaseWrapper, conflict: Conflict) -> str:
         return on_conflict(connection, conflict)  # SQLite's upsert is PostgreSQL's syntax
 
+    # Named, the partial indexes: SQLite would not choose them itself.
+    gated_indexed_by = f" INDEXED BY {GATED_INDEX}"
+    claim_indexed_by = f" INDEXED BY {CLAIM_INDEX}"
+
+    @contextlib.contextmanager
+    def atomic(self, store: SharedStore) -> Iterator[None]:
+        """A transaction that takes SQLite's write lock at ``BEGIN`` (``IMMEDIATE``).
+
+        A deferred transaction that reads and then writes cannot wait for another
+        writer (SQLite answers "database is locked" at once, to avoid a deadlock); one
+        that asks for the write lock first waits for it like any other statement.
+        """
+        conn = store.connection
+        if conn.in_atomic_block:
+            with transaction.atomic(using=store.using):
+                yield
+            return
+        conn.ensure_connection()  # connecting resets the mode from the settings
+        previous = getattr(conn, "transaction_mode", None)
+        conn.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]
+        try:
+            with transaction.atomic(using=store.using):
+                conn.transaction_mode = previous  # type: ignore[attr-defined]
+                yield
+        finally:
+            conn.transaction_mode = previous  # type: ignore[attr-defined]
+
+    def start_in(self, store: TaskStore, claim: values.Claim) -> list[StartedTask]:
+        """As the generic one, in one statement where SQLite has ``RETURNING`` (3.35).
+
+        The candidates are read through the claim index, named: left to choose, SQLite
+        may take the due-time index and sort every pending task to keep a few. Named so,
+        a partial index must have its condition implied by the statement's own text,
+        which states the status of a claimable task as it is (``CLAIMABLE_SQL``)."""
+        conn = store.connection
+        if not conn.features.can_return_columns_from_insert:
+            return super().start_in(store, claim)
+        return store._start_returning(
+            claim, adapt=conn.ops.adapt_datetimefield_value, indexed_by=self.claim_indexed_by
+        )
+
 
 class SQLiteStore(DatabaseStore):
     """The embedded single-node default. SQLite serialises writers, so the generic
@@ -168,8 +209,6 @@ class SQLiteStore(DatabaseStore):
     dialect = SQLiteDialect()
     _no_such_table = re.compile(r"no such table: (?:\w+\.)?(\w+)")
     single_host = True  # a SQLite file is shared by the processes of one host
-    _gated_indexed_by = f" INDEXED BY {GATED_INDEX}"
-    _claim_indexed_by = f" INDEXED BY {CLAIM_INDEX}"
 
     def install(self) -> None:
         install(self.connection)
@@ -188,40 +227,3 @@ class SQLiteStore(DatabaseStore):
             cursor.execute(sql)
             refs = RefReader(_utc).loaded(cursor.fetchall())
         return refs, top
-
-    def _start_in(self, claim: values.Claim) -> list[StartedTask]:
-        """As the generic one, in one statement where SQLite has ``RETURNING`` (3.35).
-
-        The candidates are read through the claim index, named: left to choose, SQLite
-        may take the due-time index and sort every pending task to keep a few. Named so,
-        a partial index must have its condition implied by the statement's own text,
-        which states the status of a claimable task as it is (``CLAIMABLE_SQL``)."""
-        conn = self.connection
-        if not conn.features.can_return_columns_from_insert:
-            return super()._start_in(claim)
-        return self._start_returning(
-            claim, adapt=conn.ops.adapt_datetimefield_value, indexed_by=f" INDEXED BY {CLAIM_INDEX}"
-        )
-
-    @contextlib.contextmanager
-    def _atomic(self) -> Iterator[None]:
-        """A transaction that takes SQLite's write lock at ``BEGIN`` (``IMMEDIATE``).
-
-        A deferred transaction that reads and then writes cannot wait for another
-        writer (SQLite answers "database is locked" at once, to avoid a deadlock); one
-        that asks for the write lock first waits for it like any other statement.
-        """
-        conn = self.connection
-        if conn.in_atomic_block:
-            with transaction.atomic(using=self.using):
-                yield
-            return
-        conn.ensure_connection()  # connecting resets the mode from the settings
-        previous = getattr(conn, "transaction_mode", None)
-        conn.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]
-        try:
-            with transaction.atomic(using=self.using):
-                conn.transaction_mode = previous  # type: ignore[attr-defined]
-                yield
-        finally:
-            conn.transaction_mode = previous  # type: ignore[attr-defined]

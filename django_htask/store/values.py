@@ -26,6 +26,7 @@ __all__ = [
     "Departure",
     "ListenTo",
     "Occurrence",
+    "Probe",
     "Pruned",
     "Registration",
     "RetryColumns",
@@ -35,6 +36,7 @@ __all__ = [
     "Serving",
     "Started",
     "StartedTask",
+    "TaskEnd",
     "ThreadConnections",
     "earliest",
     "last_statuses",
@@ -417,3 +419,26 @@ def last_statuses(outcomes: list[RunOutcome]) -> dict[int, tuple[str, datetime]]
         if o.schedule_id not in latest or latest[o.schedule_id][1] <= when:
             latest[o.schedule_id] = (o.status, when)
     return latest
+
+
+class Probe(NamedTuple):
+    """A query and its parameters: whether it finds a row is asked in a fenced
+    transaction's first statement (``FencedAtomic``)."""
+
+    sql: str
+    params: list[Any]
+
+
+class TaskEnd(NamedTuple):
+    """A task's end as :meth:`~django_htask.store.dialect.Dialect.write_ends` writes
+    it: the fields of :func:`~django_htask.store.rules.ended_task`, adapted, named as
+    their columns, and the task's id."""
+
+    status: str
+    #: The retry time; None for a finish (the column keeps its value).
+    run_at: Any
+    finished_at: Any
+    last_error: str
+    traceback: str
+    result: bytes | None
+    id: int | None

@@ -198,8 +198,8 @@ def test_a_plain_task_is_one_rule_in_its_forms_and_the_others_are_gated() -> Non
     assert set(Task.objects.filter(GATED).values_list("id", flat=True)) == gated
     store = get_store()
     pending = "status = 'pending' AND "
-    assert _ids(pending + store._gated_predicate, table, []) == gated
-    assert _ids(store._plain_predicate, table, []) == by_values
+    assert _ids(pending + store.dialect.gated_predicate, table, []) == gated
+    assert _ids(store.dialect.plain_predicate, table, []) == by_values
     if connection.vendor != "mysql":
         assert _ids(GATED_PREDICATE, table, []) == gated
 

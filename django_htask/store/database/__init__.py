@@ -20,7 +20,6 @@ from .core import (
     check_fence,
     unavailable,
 )
-from .core import Probe as Probe
 from .core import _as_datetime as _as_datetime
 from .nodes import NodeRows
 from .pruning import PruneRows
@@ -28,10 +27,8 @@ from .putback import put_back, supersede
 from .schedules import _ROW_FIELDS as _ROW_FIELDS
 from .schedules import RefReader, ScheduleRows
 from .schedules import schedule_row as schedule_row
-from .tasks import _GUARD as _GUARD
 from .tasks import STARTED_FIELDS as STARTED_FIELDS
 from .tasks import Column as Column
-from .tasks import TaskEnd as TaskEnd
 from .tasks import TaskRows
 from .tasks import gate_key as gate_key
 from .tasks import served_sql as served_sql

@@ -10,10 +10,10 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -23,7 +23,7 @@ from django_htask.exceptions import NodeFenced, NotMigrated, StoreUnavailable
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
 from django_htask.store.base import RunOutcome, Store
 from django_htask.store.dialect import Dialect
-from django_htask.store.values import _RUN_COLUMNS
+from django_htask.store.values import _RUN_COLUMNS, Probe
 
 #: SQLite allows 999 host parameters in old builds: chunk ``IN (...)`` lists.
 _CHUNK = 500
@@ -50,15 +50,6 @@ def check_fence(node_id: str, row: tuple[Any, ...] | None) -> None:
     ``stopped_at`` first), says ``node_id`` is registered and not declared dead."""
     if row is None or row[0] is not None:
         raise NodeFenced(node_id, None if row is None else _as_datetime(row[0]))
-
-
-@contextmanager
-def _fenced_in(
-    atomic: AbstractContextManager[Any], store: OrmStore, node_id: str
-) -> Iterator[None]:
-    with atomic:
-        store._fence(node_id)
-        yield
 
 
 class FencedAtomic(transaction.Atomic):
@@ -293,7 +284,8 @@ class OrmStore(Store):
             conn.close()
 
     def _atomic(self) -> AbstractContextManager[Any]:
-        return transaction.atomic(using=self.using)
+        """A transaction of this store's writes (the dialect's)."""
+        return self.dialect.atomic(self)
 
     def _fenced(
         self,
@@ -304,24 +296,18 @@ class OrmStore(Store):
         running_ids: Iterable[int] = (),
     ) -> AbstractContextManager[Any]:
         """A write transaction of node ``node_id``, which first checks that the node is
-        registered and not declared dead (:meth:`_fence`). ``claim``: a claim's (finished
-        tasks written, due ones started), whose plans PostgreSQL pins; ``probe`` and
-        ``running_ids``: what the fence may answer in the same statement, as
-        ``gated_due`` and ``still_running`` of the context manager
-        (:class:`FencedAtomic`; ignored here)."""
-        return _fenced_in(self._atomic(), self, node_id)
+        registered and not declared dead (the dialect's :meth:`Dialect.fenced
+        <django_htask.store.dialect.Dialect.fenced>`)."""
+        return self.dialect.fenced(self, node_id, claim=claim, probe=probe, running_ids=running_ids)
 
     # -- fencing ---------------------------------------------------------------------
-    #: Appended to the fencing read: PostgreSQL locks the node's row for the
-    #: transaction (SQLite's write transactions are exclusive already).
-    _fence_lock = ""
-
     def _fence(self, node_id: str) -> None:
         """Raise NodeFenced unless ``node_id`` is registered and not declared dead; call
         inside the write transaction (see the module :mod:`~django_htask.store.base`)."""
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT stopped_at FROM {_NODE} WHERE id = %s{self._fence_lock}", [node_id]
+                f"SELECT stopped_at FROM {_NODE} WHERE id = %s{self.dialect.fence_lock}",
+                [node_id],
             )
             check_fence(node_id, cursor.fetchone())
 
@@ -361,10 +347,3 @@ class OrmStore(Store):
             traceback=outcome.traceback,
             duration=outcome.duration,
         )
-
-
-class Probe(NamedTuple):
-    """A query and its parameters (:meth:`DatabaseStore._gated_probe`)."""
-
-    sql: str
-    params: list[Any]

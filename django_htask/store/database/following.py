@@ -23,11 +23,7 @@ class FollowRows(OrmStore):
         written at ``now`` (:func:`~django_htask.store.follow.follow`), in the caller's
         transaction; the other nodes are told of the tasks it released."""
         if task_ids and follow(OrmFollow(self.using), task_ids, now):
-            self._released()
-
-    def _released(self) -> None:
-        """Tasks were made pending in this transaction: tell the other nodes (nothing
-        here: they poll)."""
+            self.dialect.notify(self, "task")  # tasks were made pending
 
     def _ended_followed(self, task_ids: list[int]) -> list[int]:
         """Which of ``task_ids`` ended and are followed up (a retry superseded, an

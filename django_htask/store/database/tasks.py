@@ -8,18 +8,16 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.db.models import F, Min, QuerySet
 
 from django_htask.conf import get_settings
 from django_htask.models import (
-    GATED_PREDICATE,
     Queue,
     RateSlot,
     Run,
     RunStatus,
-    Schedule,
     Task,
     TaskStatus,
 )
@@ -45,8 +43,9 @@ from django_htask.store.base import (
     open_queues,
     pick_gated,
 )
+from django_htask.store.values import Probe, TaskEnd
 
-from .core import _CHUNK, _TASK, Probe, _as_datetime
+from .core import _CHUNK, _TASK, _as_datetime
 from .following import FollowRows
 from .putback import put_back
 
@@ -72,25 +71,6 @@ _GATED_COLUMNS = "id, {lock}, function, max_running, queue_name, per_key, rate_l
 _SLOT = RateSlot._meta.db_table
 #: Snoozed tasks one statement writes at most (a ``CASE`` is searched in order).
 _SNOOZES_ROWS = 100
-#: The guard of an end written for a task its claim read as followed by nothing: a
-#: task others came to wait on while it ran is not written so (see
-#: :meth:`TaskRows._write_plain_ends`).
-_GUARD = " AND followed = FALSE"
-
-
-class TaskEnd(NamedTuple):
-    """A task's end as :meth:`TaskRows._write_ends` writes it: the fields of
-    :func:`~django_htask.store.rules.ended_task`, adapted, named as their columns, and
-    the task's id."""
-
-    status: str
-    #: The retry time; None for a finish (the column keeps its value).
-    run_at: Any
-    finished_at: Any
-    last_error: str
-    traceback: str
-    result: bytes | None
-    id: int | None
 
 
 def served_sql(serving: base.Serving, *, plain: bool = False) -> tuple[str, list[Any]]:
@@ -181,43 +161,25 @@ class TaskRows(FollowRows):
         fenced = self._fenced(claim.node_id, claim=True, probe=probe, running_ids=running_ids)
         with fenced:
             # Whether the node still runs the finished tasks, if the fence's statement said.
-            late = self._record_in(
-                claim.node_id, claim.finished, getattr(fenced, "still_running", None)
+            late = self.dialect.record_in(
+                self, claim.node_id, claim.finished, getattr(fenced, "still_running", None)
             )
             if any(o.gated for o in claim.finished):
-                self._gate_released()
+                self.dialect.notify(self, "task")  # a lock or a limit has room again
             # Whether gated tasks are due, if the fence's statement said (PostgreSQL).
             gated_due: bool | None = getattr(fenced, "gated_due", None)
             started = self._start_gated(claim, gated_due) if claim.limit > 0 else values.Started()
             if claim.limit > len(started):
-                started += self._start_in(claim._replace(limit=claim.limit - len(started)))
-        self._record_late(late)
+                started += self.dialect.start_in(
+                    self, claim._replace(limit=claim.limit - len(started))
+                )
+        self.dialect.record_late(self, late)
         return started
 
     def queue_states(self) -> QueueStates:
         return Queue.objects.using(self.using).states()
 
     # -- locks and limits (docs/howto-exactly-one.md) ---------------------------------
-    #: A hint after the table name of the gated candidates' query (SQLite: their
-    #: partial index, which it would not choose itself).
-    _gated_indexed_by = ""
-    #: The same for a limited queue's other candidates (SQLite: the claim index).
-    _claim_indexed_by = ""
-    #: Which due tasks have a lock or a limit, as SQL (MySQL quotes ``lock`` its way).
-    _gated_predicate = GATED_PREDICATE
-    #: Which have neither (:data:`~django_htask.querysets.PLAIN_TASK_SQL`), likewise.
-    _plain_predicate = PLAIN_TASK_SQL
-
-    def _gate_released(self) -> None:
-        """A task with a lock or a limit ended in this transaction: tell the other
-        nodes (nothing here: they poll)."""
-
-    def _lock_gates(self, keys: list[str]) -> bool:
-        """Serialise the claims of these locks and functions (``lock:…``,
-        ``function:…``) until the transaction ends; return whether the holders must be
-        counted again. Nothing here: the claim's transaction is the only writer."""
-        return False
-
     def _holders(self, cursor: Any, now: datetime) -> Holding:
         """The locks of the tasks running with an unexpired lease, and how many such
         tasks each function, queue and flow with a per key has (a few rows: the tasks
@@ -287,8 +249,8 @@ class TaskRows(FollowRows):
         lock = self.connection.ops.quote_name("lock")
         sql = (
             f"SELECT {_GATED_COLUMNS.format(lock=lock)}"
-            f" FROM {_TASK}{self._gated_indexed_by}"
-            f" WHERE {self._gated_predicate} AND {CLAIMABLE_SQL}{served}"
+            f" FROM {_TASK}{self.dialect.gated_indexed_by}"
+            f" WHERE {self.dialect.gated_predicate} AND {CLAIMABLE_SQL}{served}"
         )
         return Probe(sql, [*claimable_params(adapt(now)), *served_params])
 
@@ -377,9 +339,10 @@ class TaskRows(FollowRows):
         limit of their own, in the claim's order."""
         adapt = self.connection.ops.adapt_datetimefield_value
         served, served_params = served_task_sql(QueueFilter(frozenset([queue])), serving.backend)
+        dialect = self.dialect
         cursor.execute(
-            f"SELECT id, NULL, function, NULL, queue_name FROM {_TASK}{self._claim_indexed_by}"
-            f" WHERE {CLAIMABLE_SQL} AND {self._plain_predicate}{served}"
+            f"SELECT id, NULL, function, NULL, queue_name FROM {_TASK}{dialect.claim_indexed_by}"
+            f" WHERE {CLAIMABLE_SQL} AND {dialect.plain_predicate}{served}"
             " ORDER BY priority DESC, run_at, id LIMIT %s",
             [*claimable_params(adapt(now)), *served_params, limit],
         )
@@ -403,7 +366,7 @@ class TaskRows(FollowRows):
                 return values.Started(wake_at=wake_at)
             limits = serving.limits
             keys = gate_keys(chosen, limits)
-            if self._lock_gates(keys):
+            if self.dialect.lock_gates(self, keys):
                 chosen, wake_at = self._choose_again(cursor, claim, chosen, keys)
             wanted = len(chosen)
             claimable = Task.objects.using(self.using).claimable(now)
@@ -491,20 +454,6 @@ class TaskRows(FollowRows):
             rows = cursor.fetchall()
         return [started_task(row, _as_datetime) for row in rows]
 
-    def _start_in(self, claim: values.Claim) -> list[StartedTask]:
-        """Claim and start due tasks without a lock or a limit, in the caller's
-        transaction."""
-        now, limit, serving = claim.now, claim.limit, claim.serving
-        tasks = Task.objects.using(self.using)
-        served = served_task(serving.plain, serving.backend)
-        claimable = tasks.claimable(now).plain().filter(served)
-        ids = list(
-            claimable.order_by("-priority", "run_at", "id").values_list("id", flat=True)[:limit]
-        )
-        if not ids:
-            return []
-        return self._mark_started(claim, ids, claimable)
-
     def aborts(self, node_id: str) -> list[tuple[str, int]]:
         # Both read through their small partial index (abort_requested_at IS NOT NULL).
         tasks = Task.objects.using(self.using).filter(
@@ -521,27 +470,10 @@ class TaskRows(FollowRows):
         if not outcomes:
             return
         with self._fenced(node_id):
-            late = self._record_in(node_id, outcomes)
+            late = self.dialect.record_in(self, node_id, outcomes)
             if any(o.gated for o in outcomes):
-                self._gate_released()
-        self._record_late(late)
-
-    def _record_in(
-        self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None
-    ) -> dict[int, tuple[str, datetime]]:
-        """Write ``outcomes`` in the caller's transaction; return the last statuses of
-        schedules left to write afterwards, each in a transaction of its own
-        (:meth:`_record_late`). ``still_running``: the tasks of ``outcomes`` this node
-        still runs, if known (:meth:`_record_runs`)."""
-        self._record_runs(node_id, outcomes, still_running)
-        for schedule_id, (status, when) in values.last_statuses(outcomes).items():
-            Schedule.objects.using(self.using).filter(
-                rules.status_not_older(when), id=schedule_id
-            ).update(last_status=status, last_run_at=when)
-        return {}
-
-    def _record_late(self, statuses: dict[int, tuple[str, datetime]]) -> None:
-        """Write what :meth:`_record_in` left (nothing here)."""
+                self.dialect.notify(self, "task")  # a lock or a limit has room again
+        self.dialect.record_late(self, late)
 
     def _still_running(self, node_id: str, task_ids: list[int]) -> set[int]:
         """Which of ``task_ids`` this node still runs (the others were reaped meanwhile:
@@ -585,7 +517,7 @@ class TaskRows(FollowRows):
 
     def _end_tasks(self, node_id: str, outcomes: list[RunOutcome]) -> list[int]:
         """Write the tasks whose attempt ended: finished, or pending again for a retry
-        (:meth:`_write_ends`) or after a snooze (:meth:`_write_snoozes`). Return the
+        (the dialect's ``write_ends``) or after a snooze (:meth:`_write_snoozes`). Return the
         finished ones whose end is followed up (:meth:`_follow_ends`): those the claim
         said so, and those that became so while they ran (:meth:`_write_plain_ends`)."""
         adapt = self.connection.ops.adapt_datetimefield_value
@@ -619,7 +551,7 @@ class TaskRows(FollowRows):
 
         def write() -> int:
             if others:
-                self._write_ends(others)
+                self.dialect.write_ends(self, others)
             grown[:] = self._write_plain_ends(node_id, plain) if plain else []
             if snoozed:
                 self._write_snoozes(snoozed)
@@ -635,39 +567,19 @@ class TaskRows(FollowRows):
 
     def _write_plain_ends(self, node_id: str, ends: list[TaskEnd]) -> list[int]:
         """Write the finished tasks of ``ends`` whose claim said nothing follows their
-        end, guarded by that (``followed`` false, :meth:`_write_ends`); a task others
+        end, guarded by that (``followed`` false, the dialect's ``write_ends``); a task others
         came to wait on while it ran is refused by the guard, then written as the
         followed ones are: return those (no statement more when there are none)."""
-        if self._write_ends(ends, guard=True) == len(ends):
+        if self.dialect.write_ends(self, ends, guard=True) == len(ends):
             return []
         refused = self._refused(node_id, [end.id for end in ends if end.id is not None])
-        self._write_ends([end for end in ends if end.id in refused])
+        self.dialect.write_ends(self, [end for end in ends if end.id in refused])
         return sorted(refused)
 
     def _refused(self, node_id: str, task_ids: list[int]) -> set[int]:
         """Which of ``task_ids`` (whose end was just written) this node still runs: the
         guard of :meth:`_write_plain_ends` refused them."""
         return self._still_running(node_id, task_ids)
-
-    def _write_ends(self, ends: list[TaskEnd], *, guard: bool = False) -> int:
-        """Write each task of ``ends`` if it still runs (and, with ``guard``, if nothing
-        follows its end: ``followed`` false); return how many were written. One
-        prepared statement for all (``executemany``): the ORM's ``update()`` per row
-        costs more than the jobs themselves when the jobs are trivial."""
-        # rules.ended_task's fields, as SQL of their own: one statement for rows that
-        # differ in which fields they set (a retry keeps no run_at from a finish).
-        with self.connection.cursor() as cursor:
-            cursor.executemany(
-                f"UPDATE {_TASK} SET status = %s, run_at = COALESCE(%s, run_at), "
-                "finished_at = %s, locked_by = NULL, lease_expires_at = NULL, "
-                "last_error = %s, traceback = %s, result = %s WHERE id = %s AND status = %s"
-                f"{_GUARD if guard else ''}",
-                [(*end, TaskStatus.RUNNING) for end in ends],
-            )
-            return max(int(cursor.rowcount), 0)
-
-    #: A hint after the table name of a statement that finds tasks by id (MySQL's).
-    _by_id = ""
 
     def _write_snoozes(self, snoozed: list[RunOutcome]) -> None:
         """Write each task of ``snoozed`` (outcomes with the time it runs again) if it
@@ -687,7 +599,7 @@ class TaskRows(FollowRows):
             )
             with self.connection.cursor() as cursor:
                 cursor.execute(
-                    f"UPDATE {_TASK}{self._by_id} SET {sets} "
+                    f"UPDATE {_TASK}{self.dialect.by_id} SET {sets} "
                     f"WHERE id IN ({', '.join(['%s'] * len(ids))}) AND status = %s",
                     [*params, *ids, TaskStatus.RUNNING],
                 )

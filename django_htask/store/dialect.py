@@ -12,19 +12,58 @@ here."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-if TYPE_CHECKING:
-    from .database import DatabaseStore
+from django_htask.models import Batch, Dependency, RateSlot, Run, RunStatus, Task
+from django_htask.querysets import EXPIRED_RUN_SQL, SPENT_BATCH_SQL
 
-__all__ = ["Conflict", "Dialect", "OnBatch", "RowInsert"]
+__all__ = ["Conflict", "Connected", "Dialect", "OnBatch", "Pruning", "RowInsert", "expired_ids"]
+
+_TASK = Task._meta.db_table
+_RUN = Run._meta.db_table
+_EDGE = Dependency._meta.db_table
+_SLOT = RateSlot._meta.db_table
+_BATCH = Batch._meta.db_table
+
+
+class Connected(Protocol):
+    """What a dialect reaches of the store it is handed: the store's connection (the
+    shared store's parts, :mod:`.database`, each are one; named here, not imported, for
+    the shared code imports this module)."""
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper: ...
+
+
+class Pruning(Connected, Protocol):
+    """The shared pruner's helpers a dialect's deletes call (:mod:`.database.pruning`)."""
+
+    @property
+    def _skip_held(self) -> str: ...
+
+    def _delete_ids(
+        self, cursor: Any, delete: str, ids: list[Any], params: Sequence[Any] = ()
+    ) -> int: ...
+
+    def _batches_of(self, cursor: Any, ids: list[int]) -> list[int]: ...
+
 
 #: What an insert hands each batch to: its rows, and the rows its statement returned.
 OnBatch = Callable[[list[tuple[Any, ...]], list[tuple[Any, ...]]], None]
+
+
+def expired_ids(condition: str) -> str:
+    """The query of the ids of at most ``%s`` tasks of one range of the pruner's index,
+    oldest first. Ordered in the index's order: PostgreSQL takes ``retention IS NULL``
+    for no equality, so ordering by ``finished_at`` alone read and sorted every
+    matching row."""
+    return (
+        f"SELECT id FROM {_TASK} WHERE {condition} ORDER BY retention, status, finished_at LIMIT %s"
+    )
 
 
 @dataclass(frozen=True)
@@ -119,7 +158,59 @@ class Dialect(abc.ABC):
                 insert.on_batch(batch, cursor.fetchall())
 
     # -- notices -------------------------------------------------------------------------
-    def notify(self, store: DatabaseStore, payload: str) -> None:
+    def notify(self, store: Connected, payload: str) -> None:
         """Tell the nodes listening that ``payload`` (``task``, ``schedule``, ``node``)
         changed, when the current transaction commits; nothing where the nodes poll."""
         return
+
+    # -- pruning -------------------------------------------------------------------------
+    def try_lock_pruner(self, store: Connected) -> bool:
+        """Take the pruner's lock until the transaction ends, without waiting; whether
+        it was taken (False: another node prunes). Nothing here: a SQLite write
+        transaction is exclusive already."""
+        return True
+
+    def id_among(self, select: str) -> str:
+        """The condition that a row's id is one of those ``select`` picks (a
+        sub-select of ids ``… LIMIT n``, maybe locking them): evaluated once for the
+        statement, however it is planned."""
+        return f"id IN ({select})"
+
+    def delete_expired(
+        self, store: Pruning, cursor: Any, condition: str, params: list[Any], limit: int
+    ) -> tuple[int, int]:
+        """Delete at most ``limit`` tasks of one range of the pruner's index
+        (``condition``), the oldest first, and their runs; how many of each. The ids
+        are read first, the rows they name locked (those another transaction holds are
+        left for the next batch), then the runs and the tasks deleted by id."""
+        cursor.execute(f"{expired_ids(condition)}{store._skip_held}", [*params, limit])
+        ids = [row[0] for row in cursor.fetchall()]
+        runs = store._delete_ids(cursor, f"DELETE FROM {_RUN} WHERE task_id", ids)
+        store._delete_ids(cursor, f"DELETE FROM {_EDGE} WHERE task_id", ids)
+        batches = store._batches_of(cursor, ids)
+        tasks = store._delete_ids(
+            cursor, f"DELETE FROM {_TASK} WHERE finished_at IS NOT NULL AND id", ids
+        )
+        store._delete_ids(cursor, f"DELETE FROM {_BATCH} WHERE {SPENT_BATCH_SQL} AND id", batches)
+        return tasks, runs
+
+    def delete_runs(self, store: Connected, cursor: Any, cutoff: Any, limit: int) -> int:
+        """Delete at most ``limit`` runs past ``RUN_RETENTION_DAYS``, the oldest first."""
+        cursor.execute(
+            f"DELETE FROM {_RUN} WHERE "
+            + self.id_among(
+                f"SELECT id FROM {_RUN} WHERE {EXPIRED_RUN_SQL} ORDER BY started_at LIMIT %s"
+            ),
+            [cutoff, RunStatus.RUNNING, limit],
+        )
+        return int(cursor.rowcount)
+
+    def delete_slots(self, store: Connected, cursor: Any, now: Any, limit: int) -> int:
+        """Delete at most ``limit`` expired slots of rate limits (a claim deletes those
+        of the flows it starts; these are of flows no claim started since)."""
+        cursor.execute(
+            f"DELETE FROM {_SLOT} WHERE "
+            + self.id_among(f"SELECT id FROM {_SLOT} WHERE expires_at <= %s LIMIT %s"),
+            [now, limit],
+        )
+        return int(cursor.rowcount)

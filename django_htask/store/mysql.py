@@ -125,7 +125,7 @@ from .database import (
     set_sql,
     started_task,
 )
-from .dialect import Conflict, Dialect, RowInsert
+from .dialect import Conflict, Connected, Dialect, RowInsert
 from .reaping import SharedReaper
 from .statuses import LateStatuses
 
@@ -433,6 +433,33 @@ class MySQLDialect(Dialect):
         found = Task.objects.using(insert.connection.alias).filter(id__in=ids).order_by()
         insert.on_batch(insert.rows, list(found.values_list(*insert.returned)))
 
+    # -- pruning -------------------------------------------------------------------------
+    def try_lock_pruner(self, store: Connected) -> bool:
+        return self._try_lock(store, PRUNER)
+
+    def delete_runs(self, store: Connected, cursor: Any, cutoff: Any, limit: int) -> int:
+        """As the generic one, in MySQL's form: a subquery of an ``IN`` takes no
+        ``LIMIT`` there, a single-table ``DELETE`` does."""
+        cursor.execute(
+            f"DELETE FROM {RUN} WHERE {EXPIRED_RUN_SQL} ORDER BY started_at LIMIT %s",
+            [cutoff, RunStatus.RUNNING, limit],
+        )
+        return int(cursor.rowcount)
+
+    def delete_slots(self, store: Connected, cursor: Any, now: Any, limit: int) -> int:
+        """As the generic one, in MySQL's single-table ``DELETE … LIMIT``."""
+        cursor.execute(f"DELETE FROM {SLOT} WHERE expires_at <= %s LIMIT %s", [now, limit])
+        return int(cursor.rowcount)
+
+    def _try_lock(self, store: Connected, row: str) -> bool:
+        """Lock the counter's ``row`` until the transaction ends, without waiting;
+        whether it was taken."""
+        with store.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT name FROM {COUNTER} WHERE name = %s FOR UPDATE SKIP LOCKED", [row]
+            )
+            return cursor.fetchone() is not None
+
 
 class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
     """Several nodes on MySQL or MariaDB: the ORM store, with the version triggers
@@ -561,10 +588,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
 
     # -- several nodes: row locks of the counter table ----------------------------------
     def _try_lock_reaper(self) -> bool:
-        return self._try_lock(REAPER)
-
-    def _try_lock_pruner(self) -> bool:
-        return self._try_lock(PRUNER)
+        return self.dialect._try_lock(self, REAPER)
 
     def estimate_rows(self, rows: QuerySet[Any]) -> int | None:
         """The optimizer's estimate of the rows of ``rows`` (``EXPLAIN``: its first
@@ -582,29 +606,6 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
             return round(int(plan["rows"]) * kept)
         except (TypeError, LookupError, ValueError):
             return None
-
-    def _delete_runs(self, cursor: Any, cutoff: Any, limit: int) -> int:
-        """As the generic one, in MySQL's form: a subquery of an ``IN`` takes no
-        ``LIMIT`` there, a single-table ``DELETE`` does."""
-        cursor.execute(
-            f"DELETE FROM {RUN} WHERE {EXPIRED_RUN_SQL} ORDER BY started_at LIMIT %s",
-            [cutoff, RunStatus.RUNNING, limit],
-        )
-        return int(cursor.rowcount)
-
-    def _delete_slots(self, cursor: Any, now: Any, limit: int) -> int:
-        """As the generic one, in MySQL's single-table ``DELETE … LIMIT``."""
-        cursor.execute(f"DELETE FROM {SLOT} WHERE expires_at <= %s LIMIT %s", [now, limit])
-        return int(cursor.rowcount)
-
-    def _try_lock(self, row: str) -> bool:
-        """Lock the counter's ``row`` until the transaction ends, without waiting;
-        whether it was taken."""
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT name FROM {COUNTER} WHERE name = %s FOR UPDATE SKIP LOCKED", [row]
-            )
-            return cursor.fetchone() is not None
 
     def _lock_reaper(self) -> None:
         with self.connection.cursor() as cursor:

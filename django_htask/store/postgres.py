@@ -100,8 +100,7 @@ from .database import (
     gate_key,
     schedule_row,
 )
-from .database.pruning import expired_ids
-from .dialect import Conflict, Dialect, OnBatch, RowInsert
+from .dialect import Conflict, Connected, Dialect, OnBatch, Pruning, RowInsert, expired_ids
 from .listen import CHANNEL, ENDED, Listener, connection_params
 from .pg_triggers import FINGERPRINT, PER_XACT, QUIET, STATEMENTS, current
 from .presence import PRESENCE_CLASS, presence_key
@@ -326,7 +325,7 @@ class PostgresDialect(Dialect):
     def conflict_clause(self, connection: BaseDatabaseWrapper, conflict: Conflict) -> str:
         return on_conflict(connection, conflict)
 
-    def notify(self, store: DatabaseStore, payload: str) -> None:
+    def notify(self, store: Connected, payload: str) -> None:
         """``pg_notify`` on the nodes' channel: sent when the transaction commits."""
         with store.connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
@@ -362,6 +361,54 @@ class PostgresDialect(Dialect):
                     insert.on_batch(batch, cursor.fetchall())
                 return
             _insert_pipelined(connection, pg, sql, batches, params_of, insert.on_batch)
+
+    # -- pruning -------------------------------------------------------------------------
+    def try_lock_pruner(self, store: Connected) -> bool:
+        return self._try_lock(store, PRUNER_LOCK)
+
+    def id_among(self, select: str) -> str:
+        """As an array the sub-select fills once (an InitPlan). As ``id IN
+        (select)``, the planner may rescan the sub-select for each row of the outer
+        table (stale statistics make that table look like a row), and each rescan of a
+        ``… LIMIT n FOR UPDATE SKIP LOCKED`` skips the rows the statement already wrote
+        and takes n more: a claim of 2 started 5 tasks
+        (tests/integration/test_batch_limits.py)."""
+        return f"id = ANY(ARRAY({select}))"
+
+    def delete_expired(
+        self, store: Pruning, cursor: Any, condition: str, params: list[Any], limit: int
+    ) -> tuple[int, int]:
+        """As the generic one, in one statement: the tasks deleted return their ids and
+        their runs and edges are deleted by them (the ids as one array: read by the
+        index on ``task_id``, whatever the planner guesses of their number); then
+        their batches, if spent, in a statement of their own (there are batches)."""
+        doomed_ids = "ARRAY(SELECT id FROM doomed)"
+        cursor.execute(
+            f"WITH doomed AS (DELETE FROM {TASK} WHERE "
+            + self.id_among(f"{expired_ids(condition)} FOR UPDATE SKIP LOCKED")
+            + " AND finished_at IS NOT NULL RETURNING id, batch_id), "
+            f"runs AS (DELETE FROM {RUN} WHERE task_id = ANY({doomed_ids}) RETURNING 1), "
+            f"edges AS (DELETE FROM {EDGE} WHERE task_id = ANY({doomed_ids})) "
+            "SELECT (SELECT count(*) FROM doomed), (SELECT count(*) FROM runs), "
+            "ARRAY(SELECT DISTINCT batch_id FROM doomed WHERE batch_id IS NOT NULL)",
+            [*params, limit],
+        )
+        row = cursor.fetchone()
+        assert row is not None
+        if row[2]:
+            cursor.execute(
+                f"DELETE FROM {BATCH} WHERE {SPENT_BATCH_SQL} AND id = ANY(%s::bigint[])",
+                [list(row[2])],
+            )
+        return int(row[0]), int(row[1])
+
+    def _try_lock(self, store: Connected, key: int) -> bool:
+        """Take the advisory lock ``key`` until the transaction ends, without waiting;
+        whether it was taken."""
+        with store.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
+            row = cursor.fetchone()
+        return row is not None and bool(row[0])
 
 
 def on_conflict(connection: BaseDatabaseWrapper, conflict: Conflict) -> str:
@@ -688,55 +735,7 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK])
 
     def _try_lock_reaper(self) -> bool:
-        return self._try_lock(REAPER_LOCK)
-
-    def _try_lock_pruner(self) -> bool:
-        return self._try_lock(PRUNER_LOCK)
-
-    @staticmethod
-    def _id_among(select: str) -> str:
-        """As an array the sub-select fills once (an InitPlan). As ``id IN
-        (select)``, the planner may rescan the sub-select for each row of the outer
-        table (stale statistics make that table look like a row), and each rescan of a
-        ``… LIMIT n FOR UPDATE SKIP LOCKED`` skips the rows the statement already wrote
-        and takes n more: a claim of 2 started 5 tasks
-        (tests/integration/test_batch_limits.py)."""
-        return f"id = ANY(ARRAY({select}))"
-
-    def _delete_expired(
-        self, cursor: Any, condition: str, params: list[Any], limit: int
-    ) -> tuple[int, int]:
-        """As the generic one, in one statement: the tasks deleted return their ids and
-        their runs and edges are deleted by them (the ids as one array: read by the
-        index on ``task_id``, whatever the planner guesses of their number); then
-        their batches, if spent, in a statement of their own (there are batches)."""
-        doomed_ids = "ARRAY(SELECT id FROM doomed)"
-        cursor.execute(
-            f"WITH doomed AS (DELETE FROM {TASK} WHERE "
-            + self._id_among(f"{expired_ids(condition)} FOR UPDATE SKIP LOCKED")
-            + " AND finished_at IS NOT NULL RETURNING id, batch_id), "
-            f"runs AS (DELETE FROM {RUN} WHERE task_id = ANY({doomed_ids}) RETURNING 1), "
-            f"edges AS (DELETE FROM {EDGE} WHERE task_id = ANY({doomed_ids})) "
-            "SELECT (SELECT count(*) FROM doomed), (SELECT count(*) FROM runs), "
-            "ARRAY(SELECT DISTINCT batch_id FROM doomed WHERE batch_id IS NOT NULL)",
-            [*params, limit],
-        )
-        row = cursor.fetchone()
-        assert row is not None
-        if row[2]:
-            cursor.execute(
-                f"DELETE FROM {BATCH} WHERE {SPENT_BATCH_SQL} AND id = ANY(%s::bigint[])",
-                [list(row[2])],
-            )
-        return int(row[0]), int(row[1])
-
-    def _try_lock(self, key: int) -> bool:
-        """Take the advisory lock ``key`` until the transaction ends, without waiting;
-        whether it was taken."""
-        with self._cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
-            row = cursor.fetchone()
-        return row is not None and bool(row[0])
+        return self.dialect._try_lock(self, REAPER_LOCK)
 
     def _reaped(self, count: int, dead: list[str]) -> None:
         """Tell the other nodes of the tasks handed back and the nodes gone."""

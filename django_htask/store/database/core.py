@@ -210,13 +210,6 @@ class OrmStore(Store):
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.using]
 
-    @staticmethod
-    def _id_among(select: str) -> str:
-        """The condition that a row's id is one of those ``select`` picks (a
-        sub-select of ids ``… LIMIT n``, maybe locking them): evaluated once for the
-        statement, however it is planned (PostgreSQL overrides it)."""
-        return f"id IN ({select})"
-
     def check_migrated(self) -> None:
         """Compare django_htask's migration files with those recorded as applied (a
         listing and one query: loading the whole migration graph would cost more than

@@ -214,3 +214,25 @@ class Dialect(abc.ABC):
             [now, limit],
         )
         return int(cursor.rowcount)
+
+    # -- nodes and reaping ---------------------------------------------------------------
+    def hold_presence(self, store: Connected, node_id: str) -> None:
+        """Hold the node's presence on the store's connection, from its registration
+        (the thread that starts a node keeps its connection) and at each heartbeat
+        (see ``Store.absent``): nothing here."""
+        return
+
+    def lock_reaper(self, store: Connected) -> None:
+        """Keep other reapers out until the transaction ends (one database: nothing)."""
+        return
+
+    def try_lock_reaper(self, store: Connected) -> bool:
+        """Take the reaper's lock until the transaction ends, without waiting; return
+        whether it was taken (False: another node is reaping). Nothing to take here:
+        a database one node uses has no other reaper."""
+        return True
+
+    def reaped(self, store: Connected, count: int, dead: list[str]) -> None:
+        """What a reap did, in its transaction: ``count`` rows, ``dead`` nodes
+        declared dead (nothing here: PostgreSQL tells the other nodes)."""
+        return

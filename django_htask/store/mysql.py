@@ -75,6 +75,7 @@ Creating a trigger needs the ``TRIGGER`` privilege; with binary logging on, also
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -107,6 +108,7 @@ from django_htask.querysets import (
     claimable_params,
     plain_task_sql,
 )
+from django_htask.retry import RetryPolicy
 
 from . import rules, values
 from .base import RunOutcome, StartedTask
@@ -460,8 +462,26 @@ class MySQLDialect(Dialect):
             )
             return cursor.fetchone() is not None
 
+    # -- nodes and reaping ---------------------------------------------------------------
+    def hold_presence(self, store: Connected, node_id: str) -> None:
+        """Its named lock (:data:`PRESENCE`), taken only if this session lacks it:
+        named locks are counted per taking."""
+        with store.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT IF(IS_USED_LOCK({PRESENCE}) <=> CONNECTION_ID(), 1, "
+                f"GET_LOCK({PRESENCE}, 0))",
+                [node_id, node_id],
+            )
 
-class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
+    def lock_reaper(self, store: Connected) -> None:
+        with store.connection.cursor() as cursor:
+            cursor.execute(f"SELECT name FROM {COUNTER} WHERE name = %s FOR UPDATE", [REAPER])
+
+    def try_lock_reaper(self, store: Connected) -> bool:
+        return self._try_lock(store, REAPER)
+
+
+class MySQLStore(LateStatuses, DatabaseStore):
     """Several nodes on MySQL or MariaDB: the ORM store, with the version triggers
     above, claims that skip the rows another transaction is claiming, and row locks of
     the counter table for the reaper and the locks and limits (see the module)."""
@@ -587,8 +607,14 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
             )
 
     # -- several nodes: row locks of the counter table ----------------------------------
-    def _try_lock_reaper(self) -> bool:
-        return self.dialect._try_lock(self, REAPER)
+    @functools.cached_property
+    def _reaper(self) -> SharedReaper:
+        return SharedReaper()
+
+    def reap(self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
+        """One node at a time (the counter's ``reaper`` row), after a pause when this
+        node's own heartbeat came late (:mod:`~django_htask.store.reaping`)."""
+        return self._reaper.reap(self, node_id, now, dead_before, retry)
 
     def estimate_rows(self, rows: QuerySet[Any]) -> int | None:
         """The optimizer's estimate of the rows of ``rows`` (``EXPLAIN``: its first
@@ -607,20 +633,7 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
         except (TypeError, LookupError, ValueError):
             return None
 
-    def _lock_reaper(self) -> None:
-        with self.connection.cursor() as cursor:
-            cursor.execute(f"SELECT name FROM {COUNTER} WHERE name = %s FOR UPDATE", [REAPER])
-
     # -- presence: named locks (GET_LOCK), released when their session ends ------------
-    def _hold_presence(self, node_id: str) -> None:
-        # Named locks are counted per taking: taken only if this session lacks it.
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT IF(IS_USED_LOCK({PRESENCE}) <=> CONNECTION_ID(), 1, "
-                f"GET_LOCK({PRESENCE}, 0))",
-                [node_id, node_id],
-            )
-
     def absent(self, node_ids: list[str]) -> list[str]:
         """The nodes whose named lock (:data:`PRESENCE`) no session of the server
         holds."""
@@ -663,10 +676,10 @@ class MySQLStore(SharedReaper, LateStatuses, DatabaseStore):
                 f"UPDATE {NODE} SET last_heartbeat = %s, stuck_threads = %s WHERE id = %s",
                 [adapt(now), stuck, node_id],
             )
-            self._hold_presence(node_id)
+            self.dialect.hold_presence(self, node_id)
             renewed = self._renew_leases(node_id, lease_until)
         last: datetime = row[1]
-        self._heartbeat_after(now - (last if last.tzinfo else last.replace(tzinfo=UTC)))
+        self._reaper.heartbeat_after(now - (last if last.tzinfo else last.replace(tzinfo=UTC)))
         return renewed
 
     def _write_ends(self, ends: list[TaskEnd], *, guard: bool = False) -> int:

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -88,6 +89,7 @@ from django_htask.models import (
     TaskStatus,
 )
 from django_htask.querysets import LIVE_NODE_SQL, SPENT_BATCH_SQL
+from django_htask.retry import RetryPolicy
 
 from . import rules, values
 from .base import Notices, RunOutcome, ScheduleRef, ScheduleRow, StartedTask
@@ -410,6 +412,26 @@ class PostgresDialect(Dialect):
             row = cursor.fetchone()
         return row is not None and bool(row[0])
 
+    # -- nodes and reaping ---------------------------------------------------------------
+    def hold_presence(self, store: Connected, node_id: str) -> None:
+        key = presence_key(node_id)
+        with store.connection.cursor() as cursor:
+            cursor.execute(f"SELECT {_PRESENT}", [PRESENCE_CLASS, key, PRESENCE_CLASS, key])
+
+    def lock_reaper(self, store: Connected) -> None:
+        with store.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK])
+
+    def try_lock_reaper(self, store: Connected) -> bool:
+        return self._try_lock(store, REAPER_LOCK)
+
+    def reaped(self, store: Connected, count: int, dead: list[str]) -> None:
+        """Tell the other nodes of the tasks handed back and the nodes gone."""
+        if count > len(dead):
+            self.notify(store, "task")
+        if dead:
+            self.notify(store, "node")
+
 
 def on_conflict(connection: BaseDatabaseWrapper, conflict: Conflict) -> str:
     """``ON CONFLICT`` on the pending-key index doing ``conflict``; with nothing to
@@ -526,7 +548,7 @@ class _EndNotices:
         return False
 
 
-class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
+class PostgresStore(LateStatuses, DatabaseStore):
     """The store for several nodes on one PostgreSQL database (see the module)."""
 
     vendor = "postgresql"
@@ -708,13 +730,8 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
                 self._fence(node_id)  # raises: declared dead, or gone
             renewed = self._renew_leases(node_id, lease_until)
         assert row is not None
-        self._heartbeat_after(now - row[0])
+        self._reaper.heartbeat_after(now - row[0])
         return renewed
-
-    def _hold_presence(self, node_id: str) -> None:
-        key = presence_key(node_id)
-        with self._cursor() as cursor:
-            cursor.execute(f"SELECT {_PRESENT}", [PRESENCE_CLASS, key, PRESENCE_CLASS, key])
 
     def absent(self, node_ids: list[str]) -> list[str]:
         """The nodes whose presence lock no session of this database holds."""
@@ -730,19 +747,15 @@ class PostgresStore(SharedReaper, LateStatuses, DatabaseStore):
             held = {int(key) for (key,) in cursor.fetchall()}
         return sorted(node_id for key, node_id in keys.items() if key not in held)
 
-    def _lock_reaper(self) -> None:
-        with self._cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK])
+    @functools.cached_property
+    def _reaper(self) -> SharedReaper:
+        return SharedReaper()
 
-    def _try_lock_reaper(self) -> bool:
-        return self.dialect._try_lock(self, REAPER_LOCK)
-
-    def _reaped(self, count: int, dead: list[str]) -> None:
-        """Tell the other nodes of the tasks handed back and the nodes gone."""
-        if count > len(dead):
-            self.notify("task")
-        if dead:
-            self.notify("node")
+    def reap(self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
+        """One node at a time (an advisory lock), after a pause when this node's own
+        heartbeat came late (:mod:`~django_htask.store.reaping`); the other nodes are
+        told."""
+        return self._reaper.reap(self, node_id, now, dead_before, retry)
 
     # -- firing ------------------------------------------------------------------------
     # A fire reads the schedule, may ask whether its runs go on elsewhere, and claims the

@@ -12,6 +12,7 @@ here."""
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -236,3 +237,8 @@ class Dialect(abc.ABC):
         """What a reap did, in its transaction: ``count`` rows, ``dead`` nodes
         declared dead (nothing here: PostgreSQL tells the other nodes)."""
         return
+
+    # -- missing tables ------------------------------------------------------------------
+    #: How this database says a statement's table does not exist (the table's name
+    #: its first group); each vendor's dialect has its own.
+    no_such_table: re.Pattern[str] | None = None

@@ -480,6 +480,9 @@ class MySQLDialect(Dialect):
     def try_lock_reaper(self, store: Connected) -> bool:
         return self._try_lock(store, REAPER)
 
+    # -- missing tables ------------------------------------------------------------------
+    no_such_table = re.compile(r"Table '(?:[^'.]+\.)?(\w+)' doesn't exist")
+
 
 class MySQLStore(LateStatuses, DatabaseStore):
     """Several nodes on MySQL or MariaDB: the ORM store, with the version triggers
@@ -488,7 +491,6 @@ class MySQLStore(LateStatuses, DatabaseStore):
 
     vendor = "mysql"
     dialect = MySQLDialect()
-    _no_such_table = re.compile(r"Table '(?:[^'.]+\.)?(\w+)' doesn't exist")
     supports_several_nodes = True
     _fence_lock = " LOCK IN SHARE MODE"
     _gated_predicate = f"{GATED_COLUMN} = 1"

@@ -432,6 +432,9 @@ class PostgresDialect(Dialect):
         if dead:
             self.notify(store, "node")
 
+    # -- missing tables ------------------------------------------------------------------
+    no_such_table = re.compile(r'relation "(?:\w+\.)?(\w+)" does not exist')
+
 
 def on_conflict(connection: BaseDatabaseWrapper, conflict: Conflict) -> str:
     """``ON CONFLICT`` on the pending-key index doing ``conflict``; with nothing to
@@ -553,7 +556,6 @@ class PostgresStore(LateStatuses, DatabaseStore):
 
     vendor = "postgresql"
     dialect = PostgresDialect()
-    _no_such_table = re.compile(r'relation "(?:\w+\.)?(\w+)" does not exist')
     supports_several_nodes = True
 
     def notify_nodes(self) -> None:

@@ -159,6 +159,9 @@ class SQLiteDialect(Dialect):
     def conflict_clause(self, connection: BaseDatabaseWrapper, conflict: Conflict) -> str:
         return on_conflict(connection, conflict)  # SQLite's upsert is PostgreSQL's syntax
 
+    # -- missing tables ------------------------------------------------------------------
+    no_such_table = re.compile(r"no such table: (?:\w+\.)?(\w+)")
+
 
 class SQLiteStore(DatabaseStore):
     """The embedded single-node default. SQLite serialises writers, so the generic
@@ -166,7 +169,6 @@ class SQLiteStore(DatabaseStore):
 
     vendor = "sqlite"
     dialect = SQLiteDialect()
-    _no_such_table = re.compile(r"no such table: (?:\w+\.)?(\w+)")
     single_host = True  # a SQLite file is shared by the processes of one host
     _gated_indexed_by = f" INDEXED BY {GATED_INDEX}"
     _claim_indexed_by = f" INDEXED BY {CLAIM_INDEX}"

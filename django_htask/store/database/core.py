@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -244,15 +243,12 @@ class OrmStore(Store):
             "run `manage.py migrate`"
         )
 
-    #: How this database says a statement's table does not exist (the table's name
-    #: its first group); each vendor's store has its own.
-    _no_such_table: re.Pattern[str] | None = None
-
     @classmethod
     def missing_table(cls, exc: Exception) -> str:
         """The table ``exc`` says does not exist, in this database's words ('' if it
         says something else)."""
-        match = cls._no_such_table.search(str(exc)) if cls._no_such_table else None
+        words = cls.dialect.no_such_table
+        match = words.search(str(exc)) if words else None
         return match.group(1) if match else ""
 
     def install(self) -> None:

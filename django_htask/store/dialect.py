@@ -14,15 +14,29 @@ from __future__ import annotations
 import abc
 import re
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_htask.models import Batch, Dependency, RateSlot, Run, RunStatus, Task
+from django_htask.models import Batch, Dependency, RateSlot, Run, RunStatus, Schedule, Task
 from django_htask.querysets import EXPIRED_RUN_SQL, SPENT_BATCH_SQL
 
-__all__ = ["Conflict", "Connected", "Dialect", "OnBatch", "Pruning", "RowInsert", "expired_ids"]
+from .base import Listening, RunOutcome
+from .values import ListenTo, Occurrence
+
+__all__ = [
+    "Conflict",
+    "Connected",
+    "Dialect",
+    "Firing",
+    "OnBatch",
+    "Pruning",
+    "RowInsert",
+    "expired_ids",
+]
 
 _TASK = Task._meta.db_table
 _RUN = Run._meta.db_table
@@ -32,9 +46,11 @@ _BATCH = Batch._meta.db_table
 
 
 class Connected(Protocol):
-    """What a dialect reaches of the store it is handed: the store's connection (the
-    shared store's parts, :mod:`.database`, each are one; named here, not imported, for
-    the shared code imports this module)."""
+    """What a dialect reaches of the store it is handed: the store's alias and
+    connection (the shared store's parts, :mod:`.database`, each are one; named here,
+    not imported, for the shared code imports this module)."""
+
+    using: str
 
     @property
     def connection(self) -> BaseDatabaseWrapper: ...
@@ -51,6 +67,19 @@ class Pruning(Connected, Protocol):
     ) -> int: ...
 
     def _batches_of(self, cursor: Any, ids: list[int]) -> list[int]: ...
+
+
+class Firing(Connected, Protocol):
+    """The shared schedule rows' helpers a dialect's claim of an occurrence calls
+    (:mod:`.database.schedules`)."""
+
+    def _fenced(self, node_id: str) -> AbstractContextManager[Any]: ...
+
+    def _after_fire(
+        self, next_run_at: datetime | None, now: datetime, runs: list[RunOutcome]
+    ) -> dict[str, object]: ...
+
+    def _run(self, outcome: RunOutcome, schedule_id: int | None = None) -> Run: ...
 
 
 #: What an insert hands each batch to: its rows, and the rows its statement returned.
@@ -242,3 +271,25 @@ class Dialect(abc.ABC):
     #: How this database says a statement's table does not exist (the table's name
     #: its first group); each vendor's dialect has its own.
     no_such_table: re.Pattern[str] | None = None
+
+    # -- schedules and notices -----------------------------------------------------------
+    def claim_occurrence(self, store: Firing, occurrence: Occurrence) -> list[int] | None:
+        """``Store.claim_occurrence``: the compare-and-set of the schedule's row, then
+        its run rows, in one fenced transaction."""
+        node_id, row, next_run_at, now, runs = occurrence
+        with store._fenced(node_id):
+            claimed = (
+                Schedule.objects.using(store.using)
+                .filter(id=row.id, next_run_at=row.next_run_at, version=row.version, enabled=True)
+                .update(**store._after_fire(next_run_at, now, runs))
+            )
+            if not claimed:
+                return None
+            created = Run.objects.using(store.using).bulk_create(
+                [store._run(run, schedule_id=row.id) for run in runs]
+            )
+        return [r.pk for r in created]
+
+    def listen(self, store: Connected, to: ListenTo) -> Listening | None:
+        """``Store.listen``: None, where the nodes poll."""
+        return None

@@ -102,7 +102,16 @@ from .database import (
     gate_key,
     schedule_row,
 )
-from .dialect import Conflict, Connected, Dialect, OnBatch, Pruning, RowInsert, expired_ids
+from .dialect import (
+    Conflict,
+    Connected,
+    Dialect,
+    Firing,
+    OnBatch,
+    Pruning,
+    RowInsert,
+    expired_ids,
+)
 from .listen import CHANNEL, ENDED, Listener, connection_params
 from .pg_triggers import FINGERPRINT, PER_XACT, QUIET, STATEMENTS, current
 from .presence import PRESENCE_CLASS, presence_key
@@ -435,6 +444,63 @@ class PostgresDialect(Dialect):
     # -- missing tables ------------------------------------------------------------------
     no_such_table = re.compile(r'relation "(?:\w+\.)?(\w+)" does not exist')
 
+    # -- schedules and notices -----------------------------------------------------------
+    def horizon(self, cursor: CursorWrapper) -> int:
+        """Every transaction below this id has ended: its versions are all visible."""
+        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+        row = cursor.fetchone()
+        assert row is not None
+        return int(row[0]) * PER_XACT - 1
+
+    def claim_occurrence(self, store: Firing, occurrence: values.Occurrence) -> list[int] | None:
+        """The compare-and-set and the run rows in one statement: the runs are inserted
+        only if the schedule's update took its row."""
+        node_id, row, next_run_at, now, runs = occurrence
+        sets = "next_run_at = %s"
+        params: list[Any] = [next_run_at]
+        if runs:
+            sets += ", last_run_at = %s, last_status = %s"
+            params += [now, runs[-1].status]
+        claim = (
+            f"UPDATE {SCHEDULE} SET {sets} WHERE id = %s AND next_run_at = %s "
+            "AND version = %s AND enabled RETURNING id"
+        )
+        params += [row.id, row.next_run_at, row.version]
+        with store._fenced(node_id), store.connection.cursor() as cursor:
+            if not runs:
+                cursor.execute(claim, params)
+                return [] if cursor.fetchall() else None
+            cursor.execute(
+                f"WITH claimed AS ({claim}), {_RUN_VALUES} "
+                f"{_RUN_INSERT} CROSS JOIN claimed RETURNING id",
+                [*params, *_run_rows(runs, schedule_id=row.id)],
+            )
+            # Ids are drawn in the order the rows are inserted: the order of ``runs``.
+            ids = sorted(r[0] for r in cursor.fetchall())
+        return ids or None
+
+    def listen(self, store: Connected, to: values.ListenTo) -> Listener:
+        """A started :class:`~django_htask.store.listen.Listener` on the channel the
+        triggers notify, with a connection of its own."""
+        on_notify, on_reconnect, retry, retry_max, name = to
+        params = connection_params(store.using)
+
+        def connect() -> Any:
+            import psycopg  # noqa: PLC0415
+
+            return psycopg.connect(**params, autocommit=True)
+
+        listener = Listener(
+            connect,
+            on_notify,
+            on_reconnect=on_reconnect,
+            retry=retry,
+            retry_max=retry_max,
+            name=name,
+        )
+        listener.start()
+        return listener
+
 
 def on_conflict(connection: BaseDatabaseWrapper, conflict: Conflict) -> str:
     """``ON CONFLICT`` on the pending-key index doing ``conflict``; with nothing to
@@ -566,28 +632,6 @@ class PostgresStore(LateStatuses, DatabaseStore):
     def install(self) -> None:
         install(self.connection)
 
-    def _listen(self, to: values.ListenTo) -> Listener:
-        """A started :class:`~django_htask.store.listen.Listener` on the channel the
-        triggers notify, with a connection of its own."""
-        on_notify, on_reconnect, retry, retry_max, name = to
-        params = connection_params(self.using)
-
-        def connect() -> Any:
-            import psycopg  # noqa: PLC0415
-
-            return psycopg.connect(**params, autocommit=True)
-
-        listener = Listener(
-            connect,
-            on_notify,
-            on_reconnect=on_reconnect,
-            retry=retry,
-            retry_max=retry_max,
-            name=name,
-        )
-        listener.start()
-        return listener
-
     @contextlib.contextmanager
     def watch_end(self, token: str) -> Iterator[Notices | None]:
         """The notices of the task's end, heard on the caller's own connection (it
@@ -668,18 +712,11 @@ class PostgresStore(LateStatuses, DatabaseStore):
         self.dialect.notify(self, payload)
 
     # -- versions --------------------------------------------------------------------
-    def _horizon(self, cursor: CursorWrapper) -> int:
-        """Every transaction below this id has ended: its versions are all visible."""
-        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
-        row = cursor.fetchone()
-        assert row is not None
-        return int(row[0]) * PER_XACT - 1
-
     def load_schedules(self) -> tuple[list[ScheduleRef], int]:
         """Every enabled schedule with a next run, read in chunks (a server-side cursor,
         unless ``DISABLE_SERVER_SIDE_CURSORS``), and the horizon seen before reading."""
         with self._cursor() as cursor:
-            since = self._horizon(cursor)
+            since = self.dialect.horizon(cursor)
         conn = self.connection
         chunked = not conn.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
         reader = RefReader(from_us)
@@ -701,7 +738,7 @@ class PostgresStore(LateStatuses, DatabaseStore):
         """Schedules whose version is above ``since``; the value returned is the horizon
         seen before reading, so a transaction still open now is read again next time."""
         with self._cursor() as cursor:
-            horizon = self._horizon(cursor)
+            horizon = self.dialect.horizon(cursor)
             cursor.execute(
                 f"SELECT id, {_NEXT_RUN_US}, version, enabled, queue_name FROM {SCHEDULE} "
                 "WHERE version > %s ORDER BY version",
@@ -778,33 +815,6 @@ class PostgresStore(LateStatuses, DatabaseStore):
                 [schedule_id, RunStatus.RUNNING, node_id, dead_before],
             )
             return [node for (node,) in cursor.fetchall()]
-
-    def _claim_occurrence(self, occurrence: values.Occurrence) -> list[int] | None:
-        """The compare-and-set and the run rows in one statement: the runs are inserted
-        only if the schedule's update took its row."""
-        node_id, row, next_run_at, now, runs = occurrence
-        sets = "next_run_at = %s"
-        params: list[Any] = [next_run_at]
-        if runs:
-            sets += ", last_run_at = %s, last_status = %s"
-            params += [now, runs[-1].status]
-        claim = (
-            f"UPDATE {SCHEDULE} SET {sets} WHERE id = %s AND next_run_at = %s "
-            "AND version = %s AND enabled RETURNING id"
-        )
-        params += [row.id, row.next_run_at, row.version]
-        with self._fenced(node_id), self._cursor() as cursor:
-            if not runs:
-                cursor.execute(claim, params)
-                return [] if cursor.fetchall() else None
-            cursor.execute(
-                f"WITH claimed AS ({claim}), {_RUN_VALUES} "
-                f"{_RUN_INSERT} CROSS JOIN claimed RETURNING id",
-                [*params, *_run_rows(runs, schedule_id=row.id)],
-            )
-            # Ids are drawn in the order the rows are inserted: the order of ``runs``.
-            ids = sorted(r[0] for r in cursor.fetchall())
-        return ids or None
 
     # -- one-off tasks ---------------------------------------------------------------
     def _start_in(self, claim: values.Claim) -> list[StartedTask]:

@@ -20,9 +20,9 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django_htask.db import scheduler_alias
 from django_htask.exceptions import NodeFenced, NotMigrated, StoreUnavailable
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
-from django_htask.store.base import RunOutcome, Store
+from django_htask.store.base import Listening, RunOutcome, Store
 from django_htask.store.dialect import Dialect
-from django_htask.store.values import _RUN_COLUMNS
+from django_htask.store.values import _RUN_COLUMNS, ListenTo
 
 #: SQLite allows 999 host parameters in old builds: chunk ``IN (...)`` lists.
 _CHUNK = 500
@@ -256,6 +256,9 @@ class OrmStore(Store):
 
     def notify_nodes(self) -> None:
         pass  # no notices on this database: the nodes poll
+
+    def _listen(self, to: ListenTo) -> Listening | None:
+        return self.dialect.listen(self, to)
 
     def describe(self) -> str:
         settings = self.connection.settings_dict

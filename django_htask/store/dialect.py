@@ -258,8 +258,8 @@ class Dialect(abc.ABC):
 
     def try_lock_reaper(self, store: Connected) -> bool:
         """Take the reaper's lock until the transaction ends, without waiting; return
-        whether it was taken (False: another node is reaping). Nothing to take here:
-        a database one node uses has no other reaper."""
+        whether it was taken (False: another node is reaping). Nothing here: a SQLite
+        write transaction is exclusive already."""
         return True
 
     def reaped(self, store: Connected, count: int, dead: list[str]) -> None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Callable, Iterable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,20 +25,34 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet
 
 from django_htask.enums import TaskStatus
-from django_htask.models import GATED_PREDICATE, Schedule, Task
-from django_htask.querysets import PLAIN_TASK_SQL, served_task
+from django_htask.models import (
+    GATED_PREDICATE,
+    Batch,
+    Dependency,
+    RateSlot,
+    Run,
+    RunStatus,
+    Schedule,
+    Task,
+)
+from django_htask.querysets import EXPIRED_RUN_SQL, PLAIN_TASK_SQL, SPENT_BATCH_SQL, served_task
 
 from . import rules, values
-from .values import Claim, Probe, RunOutcome, StartedTask, TaskEnd
+from .base import Listening
+from .values import Claim, ListenTo, Occurrence, Probe, RunOutcome, StartedTask, TaskEnd
 
 __all__ = [
     "GUARD",
     "Conflict",
+    "Connected",
     "Dialect",
+    "Fencing",
+    "Firing",
     "OnBatch",
+    "Pruning",
     "RowInsert",
-    "SharedStore",
     "TaskStore",
+    "expired_ids",
     "fenced_in",
 ]
 
@@ -46,11 +61,63 @@ __all__ = [
 #: ``TaskRows._write_plain_ends``).
 GUARD = " AND followed = FALSE"
 _TASK = Task._meta.db_table
+_RUN = Run._meta.db_table
+_EDGE = Dependency._meta.db_table
+_SLOT = RateSlot._meta.db_table
+_BATCH = Batch._meta.db_table
 
 logger = logging.getLogger(__name__)
 
+
+class Connected(Protocol):
+    """What a dialect reaches of the store it is handed: the store's alias and
+    connection (the shared store's parts, :mod:`.database`, each are one; named here,
+    not imported, for the shared code imports this module)."""
+
+    using: str
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper: ...
+
+
+class Pruning(Connected, Protocol):
+    """The shared pruner's helpers a dialect's deletes call (:mod:`.database.pruning`)."""
+
+    @property
+    def _skip_held(self) -> str: ...
+
+    def _delete_ids(
+        self, cursor: Any, delete: str, ids: list[Any], params: Sequence[Any] = ()
+    ) -> int: ...
+
+    def _batches_of(self, cursor: Any, ids: list[int]) -> list[int]: ...
+
+
+class Firing(Connected, Protocol):
+    """The shared schedule rows' helpers a dialect's claim of an occurrence calls
+    (:mod:`.database.schedules`)."""
+
+    def _fenced(self, node_id: str) -> AbstractContextManager[Any]: ...
+
+    def _after_fire(
+        self, next_run_at: datetime | None, now: datetime, runs: list[RunOutcome]
+    ) -> dict[str, object]: ...
+
+    def _run(self, outcome: RunOutcome, schedule_id: int | None = None) -> Run: ...
+
+
 #: What an insert hands each batch to: its rows, and the rows its statement returned.
 OnBatch = Callable[[list[tuple[Any, ...]], list[tuple[Any, ...]]], None]
+
+
+def expired_ids(condition: str) -> str:
+    """The query of the ids of at most ``%s`` tasks of one range of the pruner's index,
+    oldest first. Ordered in the index's order: PostgreSQL takes ``retention IS NULL``
+    for no equality, so ordering by ``finished_at`` alone read and sorted every
+    matching row."""
+    return (
+        f"SELECT id FROM {_TASK} WHERE {condition} ORDER BY retention, status, finished_at LIMIT %s"
+    )
 
 
 @dataclass(frozen=True)
@@ -112,19 +179,14 @@ class RowInsert:
         return params_of
 
 
-class SharedStore(Protocol):
-    """What a dialect reaches of the shared store (:mod:`.database`) it is handed: the
-    explicit calls by which a vendor's way builds on the shared code."""
-
-    using: str
-
-    @property
-    def connection(self) -> BaseDatabaseWrapper: ...
+class Fencing(Connected, Protocol):
+    """The shared store's fence of a node's writes, which a dialect's transaction runs
+    first (:mod:`.database.core`)."""
 
     def _fence(self, node_id: str) -> None: ...
 
 
-class TaskStore(SharedStore, Protocol):
+class TaskStore(Connected, Protocol):
     """What a dialect reaches of the shared store's task rows, to claim and end."""
 
     def _mark_started(
@@ -149,9 +211,7 @@ class TaskStore(SharedStore, Protocol):
 
 
 @contextmanager
-def fenced_in(
-    atomic: AbstractContextManager[Any], store: SharedStore, node_id: str
-) -> Iterator[None]:
+def fenced_in(atomic: AbstractContextManager[Any], store: Fencing, node_id: str) -> Iterator[None]:
     """``atomic``, whose first statement is the fence of node ``node_id``."""
     with atomic:
         store._fence(node_id)
@@ -176,13 +236,13 @@ class Dialect(abc.ABC):
     #: transaction (nothing where write transactions are exclusive already).
     fence_lock = ""
 
-    def atomic(self, store: SharedStore) -> AbstractContextManager[Any]:
+    def atomic(self, store: Connected) -> AbstractContextManager[Any]:
         """A transaction of the store's writes."""
         return transaction.atomic(using=store.using)
 
     def fenced(
         self,
-        store: SharedStore,
+        store: Fencing,
         node_id: str,
         *,
         claim: bool = False,
@@ -223,7 +283,7 @@ class Dialect(abc.ABC):
             return []
         return store._mark_started(claim, ids, claimable)
 
-    def lock_gates(self, store: SharedStore, keys: list[str]) -> bool:
+    def lock_gates(self, store: Connected, keys: list[str]) -> bool:
         """Serialise the claims of these locks and functions (``lock:…``,
         ``function:…``) until the transaction ends; return whether the holders must be
         counted again. Nothing here: the claim's transaction is the only writer."""
@@ -246,7 +306,7 @@ class Dialect(abc.ABC):
         busy = self.set_statuses(store, statuses, wait=False)
         return {schedule_id: statuses[schedule_id] for schedule_id in busy}
 
-    def record_late(self, store: SharedStore, statuses: dict[int, tuple[str, datetime]]) -> None:
+    def record_late(self, store: Connected, statuses: dict[int, tuple[str, datetime]]) -> None:
         """The last statuses :meth:`record_in` skipped, one schedule per transaction.
 
         A transaction that locks several schedule rows and waits for one more can
@@ -268,7 +328,7 @@ class Dialect(abc.ABC):
                 return
 
     def set_statuses(
-        self, store: SharedStore, statuses: dict[int, tuple[str, datetime]], *, wait: bool
+        self, store: Connected, statuses: dict[int, tuple[str, datetime]], *, wait: bool
     ) -> list[int]:
         """Write each schedule's last status and run time, unless a later run already
         did. With ``wait`` false, a database where writers wait for each other's rows
@@ -280,7 +340,7 @@ class Dialect(abc.ABC):
             ).update(last_status=status, last_run_at=when)
         return []
 
-    def write_ends(self, store: SharedStore, ends: list[TaskEnd], *, guard: bool = False) -> int:
+    def write_ends(self, store: Connected, ends: list[TaskEnd], *, guard: bool = False) -> int:
         """Write each task of ``ends`` if it still runs (and, with ``guard``, if nothing
         follows its end: ``followed`` false); return how many were written. One
         prepared statement for all (``executemany``): the ORM's ``update()`` per row
@@ -318,7 +378,108 @@ class Dialect(abc.ABC):
                 insert.on_batch(batch, cursor.fetchall())
 
     # -- notices -------------------------------------------------------------------------
-    def notify(self, store: SharedStore, payload: str) -> None:
+    def notify(self, store: Connected, payload: str) -> None:
         """Tell the nodes listening that ``payload`` (``task``, ``schedule``, ``node``)
         changed, when the current transaction commits; nothing where the nodes poll."""
         return
+
+    # -- pruning -------------------------------------------------------------------------
+    def try_lock_pruner(self, store: Connected) -> bool:
+        """Take the pruner's lock until the transaction ends, without waiting; whether
+        it was taken (False: another node prunes). Nothing here: a SQLite write
+        transaction is exclusive already."""
+        return True
+
+    def id_among(self, select: str) -> str:
+        """The condition that a row's id is one of those ``select`` picks (a
+        sub-select of ids ``… LIMIT n``, maybe locking them): evaluated once for the
+        statement, however it is planned."""
+        return f"id IN ({select})"
+
+    def delete_expired(
+        self, store: Pruning, cursor: Any, condition: str, params: list[Any], limit: int
+    ) -> tuple[int, int]:
+        """Delete at most ``limit`` tasks of one range of the pruner's index
+        (``condition``), the oldest first, and their runs; how many of each. The ids
+        are read first, the rows they name locked (those another transaction holds are
+        left for the next batch), then the runs and the tasks deleted by id."""
+        cursor.execute(f"{expired_ids(condition)}{store._skip_held}", [*params, limit])
+        ids = [row[0] for row in cursor.fetchall()]
+        runs = store._delete_ids(cursor, f"DELETE FROM {_RUN} WHERE task_id", ids)
+        store._delete_ids(cursor, f"DELETE FROM {_EDGE} WHERE task_id", ids)
+        batches = store._batches_of(cursor, ids)
+        tasks = store._delete_ids(
+            cursor, f"DELETE FROM {_TASK} WHERE finished_at IS NOT NULL AND id", ids
+        )
+        store._delete_ids(cursor, f"DELETE FROM {_BATCH} WHERE {SPENT_BATCH_SQL} AND id", batches)
+        return tasks, runs
+
+    def delete_runs(self, store: Connected, cursor: Any, cutoff: Any, limit: int) -> int:
+        """Delete at most ``limit`` runs past ``RUN_RETENTION_DAYS``, the oldest first."""
+        cursor.execute(
+            f"DELETE FROM {_RUN} WHERE "
+            + self.id_among(
+                f"SELECT id FROM {_RUN} WHERE {EXPIRED_RUN_SQL} ORDER BY started_at LIMIT %s"
+            ),
+            [cutoff, RunStatus.RUNNING, limit],
+        )
+        return int(cursor.rowcount)
+
+    def delete_slots(self, store: Connected, cursor: Any, now: Any, limit: int) -> int:
+        """Delete at most ``limit`` expired slots of rate limits (a claim deletes those
+        of the flows it starts; these are of flows no claim started since)."""
+        cursor.execute(
+            f"DELETE FROM {_SLOT} WHERE "
+            + self.id_among(f"SELECT id FROM {_SLOT} WHERE expires_at <= %s LIMIT %s"),
+            [now, limit],
+        )
+        return int(cursor.rowcount)
+
+    # -- nodes and reaping ---------------------------------------------------------------
+    def hold_presence(self, store: Connected, node_id: str) -> None:
+        """Hold the node's presence on the store's connection, from its registration
+        (the thread that starts a node keeps its connection) and at each heartbeat
+        (see ``Store.absent``): nothing here."""
+        return
+
+    def lock_reaper(self, store: Connected) -> None:
+        """Keep other reapers out until the transaction ends (one database: nothing)."""
+        return
+
+    def try_lock_reaper(self, store: Connected) -> bool:
+        """Take the reaper's lock until the transaction ends, without waiting; return
+        whether it was taken (False: another node is reaping). Nothing here: a SQLite
+        write transaction is exclusive already."""
+        return True
+
+    def reaped(self, store: Connected, count: int, dead: list[str]) -> None:
+        """What a reap did, in its transaction: ``count`` rows, ``dead`` nodes
+        declared dead (nothing here: PostgreSQL tells the other nodes)."""
+        return
+
+    # -- missing tables ------------------------------------------------------------------
+    #: How this database says a statement's table does not exist (the table's name
+    #: its first group); each vendor's dialect has its own.
+    no_such_table: re.Pattern[str] | None = None
+
+    # -- schedules and notices -----------------------------------------------------------
+    def claim_occurrence(self, store: Firing, occurrence: Occurrence) -> list[int] | None:
+        """``Store.claim_occurrence``: the compare-and-set of the schedule's row, then
+        its run rows, in one fenced transaction."""
+        node_id, row, next_run_at, now, runs = occurrence
+        with store._fenced(node_id):
+            claimed = (
+                Schedule.objects.using(store.using)
+                .filter(id=row.id, next_run_at=row.next_run_at, version=row.version, enabled=True)
+                .update(**store._after_fire(next_run_at, now, runs))
+            )
+            if not claimed:
+                return None
+            created = Run.objects.using(store.using).bulk_create(
+                [store._run(run, schedule_id=row.id) for run in runs]
+            )
+        return [r.pk for r in created]
+
+    def listen(self, store: Connected, to: ListenTo) -> Listening | None:
+        """``Store.listen``: None, where the nodes poll."""
+        return None

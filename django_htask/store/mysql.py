@@ -76,6 +76,7 @@ Creating a trigger needs the ``TRIGGER`` privilege; with binary logging on, also
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -108,6 +109,7 @@ from django_htask.querysets import (
     claimable_params,
     plain_task_sql,
 )
+from django_htask.retry import RetryPolicy
 
 from . import rules, values
 from .base import StartedTask
@@ -123,7 +125,7 @@ from .database import (
     set_sql,
     started_task,
 )
-from .dialect import GUARD, Conflict, Dialect, RowInsert, SharedStore, TaskStore
+from .dialect import GUARD, Conflict, Connected, Dialect, Fencing, RowInsert, TaskStore
 from .reaping import SharedReaper
 from .values import Probe, TaskEnd
 
@@ -442,12 +444,12 @@ class MySQLDialect(Dialect):
     gated_indexed_by = f" FORCE INDEX ({GATED_INDEX})"
     by_id = BY_ID
 
-    def atomic(self, store: SharedStore) -> FencedAtomic:
+    def atomic(self, store: Connected) -> FencedAtomic:
         return _BoundedAtomic(store.using)
 
     def fenced(
         self,
-        store: SharedStore,
+        store: Fencing,
         node_id: str,
         *,
         claim: bool = False,
@@ -529,7 +531,7 @@ class MySQLDialect(Dialect):
             tasks.append(started_task(fields, _as_datetime))
         return tasks
 
-    def lock_gates(self, store: SharedStore, keys: list[str]) -> bool:
+    def lock_gates(self, store: Connected, keys: list[str]) -> bool:
         """Lock the counter rows of ``keys`` until the transaction ends, in their order
         (every claim takes them in that order: no deadlock)."""
         rows = sorted({gate_row(key) for key in keys})
@@ -541,7 +543,7 @@ class MySQLDialect(Dialect):
             )
         return True
 
-    def write_ends(self, store: SharedStore, ends: list[TaskEnd], *, guard: bool = False) -> int:
+    def write_ends(self, store: Connected, ends: list[TaskEnd], *, guard: bool = False) -> int:
         """As the generic one, in one statement: a field the ends share is one
         parameter, a field they differ in a ``CASE`` on the id (their finish times). MySQL's
         driver sends an ``executemany`` of an ``UPDATE`` as one statement per row, and a
@@ -582,7 +584,7 @@ class MySQLDialect(Dialect):
         return written
 
     def set_statuses(
-        self, store: SharedStore, statuses: dict[int, tuple[str, datetime]], *, wait: bool
+        self, store: Connected, statuses: dict[int, tuple[str, datetime]], *, wait: bool
     ) -> list[int]:
         """Lock the rows (``SKIP LOCKED`` unless ``wait``), then write them with the
         version left alone: a status is no edit a node must see, and bumping the version
@@ -613,15 +615,62 @@ class MySQLDialect(Dialect):
                 cursor.execute(f"SET {STATUS_ONLY} = NULL")
         return [] if wait else [i for i in ids if i not in set(locked)]
 
+    # -- pruning -------------------------------------------------------------------------
+    def try_lock_pruner(self, store: Connected) -> bool:
+        return self._try_lock(store, PRUNER)
 
-class MySQLStore(SharedReaper, DatabaseStore):
+    def delete_runs(self, store: Connected, cursor: Any, cutoff: Any, limit: int) -> int:
+        """As the generic one, in MySQL's form: a subquery of an ``IN`` takes no
+        ``LIMIT`` there, a single-table ``DELETE`` does."""
+        cursor.execute(
+            f"DELETE FROM {RUN} WHERE {EXPIRED_RUN_SQL} ORDER BY started_at LIMIT %s",
+            [cutoff, RunStatus.RUNNING, limit],
+        )
+        return int(cursor.rowcount)
+
+    def delete_slots(self, store: Connected, cursor: Any, now: Any, limit: int) -> int:
+        """As the generic one, in MySQL's single-table ``DELETE … LIMIT``."""
+        cursor.execute(f"DELETE FROM {SLOT} WHERE expires_at <= %s LIMIT %s", [now, limit])
+        return int(cursor.rowcount)
+
+    def _try_lock(self, store: Connected, row: str) -> bool:
+        """Lock the counter's ``row`` until the transaction ends, without waiting;
+        whether it was taken."""
+        with store.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT name FROM {COUNTER} WHERE name = %s FOR UPDATE SKIP LOCKED", [row]
+            )
+            return cursor.fetchone() is not None
+
+    # -- nodes and reaping ---------------------------------------------------------------
+    def hold_presence(self, store: Connected, node_id: str) -> None:
+        """Its named lock (:data:`PRESENCE`), taken only if this session lacks it:
+        named locks are counted per taking."""
+        with store.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT IF(IS_USED_LOCK({PRESENCE}) <=> CONNECTION_ID(), 1, "
+                f"GET_LOCK({PRESENCE}, 0))",
+                [node_id, node_id],
+            )
+
+    def lock_reaper(self, store: Connected) -> None:
+        with store.connection.cursor() as cursor:
+            cursor.execute(f"SELECT name FROM {COUNTER} WHERE name = %s FOR UPDATE", [REAPER])
+
+    def try_lock_reaper(self, store: Connected) -> bool:
+        return self._try_lock(store, REAPER)
+
+    # -- missing tables ------------------------------------------------------------------
+    no_such_table = re.compile(r"Table '(?:[^'.]+\.)?(\w+)' doesn't exist")
+
+
+class MySQLStore(DatabaseStore):
     """Several nodes on MySQL or MariaDB: the ORM store, with the version triggers
     above, claims that skip the rows another transaction is claiming, and row locks of
     the counter table for the reaper and the locks and limits (see the module)."""
 
     vendor = "mysql"
     dialect = MySQLDialect()
-    _no_such_table = re.compile(r"Table '(?:[^'.]+\.)?(\w+)' doesn't exist")
     supports_several_nodes = True
 
     def install(self) -> None:
@@ -647,11 +696,14 @@ class MySQLStore(SharedReaper, DatabaseStore):
             )
 
     # -- several nodes: row locks of the counter table ----------------------------------
-    def _try_lock_reaper(self) -> bool:
-        return self._try_lock(REAPER)
+    @functools.cached_property
+    def _reaper(self) -> SharedReaper:
+        return SharedReaper()
 
-    def _try_lock_pruner(self) -> bool:
-        return self._try_lock(PRUNER)
+    def reap(self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
+        """One node at a time (the counter's ``reaper`` row), after a pause when this
+        node's own heartbeat came late (:mod:`~django_htask.store.reaping`)."""
+        return self._reaper.reap(self, node_id, now, dead_before, retry)
 
     def estimate_rows(self, rows: QuerySet[Any]) -> int | None:
         """The optimizer's estimate of the rows of ``rows`` (``EXPLAIN``: its first
@@ -670,43 +722,7 @@ class MySQLStore(SharedReaper, DatabaseStore):
         except (TypeError, LookupError, ValueError):
             return None
 
-    def _delete_runs(self, cursor: Any, cutoff: Any, limit: int) -> int:
-        """As the generic one, in MySQL's form: a subquery of an ``IN`` takes no
-        ``LIMIT`` there, a single-table ``DELETE`` does."""
-        cursor.execute(
-            f"DELETE FROM {RUN} WHERE {EXPIRED_RUN_SQL} ORDER BY started_at LIMIT %s",
-            [cutoff, RunStatus.RUNNING, limit],
-        )
-        return int(cursor.rowcount)
-
-    def _delete_slots(self, cursor: Any, now: Any, limit: int) -> int:
-        """As the generic one, in MySQL's single-table ``DELETE … LIMIT``."""
-        cursor.execute(f"DELETE FROM {SLOT} WHERE expires_at <= %s LIMIT %s", [now, limit])
-        return int(cursor.rowcount)
-
-    def _try_lock(self, row: str) -> bool:
-        """Lock the counter's ``row`` until the transaction ends, without waiting;
-        whether it was taken."""
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT name FROM {COUNTER} WHERE name = %s FOR UPDATE SKIP LOCKED", [row]
-            )
-            return cursor.fetchone() is not None
-
-    def _lock_reaper(self) -> None:
-        with self.connection.cursor() as cursor:
-            cursor.execute(f"SELECT name FROM {COUNTER} WHERE name = %s FOR UPDATE", [REAPER])
-
     # -- presence: named locks (GET_LOCK), released when their session ends ------------
-    def _hold_presence(self, node_id: str) -> None:
-        # Named locks are counted per taking: taken only if this session lacks it.
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT IF(IS_USED_LOCK({PRESENCE}) <=> CONNECTION_ID(), 1, "
-                f"GET_LOCK({PRESENCE}, 0))",
-                [node_id, node_id],
-            )
-
     def absent(self, node_ids: list[str]) -> list[str]:
         """The nodes whose named lock (:data:`PRESENCE`) no session of the server
         holds."""
@@ -737,8 +753,8 @@ class MySQLStore(SharedReaper, DatabaseStore):
                 f"UPDATE {NODE} SET last_heartbeat = %s, stuck_threads = %s WHERE id = %s",
                 [adapt(now), stuck, node_id],
             )
-            self._hold_presence(node_id)
+            self.dialect.hold_presence(self, node_id)
             renewed = self._renew_leases(node_id, lease_until)
         last: datetime = row[1]
-        self._heartbeat_after(now - (last if last.tzinfo else last.replace(tzinfo=UTC)))
+        self._reaper.heartbeat_after(now - (last if last.tzinfo else last.replace(tzinfo=UTC)))
         return renewed

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -88,6 +89,7 @@ from django_htask.models import (
     TaskStatus,
 )
 from django_htask.querysets import LIVE_NODE_SQL, SPENT_BATCH_SQL
+from django_htask.retry import RetryPolicy
 
 from . import rules, values
 from .base import Notices, RunOutcome, ScheduleRef, ScheduleRow, StartedTask
@@ -99,8 +101,18 @@ from .database import (
     gate_key,
     schedule_row,
 )
-from .database.pruning import expired_ids
-from .dialect import Conflict, Dialect, OnBatch, RowInsert, SharedStore, TaskStore
+from .dialect import (
+    Conflict,
+    Connected,
+    Dialect,
+    Fencing,
+    Firing,
+    OnBatch,
+    Pruning,
+    RowInsert,
+    TaskStore,
+    expired_ids,
+)
 from .listen import CHANNEL, ENDED, Listener, connection_params
 from .pg_triggers import FINGERPRINT, PER_XACT, QUIET, STATEMENTS, current
 from .presence import PRESENCE_CLASS, presence_key
@@ -324,7 +336,7 @@ class PostgresDialect(Dialect):
     def conflict_clause(self, connection: BaseDatabaseWrapper, conflict: Conflict) -> str:
         return on_conflict(connection, conflict)
 
-    def notify(self, store: SharedStore, payload: str) -> None:
+    def notify(self, store: Connected, payload: str) -> None:
         """``pg_notify`` on the nodes' channel: sent when the transaction commits."""
         with store.connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
@@ -332,12 +344,12 @@ class PostgresDialect(Dialect):
     # -- transactions and the fence -----------------------------------------------------
     fence_lock = " FOR SHARE"
 
-    def atomic(self, store: SharedStore) -> transaction.Atomic:
+    def atomic(self, store: Connected) -> transaction.Atomic:
         return _QuietAtomic(store.using)
 
     def fenced(
         self,
-        store: SharedStore,
+        store: Fencing,
         node_id: str,
         *,
         claim: bool = False,
@@ -348,7 +360,7 @@ class PostgresDialect(Dialect):
         return _QuietAtomic(store.using, planner, fence=node_id, probe=probe)
 
     # -- the claim -----------------------------------------------------------------------
-    def lock_gates(self, store: SharedStore, keys: list[str]) -> bool:
+    def lock_gates(self, store: Connected, keys: list[str]) -> bool:
         """Take a transaction-level advisory lock for each of ``keys``, in the order of
         their 64-bit hashes (every claim takes them in that order: no deadlock)."""
         hashes = sorted({gate_key(key) for key in keys})
@@ -393,7 +405,7 @@ class PostgresDialect(Dialect):
         return {schedule_id: statuses[schedule_id] for schedule_id in busy}
 
     def set_statuses(
-        self, store: SharedStore, statuses: dict[int, tuple[str, datetime]], *, wait: bool
+        self, store: Connected, statuses: dict[int, tuple[str, datetime]], *, wait: bool
     ) -> list[int]:
         """In one statement: the rows locked (``SKIP LOCKED`` unless ``wait``), then
         written where no later run wrote them (see :meth:`Dialect.record_late
@@ -491,6 +503,134 @@ class PostgresDialect(Dialect):
                     insert.on_batch(batch, cursor.fetchall())
                 return
             _insert_pipelined(connection, pg, sql, batches, params_of, insert.on_batch)
+
+    # -- pruning -------------------------------------------------------------------------
+    def try_lock_pruner(self, store: Connected) -> bool:
+        return self._try_lock(store, PRUNER_LOCK)
+
+    def id_among(self, select: str) -> str:
+        """As an array the sub-select fills once (an InitPlan). As ``id IN
+        (select)``, the planner may rescan the sub-select for each row of the outer
+        table (stale statistics make that table look like a row), and each rescan of a
+        ``… LIMIT n FOR UPDATE SKIP LOCKED`` skips the rows the statement already wrote
+        and takes n more: a claim of 2 started 5 tasks
+        (tests/integration/test_batch_limits.py)."""
+        return f"id = ANY(ARRAY({select}))"
+
+    def delete_expired(
+        self, store: Pruning, cursor: Any, condition: str, params: list[Any], limit: int
+    ) -> tuple[int, int]:
+        """As the generic one, in one statement: the tasks deleted return their ids and
+        their runs and edges are deleted by them (the ids as one array: read by the
+        index on ``task_id``, whatever the planner guesses of their number); then
+        their batches, if spent, in a statement of their own (there are batches)."""
+        doomed_ids = "ARRAY(SELECT id FROM doomed)"
+        cursor.execute(
+            f"WITH doomed AS (DELETE FROM {TASK} WHERE "
+            + self.id_among(f"{expired_ids(condition)} FOR UPDATE SKIP LOCKED")
+            + " AND finished_at IS NOT NULL RETURNING id, batch_id), "
+            f"runs AS (DELETE FROM {RUN} WHERE task_id = ANY({doomed_ids}) RETURNING 1), "
+            f"edges AS (DELETE FROM {EDGE} WHERE task_id = ANY({doomed_ids})) "
+            "SELECT (SELECT count(*) FROM doomed), (SELECT count(*) FROM runs), "
+            "ARRAY(SELECT DISTINCT batch_id FROM doomed WHERE batch_id IS NOT NULL)",
+            [*params, limit],
+        )
+        row = cursor.fetchone()
+        assert row is not None
+        if row[2]:
+            cursor.execute(
+                f"DELETE FROM {BATCH} WHERE {SPENT_BATCH_SQL} AND id = ANY(%s::bigint[])",
+                [list(row[2])],
+            )
+        return int(row[0]), int(row[1])
+
+    def _try_lock(self, store: Connected, key: int) -> bool:
+        """Take the advisory lock ``key`` until the transaction ends, without waiting;
+        whether it was taken."""
+        with store.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
+            row = cursor.fetchone()
+        return row is not None and bool(row[0])
+
+    # -- nodes and reaping ---------------------------------------------------------------
+    def hold_presence(self, store: Connected, node_id: str) -> None:
+        key = presence_key(node_id)
+        with store.connection.cursor() as cursor:
+            cursor.execute(f"SELECT {_PRESENT}", [PRESENCE_CLASS, key, PRESENCE_CLASS, key])
+
+    def lock_reaper(self, store: Connected) -> None:
+        with store.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK])
+
+    def try_lock_reaper(self, store: Connected) -> bool:
+        return self._try_lock(store, REAPER_LOCK)
+
+    def reaped(self, store: Connected, count: int, dead: list[str]) -> None:
+        """Tell the other nodes of the tasks handed back and the nodes gone."""
+        if count > len(dead):
+            self.notify(store, "task")
+        if dead:
+            self.notify(store, "node")
+
+    # -- missing tables ------------------------------------------------------------------
+    no_such_table = re.compile(r'relation "(?:\w+\.)?(\w+)" does not exist')
+
+    # -- schedules and notices -----------------------------------------------------------
+    def horizon(self, cursor: CursorWrapper) -> int:
+        """Every transaction below this id has ended: its versions are all visible."""
+        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+        row = cursor.fetchone()
+        assert row is not None
+        return int(row[0]) * PER_XACT - 1
+
+    def claim_occurrence(self, store: Firing, occurrence: values.Occurrence) -> list[int] | None:
+        """The compare-and-set and the run rows in one statement: the runs are inserted
+        only if the schedule's update took its row."""
+        node_id, row, next_run_at, now, runs = occurrence
+        sets = "next_run_at = %s"
+        params: list[Any] = [next_run_at]
+        if runs:
+            sets += ", last_run_at = %s, last_status = %s"
+            params += [now, runs[-1].status]
+        claim = (
+            f"UPDATE {SCHEDULE} SET {sets} WHERE id = %s AND next_run_at = %s "
+            "AND version = %s AND enabled RETURNING id"
+        )
+        params += [row.id, row.next_run_at, row.version]
+        with store._fenced(node_id), store.connection.cursor() as cursor:
+            if not runs:
+                cursor.execute(claim, params)
+                return [] if cursor.fetchall() else None
+            cursor.execute(
+                f"WITH claimed AS ({claim}), {_RUN_VALUES} "
+                f"{_RUN_INSERT} CROSS JOIN claimed RETURNING id",
+                [*params, *_run_rows(runs, schedule_id=row.id)],
+            )
+            # Ids are drawn in the order the rows are inserted: the order of ``runs``.
+            ids = sorted(r[0] for r in cursor.fetchall())
+        return ids or None
+
+    def listen(self, store: Connected, to: values.ListenTo) -> Listener:
+        """A started :class:`~django_htask.store.listen.Listener` on the channel the
+        triggers notify, with a connection of its own."""
+        on_notify, on_reconnect, retry, retry_max, name = to
+        params = connection_params(store.using)
+
+        def connect() -> Any:
+            import psycopg  # noqa: PLC0415
+
+            return psycopg.connect(**params, autocommit=True)
+
+        listener = Listener(
+            connect,
+            on_notify,
+            on_reconnect=on_reconnect,
+            retry=retry,
+            retry_max=retry_max,
+            name=name,
+        )
+        listener.start()
+        return listener
 
 
 def on_conflict(connection: BaseDatabaseWrapper, conflict: Conflict) -> str:
@@ -608,12 +748,11 @@ class _EndNotices:
         return False
 
 
-class PostgresStore(SharedReaper, DatabaseStore):
+class PostgresStore(DatabaseStore):
     """The store for several nodes on one PostgreSQL database (see the module)."""
 
     vendor = "postgresql"
     dialect = PostgresDialect()
-    _no_such_table = re.compile(r'relation "(?:\w+\.)?(\w+)" does not exist')
     supports_several_nodes = True
 
     def notify_nodes(self) -> None:
@@ -623,28 +762,6 @@ class PostgresStore(SharedReaper, DatabaseStore):
 
     def install(self) -> None:
         install(self.connection)
-
-    def _listen(self, to: values.ListenTo) -> Listener:
-        """A started :class:`~django_htask.store.listen.Listener` on the channel the
-        triggers notify, with a connection of its own."""
-        on_notify, on_reconnect, retry, retry_max, name = to
-        params = connection_params(self.using)
-
-        def connect() -> Any:
-            import psycopg  # noqa: PLC0415
-
-            return psycopg.connect(**params, autocommit=True)
-
-        listener = Listener(
-            connect,
-            on_notify,
-            on_reconnect=on_reconnect,
-            retry=retry,
-            retry_max=retry_max,
-            name=name,
-        )
-        listener.start()
-        return listener
 
     @contextlib.contextmanager
     def watch_end(self, token: str) -> Iterator[Notices | None]:
@@ -659,7 +776,7 @@ class PostgresStore(SharedReaper, DatabaseStore):
         if not callable(getattr(pg, "notifies", None)):
             yield None
             return
-        with self._cursor() as cursor:
+        with self.connection.cursor() as cursor:
             cursor.execute(f"LISTEN {ENDED}")
         notices = _EndNotices(pg, token, self.connection)
         try:
@@ -667,7 +784,7 @@ class PostgresStore(SharedReaper, DatabaseStore):
                 Task.objects.using(self.using).filter(token=token, waited=False).update(waited=True)
             yield notices
         finally:
-            with contextlib.suppress(DatabaseError), self._cursor() as cursor:
+            with contextlib.suppress(DatabaseError), self.connection.cursor() as cursor:
                 cursor.execute(f"UNLISTEN {ENDED}")
             with contextlib.suppress(DatabaseError):
                 notices.clear()  # none left for the connection's next user
@@ -675,7 +792,7 @@ class PostgresStore(SharedReaper, DatabaseStore):
     def estimate_rows(self, rows: QuerySet[Any]) -> int | None:
         """The planner's estimate of the rows of ``rows`` (``EXPLAIN``: nothing read)."""
         sql, params = rows.query.sql_with_params()
-        with self._cursor() as cursor:
+        with self.connection.cursor() as cursor:
             cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
             row = cursor.fetchone()
         plan = row[0] if row is not None else None
@@ -686,25 +803,12 @@ class PostgresStore(SharedReaper, DatabaseStore):
         except (TypeError, LookupError, ValueError):
             return None
 
-    def _cursor(self) -> CursorWrapper:
-        return self.connection.cursor()
-
-    def notify(self, payload: str) -> None:
-        self.dialect.notify(self, payload)
-
     # -- versions --------------------------------------------------------------------
-    def _horizon(self, cursor: CursorWrapper) -> int:
-        """Every transaction below this id has ended: its versions are all visible."""
-        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
-        row = cursor.fetchone()
-        assert row is not None
-        return int(row[0]) * PER_XACT - 1
-
     def load_schedules(self) -> tuple[list[ScheduleRef], int]:
         """Every enabled schedule with a next run, read in chunks (a server-side cursor,
         unless ``DISABLE_SERVER_SIDE_CURSORS``), and the horizon seen before reading."""
-        with self._cursor() as cursor:
-            since = self._horizon(cursor)
+        with self.connection.cursor() as cursor:
+            since = self.dialect.horizon(cursor)
         conn = self.connection
         chunked = not conn.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
         reader = RefReader(from_us)
@@ -725,8 +829,8 @@ class PostgresStore(SharedReaper, DatabaseStore):
     def changed_schedules(self, since: int) -> tuple[list[ScheduleRef], int]:
         """Schedules whose version is above ``since``; the value returned is the horizon
         seen before reading, so a transaction still open now is read again next time."""
-        with self._cursor() as cursor:
-            horizon = self._horizon(cursor)
+        with self.connection.cursor() as cursor:
+            horizon = self.dialect.horizon(cursor)
             cursor.execute(
                 f"SELECT id, {_NEXT_RUN_US}, version, enabled, queue_name FROM {SCHEDULE} "
                 "WHERE version > %s ORDER BY version",
@@ -743,7 +847,7 @@ class PostgresStore(SharedReaper, DatabaseStore):
         :mod:`~django_htask.store.presence`). A node declared dead stays dead:
         NodeFenced (its work was handed to the others)."""
         key = presence_key(node_id)
-        with self._atomic(), self._cursor() as cursor:
+        with self._atomic(), self.connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {NODE} AS n SET last_heartbeat = %s, stuck_threads = %s FROM ("
                 f" SELECT id, last_heartbeat FROM {NODE} WHERE id = %s FOR UPDATE"
@@ -756,20 +860,15 @@ class PostgresStore(SharedReaper, DatabaseStore):
                 self._fence(node_id)  # raises: declared dead, or gone
             renewed = self._renew_leases(node_id, lease_until)
         assert row is not None
-        self._heartbeat_after(now - row[0])
+        self._reaper.heartbeat_after(now - row[0])
         return renewed
-
-    def _hold_presence(self, node_id: str) -> None:
-        key = presence_key(node_id)
-        with self._cursor() as cursor:
-            cursor.execute(f"SELECT {_PRESENT}", [PRESENCE_CLASS, key, PRESENCE_CLASS, key])
 
     def absent(self, node_ids: list[str]) -> list[str]:
         """The nodes whose presence lock no session of this database holds."""
         if not node_ids:
             return []
         keys = {presence_key(node_id): node_id for node_id in node_ids}
-        with self._cursor() as cursor:
+        with self.connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT objid::bigint FROM pg_locks WHERE {_PRESENCE_LOCK} AND granted "
                 "AND objid = ANY(%s::bigint[]::oid[])",
@@ -778,80 +877,28 @@ class PostgresStore(SharedReaper, DatabaseStore):
             held = {int(key) for (key,) in cursor.fetchall()}
         return sorted(node_id for key, node_id in keys.items() if key not in held)
 
-    def _lock_reaper(self) -> None:
-        with self._cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [REAPER_LOCK])
+    @functools.cached_property
+    def _reaper(self) -> SharedReaper:
+        return SharedReaper()
 
-    def _try_lock_reaper(self) -> bool:
-        return self._try_lock(REAPER_LOCK)
-
-    def _try_lock_pruner(self) -> bool:
-        return self._try_lock(PRUNER_LOCK)
-
-    @staticmethod
-    def _id_among(select: str) -> str:
-        """As an array the sub-select fills once (an InitPlan). As ``id IN
-        (select)``, the planner may rescan the sub-select for each row of the outer
-        table (stale statistics make that table look like a row), and each rescan of a
-        ``… LIMIT n FOR UPDATE SKIP LOCKED`` skips the rows the statement already wrote
-        and takes n more: a claim of 2 started 5 tasks
-        (tests/integration/test_batch_limits.py)."""
-        return f"id = ANY(ARRAY({select}))"
-
-    def _delete_expired(
-        self, cursor: Any, condition: str, params: list[Any], limit: int
-    ) -> tuple[int, int]:
-        """As the generic one, in one statement: the tasks deleted return their ids and
-        their runs and edges are deleted by them (the ids as one array: read by the
-        index on ``task_id``, whatever the planner guesses of their number); then
-        their batches, if spent, in a statement of their own (there are batches)."""
-        doomed_ids = "ARRAY(SELECT id FROM doomed)"
-        cursor.execute(
-            f"WITH doomed AS (DELETE FROM {TASK} WHERE "
-            + self._id_among(f"{expired_ids(condition)} FOR UPDATE SKIP LOCKED")
-            + " AND finished_at IS NOT NULL RETURNING id, batch_id), "
-            f"runs AS (DELETE FROM {RUN} WHERE task_id = ANY({doomed_ids}) RETURNING 1), "
-            f"edges AS (DELETE FROM {EDGE} WHERE task_id = ANY({doomed_ids})) "
-            "SELECT (SELECT count(*) FROM doomed), (SELECT count(*) FROM runs), "
-            "ARRAY(SELECT DISTINCT batch_id FROM doomed WHERE batch_id IS NOT NULL)",
-            [*params, limit],
-        )
-        row = cursor.fetchone()
-        assert row is not None
-        if row[2]:
-            cursor.execute(
-                f"DELETE FROM {BATCH} WHERE {SPENT_BATCH_SQL} AND id = ANY(%s::bigint[])",
-                [list(row[2])],
-            )
-        return int(row[0]), int(row[1])
-
-    def _try_lock(self, key: int) -> bool:
-        """Take the advisory lock ``key`` until the transaction ends, without waiting;
-        whether it was taken."""
-        with self._cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
-            row = cursor.fetchone()
-        return row is not None and bool(row[0])
-
-    def _reaped(self, count: int, dead: list[str]) -> None:
-        """Tell the other nodes of the tasks handed back and the nodes gone."""
-        if count > len(dead):
-            self.notify("task")
-        if dead:
-            self.notify("node")
+    def reap(self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
+        """One node at a time (an advisory lock), after a pause when this node's own
+        heartbeat came late (:mod:`~django_htask.store.reaping`); the other nodes are
+        told."""
+        return self._reaper.reap(self, node_id, now, dead_before, retry)
 
     # -- firing ------------------------------------------------------------------------
     # A fire reads the schedule, may ask whether its runs go on elsewhere, and claims the
     # occurrence: each in one statement of SQL here, where the ORM's building of the
     # queries cost more CPU than the database's work (about 2 ms an occurrence).
     def get_schedule(self, schedule_id: int) -> ScheduleRow | None:
-        with self._cursor() as cursor:
+        with self.connection.cursor() as cursor:
             cursor.execute(f"SELECT {_ROW_SQL} FROM {SCHEDULE} WHERE id = %s", [schedule_id])
             values = cursor.fetchone()
         return schedule_row(values)
 
     def running_elsewhere(self, schedule_id: int, node_id: str, dead_before: datetime) -> list[str]:
-        with self._cursor() as cursor:
+        with self.connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT DISTINCT node FROM {RUN} WHERE schedule_id = %s AND status = %s "
                 f"AND node <> %s AND node IN (SELECT id FROM {NODE} WHERE {LIVE_NODE_SQL}) "
@@ -859,30 +906,3 @@ class PostgresStore(SharedReaper, DatabaseStore):
                 [schedule_id, RunStatus.RUNNING, node_id, dead_before],
             )
             return [node for (node,) in cursor.fetchall()]
-
-    def _claim_occurrence(self, occurrence: values.Occurrence) -> list[int] | None:
-        """The compare-and-set and the run rows in one statement: the runs are inserted
-        only if the schedule's update took its row."""
-        node_id, row, next_run_at, now, runs = occurrence
-        sets = "next_run_at = %s"
-        params: list[Any] = [next_run_at]
-        if runs:
-            sets += ", last_run_at = %s, last_status = %s"
-            params += [now, runs[-1].status]
-        claim = (
-            f"UPDATE {SCHEDULE} SET {sets} WHERE id = %s AND next_run_at = %s "
-            "AND version = %s AND enabled RETURNING id"
-        )
-        params += [row.id, row.next_run_at, row.version]
-        with self._fenced(node_id), self._cursor() as cursor:
-            if not runs:
-                cursor.execute(claim, params)
-                return [] if cursor.fetchall() else None
-            cursor.execute(
-                f"WITH claimed AS ({claim}), {_RUN_VALUES} "
-                f"{_RUN_INSERT} CROSS JOIN claimed RETURNING id",
-                [*params, *_run_rows(runs, schedule_id=row.id)],
-            )
-            # Ids are drawn in the order the rows are inserted: the order of ``runs``.
-            ids = sorted(r[0] for r in cursor.fetchall())
-        return ids or None

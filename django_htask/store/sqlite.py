@@ -34,7 +34,7 @@ from django_htask.models import CLAIM_INDEX, GATED_INDEX, Task
 from . import values
 from .base import ScheduleRef, StartedTask
 from .database import DatabaseStore, RefReader
-from .dialect import Conflict, Dialect, SharedStore, TaskStore
+from .dialect import Conflict, Connected, Dialect, TaskStore
 from .postgres import on_conflict
 
 __all__ = ["TIMESTAMPS", "SQLiteDialect", "SQLiteStore", "install", "is_utc_text", "utc_text"]
@@ -164,7 +164,7 @@ class SQLiteDialect(Dialect):
     claim_indexed_by = f" INDEXED BY {CLAIM_INDEX}"
 
     @contextlib.contextmanager
-    def atomic(self, store: SharedStore) -> Iterator[None]:
+    def atomic(self, store: Connected) -> Iterator[None]:
         """A transaction that takes SQLite's write lock at ``BEGIN`` (``IMMEDIATE``).
 
         A deferred transaction that reads and then writes cannot wait for another
@@ -200,6 +200,9 @@ class SQLiteDialect(Dialect):
             claim, adapt=conn.ops.adapt_datetimefield_value, indexed_by=self.claim_indexed_by
         )
 
+    # -- missing tables ------------------------------------------------------------------
+    no_such_table = re.compile(r"no such table: (?:\w+\.)?(\w+)")
+
 
 class SQLiteStore(DatabaseStore):
     """The embedded single-node default. SQLite serialises writers, so the generic
@@ -207,7 +210,6 @@ class SQLiteStore(DatabaseStore):
 
     vendor = "sqlite"
     dialect = SQLiteDialect()
-    _no_such_table = re.compile(r"no such table: (?:\w+\.)?(\w+)")
     single_host = True  # a SQLite file is shared by the processes of one host
 
     def install(self) -> None:

@@ -478,7 +478,7 @@ def test_a_connection_lost_as_a_transaction_begins_does_not_wedge_the_thread(
     def lose_and_come_back() -> None:
         store = PostgresStore()
         store.register_node("n1", "host", 1, "0", NOW)
-        with store._cursor() as cursor:
+        with store.connection.cursor() as cursor:
             cursor.execute("SELECT pg_backend_pid()")
             (pid,) = cursor.fetchone()
         monitor = other_client()

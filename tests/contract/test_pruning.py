@@ -142,7 +142,7 @@ def test_one_pruner_at_a_time(kit: Kit) -> None:
     def hold() -> None:
         try:
             with other._atomic():  # type: ignore[attr-defined]
-                assert other._try_lock_pruner()  # type: ignore[attr-defined]
+                assert other.dialect.try_lock_pruner(other)  # type: ignore[attr-defined]
                 holding.set()
                 release.wait(10)
         finally:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import django_htask
@@ -145,3 +145,73 @@ class Store:
         ("insert", "'SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%s::bigin'"),
         ("Store", "'sqlite'"),
     }
+
+
+#: The stores of the vendor modules, and where the code they share is.
+VENDOR_STORES = ("store/sqlite.py", "store/postgres.py", "store/mysql.py")
+SHARED = ("store/database", "store/base.py")
+
+
+def _class_names(tree: ast.AST, keep: Callable[[ast.ClassDef], bool]) -> dict[str, set[str]]:
+    """The names each class of ``tree`` that ``keep`` keeps defines in its body (its
+    methods and attributes)."""
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and keep(node):
+            names = found.setdefault(node.name, set())
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                    names.add(item.name)
+                elif isinstance(item, ast.Assign):
+                    names |= {t.id for t in item.targets if isinstance(t, ast.Name)}
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    names.add(item.target.id)
+    return found
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_overrides(vendor_source: str, shared_sources: list[str]) -> list[str]:
+    """``Class.name`` for each private name a store class of ``vendor_source`` (one
+    based on ``DatabaseStore``) defines that a class of the shared code defines too."""
+    shared: set[str] = set()
+    for source in shared_sources:
+        for names in _class_names(ast.parse(source), lambda _node: True).values():
+            shared |= {name for name in names if _private(name)}
+
+    def is_store(node: ast.ClassDef) -> bool:
+        return any(ast.unparse(base).endswith("DatabaseStore") for base in node.bases)
+
+    stores = _class_names(ast.parse(vendor_source), is_store)
+    return sorted(f"{cls}.{name}" for cls, names in stores.items() for name in names & shared)
+
+
+def test_a_vendor_store_overrides_nothing_private_of_the_shared_store() -> None:
+    """What a database does its own way below the public ``Store`` interface is its
+    dialect's, which the shared code calls explicitly: a vendor's store class may
+    implement public methods, never replace a private step of the shared code."""
+    shared = [
+        file.read_text()
+        for entry in SHARED
+        for file in ([ROOT / entry] if entry.endswith(".py") else (ROOT / entry).rglob("*.py"))
+    ]
+    found = {path: private_overrides((ROOT / path).read_text(), shared) for path in VENDOR_STORES}
+    assert found == {path: [] for path in VENDOR_STORES}
+
+
+def test_the_override_scan_finds_a_private_step_replaced() -> None:
+    shared = (
+        "class TaskRows:\n    _by_id = ''\n    def _start_in(self): ...\n    def record(self): ..."
+    )
+    vendor = (
+        "class Store(SharedReaper, DatabaseStore):\n"
+        "    _by_id = ' FORCE INDEX (x)'\n"
+        "    def _start_in(self): ...\n"
+        "    def record(self): ...\n"
+        "    def _own_helper(self): ...\n"
+        "class MyDialect(Dialect):\n"
+        "    def _start_in(self): ...\n"
+    )
+    assert private_overrides(vendor, [shared]) == ["Store._by_id", "Store._start_in"]

@@ -54,8 +54,8 @@ class DatabaseStore(NodeRows, ScheduleRows, TaskRows, PruneRows, OrmStore):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # every method of the interface, as the subclass resolves it: its own, and
-        # those of a mixin before DatabaseStore in its bases (SharedReaper.reap)
+        # every method of the interface, as the subclass resolves it (its own, and
+        # those of a class before DatabaseStore in its bases)
         _translate(cls, INTERFACE)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -21,9 +20,9 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django_htask.db import scheduler_alias
 from django_htask.exceptions import NodeFenced, NotMigrated, StoreUnavailable
 from django_htask.models import Node, Run, RunStatus, Schedule, Task, TaskStatus
-from django_htask.store.base import RunOutcome, Store
+from django_htask.store.base import Listening, RunOutcome, Store
 from django_htask.store.dialect import Dialect
-from django_htask.store.values import _RUN_COLUMNS, Probe
+from django_htask.store.values import _RUN_COLUMNS, ListenTo, Probe
 
 #: SQLite allows 999 host parameters in old builds: chunk ``IN (...)`` lists.
 _CHUNK = 500
@@ -201,13 +200,6 @@ class OrmStore(Store):
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.using]
 
-    @staticmethod
-    def _id_among(select: str) -> str:
-        """The condition that a row's id is one of those ``select`` picks (a
-        sub-select of ids ``… LIMIT n``, maybe locking them): evaluated once for the
-        statement, however it is planned (PostgreSQL overrides it)."""
-        return f"id IN ({select})"
-
     def check_migrated(self) -> None:
         """Compare django_htask's migration files with those recorded as applied (a
         listing and one query: loading the whole migration graph would cost more than
@@ -242,15 +234,12 @@ class OrmStore(Store):
             "run `manage.py migrate`"
         )
 
-    #: How this database says a statement's table does not exist (the table's name
-    #: its first group); each vendor's store has its own.
-    _no_such_table: re.Pattern[str] | None = None
-
     @classmethod
     def missing_table(cls, exc: Exception) -> str:
         """The table ``exc`` says does not exist, in this database's words ('' if it
         says something else)."""
-        match = cls._no_such_table.search(str(exc)) if cls._no_such_table else None
+        words = cls.dialect.no_such_table
+        match = words.search(str(exc)) if words else None
         return match.group(1) if match else ""
 
     def install(self) -> None:
@@ -258,6 +247,9 @@ class OrmStore(Store):
 
     def notify_nodes(self) -> None:
         pass  # no notices on this database: the nodes poll
+
+    def _listen(self, to: ListenTo) -> Listening | None:
+        return self.dialect.listen(self, to)
 
     def describe(self) -> str:
         settings = self.connection.settings_dict

@@ -36,12 +36,7 @@ class NodeRows(FollowRows):
                 "stuck_threads": 0,
             },
         )
-        self._hold_presence(node_id)
-
-    def _hold_presence(self, node_id: str) -> None:
-        """Hold the node's presence on this connection, from its registration (the
-        thread that starts a node keeps its connection) and at each heartbeat (see
-        :meth:`absent`): nothing here."""
+        self.dialect.hold_presence(self, node_id)
 
     def heartbeat(self, node_id: str, now: datetime, lease_until: datetime, stuck: int = 0) -> int:
         with self._fenced(node_id):
@@ -147,7 +142,7 @@ class NodeRows(FollowRows):
         self, node_id: str, now: datetime, dead_before: datetime, retry: RetryPolicy
     ) -> int:
         with self._atomic():
-            self._lock_reaper()
+            self.dialect.lock_reaper(self)
             stopped = (
                 Node.objects.using(self.using)
                 .not_stopped()
@@ -155,9 +150,6 @@ class NodeRows(FollowRows):
                 .update(stopped_at=now)
             )
             return self._reap(now, dead_before, retry) if stopped else 0
-
-    def _lock_reaper(self) -> None:
-        """Keep other reapers out until the transaction ends (one database: nothing)."""
 
     def _reap(self, now: datetime, dead_before: datetime, retry: RetryPolicy) -> int:
         """The reaper's work, in the caller's transaction (see :meth:`Store.reap`).

@@ -17,45 +17,23 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from django_htask.models import Batch, Dependency, Node, RateSlot, Run, RunStatus, Task
+from django_htask.models import Node, Run, Task
 from django_htask.querysets import (
-    EXPIRED_RUN_SQL,
     EXPIRED_TASK_SQL,
     OWN_EXPIRED_TASK_SQL,
-    SPENT_BATCH_SQL,
     expired_run,
     expired_task,
 )
 from django_htask.retention import FINAL_STATUSES, Cutoffs
 from django_htask.store.values import Pruned
 
-from .core import _NODE, _RUN, _TASK, OrmStore
+from .core import _NODE, _TASK, OrmStore
 
-__all__ = ["PruneRows", "expired_ids"]
-
-_EDGE = Dependency._meta.db_table
-_SLOT = RateSlot._meta.db_table
-_BATCH = Batch._meta.db_table
-
-
-def expired_ids(condition: str) -> str:
-    """The query of the ids of at most ``%s`` tasks of one range of the pruner's index,
-    oldest first. Ordered in the index's order: PostgreSQL takes ``retention IS NULL``
-    for no equality, so ordering by ``finished_at`` alone read and sorted every
-    matching row."""
-    return (
-        f"SELECT id FROM {_TASK} WHERE {condition} ORDER BY retention, status, finished_at LIMIT %s"
-    )
+__all__ = ["PruneRows"]
 
 
 class PruneRows(OrmStore):
     """Deleting what is past its retention (see the module)."""
-
-    def _try_lock_pruner(self) -> bool:
-        """Take the pruner's lock until the transaction ends, without waiting; whether
-        it was taken (False: another node prunes). Nothing here: a SQLite write
-        transaction is exclusive already."""
-        return True
 
     #: Appended to the read of the tasks a batch deletes: rows another transaction
     #: holds (a failed task being sent again) are left for the next batch.
@@ -67,25 +45,27 @@ class PruneRows(OrmStore):
     def prune(self, node_id: str, cutoffs: Cutoffs, limit: int) -> Pruned | None:
         adapt = self.connection.ops.adapt_datetimefield_value
         with self._atomic(), self.connection.cursor() as cursor:
-            if not self._try_lock_pruner():
+            if not self.dialect.try_lock_pruner(self):
                 return None
             tasks = runs = 0
             for condition, params in self._expired_ranges(cursor, cutoffs):
                 values = [adapt(p) if isinstance(p, datetime) else p for p in params]
-                deleted, their_runs = self._delete_expired(cursor, condition, values, limit - tasks)
+                deleted, their_runs = self.dialect.delete_expired(
+                    self, cursor, condition, values, limit - tasks
+                )
                 tasks, runs = tasks + deleted, runs + their_runs
                 if tasks >= limit:
                     break
             more = tasks >= limit
             if not more and cutoffs.runs is not None:
-                old = self._delete_runs(cursor, adapt(cutoffs.runs), limit - tasks)
+                old = self.dialect.delete_runs(self, cursor, adapt(cutoffs.runs), limit - tasks)
                 runs += old
                 more = old >= limit - tasks
             nodes = 0
             if not more and cutoffs.runs is not None:
                 nodes = self._delete_stopped_nodes(cursor, adapt(cutoffs.runs))
             if not more:
-                more = self._delete_slots(cursor, adapt(cutoffs.now), limit) >= limit
+                more = self.dialect.delete_slots(self, cursor, adapt(cutoffs.now), limit) >= limit
             pruned = Pruned(tasks, runs, nodes, more)
             if pruned.rows:
                 cursor.execute(
@@ -104,24 +84,6 @@ class PruneRows(OrmStore):
         ids = [row[0] for row in cursor.fetchall()]
         delete = f"DELETE FROM {_NODE} WHERE stopped_at < %s AND id"
         return self._delete_ids(cursor, delete, ids, [before])
-
-    def _delete_expired(
-        self, cursor: Any, condition: str, params: list[Any], limit: int
-    ) -> tuple[int, int]:
-        """Delete at most ``limit`` tasks of one range of the pruner's index
-        (``condition``), the oldest first, and their runs; how many of each. The ids
-        are read first, the rows they name locked (those another transaction holds are
-        left for the next batch), then the runs and the tasks deleted by id."""
-        cursor.execute(f"{expired_ids(condition)}{self._skip_held}", [*params, limit])
-        ids = [row[0] for row in cursor.fetchall()]
-        runs = self._delete_ids(cursor, f"DELETE FROM {_RUN} WHERE task_id", ids)
-        self._delete_ids(cursor, f"DELETE FROM {_EDGE} WHERE task_id", ids)
-        batches = self._batches_of(cursor, ids)
-        tasks = self._delete_ids(
-            cursor, f"DELETE FROM {_TASK} WHERE finished_at IS NOT NULL AND id", ids
-        )
-        self._delete_ids(cursor, f"DELETE FROM {_BATCH} WHERE {SPENT_BATCH_SQL} AND id", batches)
-        return tasks, runs
 
     def _batches_of(self, cursor: Any, ids: list[int]) -> list[int]:
         """The batches of the tasks ``ids`` (read through the batch index: the ids of
@@ -178,27 +140,6 @@ class PruneRows(OrmStore):
             cursor.execute(f"{delete} IN ({', '.join(['%s'] * len(part))})", [*params, *part])
             deleted += cursor.rowcount
         return deleted
-
-    def _delete_runs(self, cursor: Any, cutoff: Any, limit: int) -> int:
-        """Delete at most ``limit`` runs past ``RUN_RETENTION_DAYS``, the oldest first."""
-        cursor.execute(
-            f"DELETE FROM {_RUN} WHERE "
-            + self._id_among(
-                f"SELECT id FROM {_RUN} WHERE {EXPIRED_RUN_SQL} ORDER BY started_at LIMIT %s"
-            ),
-            [cutoff, RunStatus.RUNNING, limit],
-        )
-        return int(cursor.rowcount)
-
-    def _delete_slots(self, cursor: Any, now: Any, limit: int) -> int:
-        """Delete at most ``limit`` expired slots of rate limits (a claim deletes those
-        of the flows it starts; these are of flows no claim started since)."""
-        cursor.execute(
-            f"DELETE FROM {_SLOT} WHERE "
-            + self._id_among(f"SELECT id FROM {_SLOT} WHERE expires_at <= %s LIMIT %s"),
-            [now, limit],
-        )
-        return int(cursor.rowcount)
 
     def expired(self, cutoffs: Cutoffs) -> Pruned:
         with self.connection.cursor() as cursor:

@@ -132,19 +132,7 @@ class ScheduleRows(OrmStore):
         return sorted(set(nodes))
 
     def _claim_occurrence(self, occurrence: values.Occurrence) -> list[int] | None:
-        node_id, row, next_run_at, now, runs = occurrence
-        with self._fenced(node_id):
-            claimed = (
-                Schedule.objects.using(self.using)
-                .filter(id=row.id, next_run_at=row.next_run_at, version=row.version, enabled=True)
-                .update(**self._after_fire(next_run_at, now, runs))
-            )
-            if not claimed:
-                return None
-            created = Run.objects.using(self.using).bulk_create(
-                [self._run(run, schedule_id=row.id) for run in runs]
-            )
-        return [r.pk for r in created]
+        return self.dialect.claim_occurrence(self, occurrence)
 
     def _mark_broken(self, breakage: values.Breakage) -> bool:
         node_id, schedule_id, version, reason, run = breakage

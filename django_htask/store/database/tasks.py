@@ -438,7 +438,7 @@ class TaskRows(FollowRows):
         with self.connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {_TASK} SET {sets} WHERE "
-                + self._id_among(
+                + self.dialect.id_among(
                     f"SELECT id FROM {_TASK}{indexed_by} WHERE {CLAIMABLE_SQL}"
                     f" AND {PLAIN_TASK_SQL}{served}"
                     f" ORDER BY priority DESC, run_at, id LIMIT %s{lock}"

@@ -78,6 +78,9 @@ class _ShortRepr(reprlib.Repr):
         super().__init__()
         self.maxstring = self.maxother = 60
         self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = self.maxdict = 4
+        # Each level may show 4 items of 60 characters: three levels keep the text
+        # built under a few thousand characters, which _cut then shortens.
+        self.maxlevel = 3
 
     def repr_int(self, x: int, level: int) -> str:
         # str() of a huge int takes quadratic time and is refused past 4,300 digits.
@@ -92,18 +95,25 @@ class _ShortRepr(reprlib.Repr):
 
 
 _short = _ShortRepr()
+#: The longest a value's text in a message gets (nested containers add up).
+MAX_SHOWN = 300
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_SHOWN else f"{text[: MAX_SHOWN - 60]}...{text[-40:]}"
 
 
 def short_repr(value: Any) -> str:
-    """``repr(value)``, cut to about 60 characters (4 items of a container)."""
-    return _short.repr(value)
+    """``repr(value)``, cut to about 60 characters (4 items of a container, three
+    levels deep), and to :data:`MAX_SHOWN` in all."""
+    return _cut(_short.repr(value))
 
 
 def shown(value: object) -> str:
     """A value as error messages name it: ``str 'tomorrow'``, ``int 1``, ``None``."""
     if value is None:
         return "None"
-    return f"{type(value).__name__} {_short.repr(value)}"
+    return f"{type(value).__name__} {short_repr(value)}"
 
 
 def short_path(path: str) -> str:

@@ -783,3 +783,16 @@ def test_messages_stay_short_whatever_the_values() -> None:
     with pytest.raises(PayloadError) as info:
         encode_call(long_name, ["x" * 100], max_size=100)
     assert len(str(info.value)) < 300
+
+
+def test_a_message_naming_nested_containers_stays_short() -> None:
+    """Each level of a container shows 4 items: nested, they added up (a hostile call
+    of dicts four deep gave a message of over 1,000 characters)."""
+    nested: Any = {f"{i}-{'é' * 70}": -3.8e16 for i in range(5)}
+    for _ in range(4):
+        nested = {f"{i}-{'k' * 70}": nested for i in range(5)}
+    with pytest.raises(PayloadError) as info:
+        decode_call(msgpack.packb(["t:f", [], nested, 0]))
+    message = str(info.value)
+    assert message.startswith("a call is an array [name, args, kwargs]"), message[:100]
+    assert len(message) < 400, len(message)

@@ -34,12 +34,27 @@ _set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
 _set_async_exc.restype = ctypes.c_int
 
 
-def _raise_in(ident: int, exc: type[BaseException] | None) -> int:
-    """Have the thread ``ident`` raise ``exc`` at its next bytecode (``None``: take back
-    one not raised yet, a NULL pointer); return how many threads were affected."""
-    return int(
-        _set_async_exc(ctypes.c_ulong(ident), None if exc is None else ctypes.py_object(exc))
-    )
+def _raise_in(ident: int, exc: type[BaseException]) -> int:
+    """Have the thread ``ident`` raise ``exc`` at its next bytecode; return how many
+    threads were affected."""
+    return int(_set_async_exc(ctypes.c_ulong(ident), ctypes.py_object(exc)))
+
+
+class _TakenBack(BaseException):
+    """Raised in a thread by itself, and caught there, in place of an interrupt."""
+
+
+def _take_back() -> None:
+    """Take back an interrupt aimed at this thread, raised already or not: one raised
+    here in its place, and caught. Taking it back by a NULL exception instead leaves
+    CPython's pending-exception signal on: every thread then takes the slow path at
+    each check, and a profile or trace function that raises loops for ever."""
+    try:
+        _raise_in(threading.get_ident(), _TakenBack)
+        while True:  # raised at the loop's first check of pending events
+            pass
+    except _TakenBack:
+        return
 
 
 class RunGuard:
@@ -84,8 +99,9 @@ class RunGuard:
         one aimed but not raised yet is taken back."""
         with self._lock:
             self._inside = False
-            if self._interrupted:
-                _raise_in(self._ident, None)
+            aimed = self._interrupted  # none is aimed once _inside is false
+        if aimed:
+            _take_back()
 
     def settle(self) -> bool:
         """The calling thread is done: True if it records the outcome, False if the

@@ -3,6 +3,8 @@ side of timeouts and aborts. Threads here wait on events, never on time."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 
@@ -107,6 +109,58 @@ def test_leave_takes_back_an_interrupt_not_raised_yet() -> None:
     thread.join(5)
     assert out in (["ForcedStop"], ["returned"])
     assert len(after) == 1000
+
+
+#: Run in a fresh interpreter: an interrupt taken back, then a profile function that
+#: raises (as a test counting calls does). It loops for ever if the take-back left
+#: CPython's pending-exception signal on.
+_PROFILE_AFTER_TAKE_BACK = """
+import sys
+from django_htask.engine import ForcedStop, RunGuard
+
+guard = RunGuard()
+guard.enter()
+try:
+    guard.interrupt()  # aimed at this thread itself, raised at its next check
+    while True:
+        pass
+except ForcedStop:
+    pass
+guard.leave()
+calls = 0
+
+def profile(frame, event, arg):
+    global calls
+    if event == "call":
+        calls += 1
+        if calls > 3:
+            raise RuntimeError("over budget")
+
+def one():
+    return 1
+
+sys.setprofile(profile)
+try:
+    [one() for _ in range(10)]
+except RuntimeError:
+    pass
+finally:
+    sys.setprofile(None)
+print("done", calls)
+"""
+
+
+def test_an_interrupt_taken_back_leaves_no_pending_signal_behind() -> None:
+    """After a forced stop, the thread (and every other) runs as before: a profile
+    function that raises ends the profiled call, as it did before any interrupt."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PROFILE_AFTER_TAKE_BACK],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "done 4"), done.stderr
 
 
 def test_abandon_and_settle_exclude_each_other() -> None:

@@ -106,6 +106,45 @@ class Firing(Connected, Protocol):
     def _run(self, outcome: RunOutcome, schedule_id: int | None = None) -> Run: ...
 
 
+class Fencing(Connected, Protocol):
+    """The shared store's fence of a node's writes, which a dialect's transaction runs
+    first (:mod:`.database.core`)."""
+
+    def _fence(self, node_id: str) -> None: ...
+
+
+class TaskStore(Connected, Protocol):
+    """What a dialect reaches of the shared store's task rows, to claim and end."""
+
+    def _mark_started(
+        self, claim: Claim, ids: list[int], claimable: QuerySet[Task]
+    ) -> list[StartedTask]: ...
+
+    def _start_returning(
+        self,
+        claim: Claim,
+        lock: str = "",
+        adapt: Callable[[Any], Any] = ...,
+        indexed_by: str = "",
+    ) -> list[StartedTask]: ...
+
+    def _record_runs(
+        self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None
+    ) -> None: ...
+
+    def _refused(self, node_id: str, task_ids: list[int]) -> set[int]: ...
+
+    def _follow_ends(self, task_ids: list[int], now: datetime) -> None: ...
+
+
+@contextmanager
+def fenced_in(atomic: AbstractContextManager[Any], store: Fencing, node_id: str) -> Iterator[None]:
+    """``atomic``, whose first statement is the fence of node ``node_id``."""
+    with atomic:
+        store._fence(node_id)
+        yield
+
+
 #: What an insert hands each batch to: its rows, and the rows its statement returned.
 OnBatch = Callable[[list[tuple[Any, ...]], list[tuple[Any, ...]]], None]
 
@@ -177,45 +216,6 @@ class RowInsert:
             ]
 
         return params_of
-
-
-class Fencing(Connected, Protocol):
-    """The shared store's fence of a node's writes, which a dialect's transaction runs
-    first (:mod:`.database.core`)."""
-
-    def _fence(self, node_id: str) -> None: ...
-
-
-class TaskStore(Connected, Protocol):
-    """What a dialect reaches of the shared store's task rows, to claim and end."""
-
-    def _mark_started(
-        self, claim: Claim, ids: list[int], claimable: QuerySet[Task]
-    ) -> list[StartedTask]: ...
-
-    def _start_returning(
-        self,
-        claim: Claim,
-        lock: str = "",
-        adapt: Callable[[Any], Any] = ...,
-        indexed_by: str = "",
-    ) -> list[StartedTask]: ...
-
-    def _record_runs(
-        self, node_id: str, outcomes: list[RunOutcome], still_running: set[int] | None = None
-    ) -> None: ...
-
-    def _refused(self, node_id: str, task_ids: list[int]) -> set[int]: ...
-
-    def _follow_ends(self, task_ids: list[int], now: datetime) -> None: ...
-
-
-@contextmanager
-def fenced_in(atomic: AbstractContextManager[Any], store: Fencing, node_id: str) -> Iterator[None]:
-    """``atomic``, whose first statement is the fence of node ``node_id``."""
-    with atomic:
-        store._fence(node_id)
-        yield
 
 
 class Dialect(abc.ABC):

@@ -786,8 +786,8 @@ def test_messages_stay_short_whatever_the_values() -> None:
 
 
 def test_a_message_naming_nested_containers_stays_short() -> None:
-    """Each level of a container shows 4 items: nested, they added up (a hostile call
-    of dicts four deep gave a message of over 1,000 characters)."""
+    """Each level of a container shows 4 items, so nested ones multiply: the value
+    shown is cut as a whole, however deep the payload a caller sends."""
     nested: Any = {f"{i}-{'é' * 70}": -3.8e16 for i in range(5)}
     for _ in range(4):
         nested = {f"{i}-{'k' * 70}": nested for i in range(5)}

@@ -103,11 +103,17 @@ class Engine:
     width: int = 0
     #: The name of its rows at other widths (``{width}``); empty: one width only.
     widened: str = ""
+    #: django-htask's ``PREFETCH`` (``--prefetch``).
+    prefetch: int = 0
 
     @property
     def env(self) -> dict[str, str]:
         """The settings of its processes; a peer's name picks its apps."""
-        return {"DJANGO_SETTINGS_MODULE": self.settings, "HTASK_BENCH_PEER": self.name}
+        return {
+            "DJANGO_SETTINGS_MODULE": self.settings,
+            "HTASK_BENCH_PEER": self.name,
+            "HTASK_BENCH_PREFETCH": str(self.prefetch),
+        }
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -890,17 +896,20 @@ def _print_equal_widths(
 ) -> None:
     """django-htask / Oban where one's workers per process equal the other's queue
     limit, each round's ratio against the same round's."""
-    ours = {e.width: e.name for e in engines if e.widened == ENGINES[0].widened}
+    ours = [e for e in engines if e.widened == ENGINES[0].widened]
     oban = {e.width: e.name for e in engines if isinstance(e, ObanEngine)}
-    widths = sorted(ours.keys() & oban.keys())
-    if not widths:
+    if not {e.width for e in ours} & oban.keys():
         return
     print("  django-htask / Oban at equal concurrency (median of the rounds' ratios, range):")
     for size in (1, 3):
-        for width in widths:
-            got, ref = results[ours[width], size], results[oban[width], size]
+        for engine in sorted(ours, key=lambda e: (e.width, e.prefetch)):
+            if engine.width not in oban:
+                continue
+            width = engine.width
+            got, ref = results[engine.name, size], results[oban[width], size]
+            buffer = f" prefetch {engine.prefetch}" if engine.prefetch else ""
             print(
-                f"  {size} process(es), {width} workers / limit {width}: tasks/s from exec "
+                f"  {size} process(es), {width} workers{buffer} / limit {width}: tasks/s from exec "
                 f"{_ratio(got, ref, 'from_start')}, from 1st task "
                 f"{_ratio(got, ref, 'from_first')}; CPU per task, workers "
                 f"{_ratio(got, ref, 'cpu_ms')}, PostgreSQL {_ratio(got, ref, 'server_cpu_ms')}"
@@ -942,6 +951,14 @@ def main() -> None:
         default=[8, 20, 50],
         help="section 1: django-htask's workers per process and Oban's queue limit, a row "
         "each (default: 8 20 50; 8, django-htask's default, is the row the peers are put beside)",
+    )
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="section 1: django-htask's PREFETCH setting, a row each at each width (default: 0; "
+        "a row with N is named '... -p N')",
     )
     parser.add_argument(
         "--oban-python",
@@ -993,9 +1010,16 @@ def _throughput(bench: Bench, args: argparse.Namespace) -> None:
         if named.name not in args.engines or not (named.mariadb or not mariadb):
             continue
         engine = replace(named, python=args.oban_python) if isinstance(named, ObanEngine) else named
-        engines.append(engine)
+        widths = [engine]
         if engine.widened:
-            engines += [engine.wide(w) for w in args.widths if w != engine.width]
+            widths += [engine.wide(w) for w in args.widths if w != engine.width]
+        if engine.name == ENGINES[0].name:
+            widths = [
+                replace(e, name=f"{e.name} -p {p}" if p else e.name, prefetch=p)
+                for e in widths
+                for p in args.prefetch
+            ]
+        engines += widths
     sites = {e.name: e.prepare(bench) for e in engines}
     print(
         f"1. one-off throughput: {args.tasks} trivial tasks queued, then 1 or 3 "

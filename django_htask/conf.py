@@ -46,6 +46,12 @@ class HtaskSettings:
     lookahead: float = 30.0
     #: How many one-off tasks a node claims in one query.
     claim_batch: int = 500
+    #: How many due tasks a node may claim beyond its free workers, to start the
+    #: moment a worker is free rather than after the next claim (PostgreSQL; 0: none).
+    #: Only tasks without a lock or a limit, never handed to a node before. A stop
+    #: hands back those not begun, and so does the reaper for a node that died.
+    #: See docs/performance.md for what it buys and costs.
+    prefetch: int = 0
     #: Seconds a node's claim on a task lasts; renewed by every heartbeat.
     lease: float = 60.0
     #: Seconds between two node heartbeats (which also renew leases and reap dead nodes).

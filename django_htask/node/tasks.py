@@ -2,9 +2,13 @@
 
 A due task is claimed only when a worker takes it: one transaction writes the results
 waiting and claims as many due tasks as workers are free, marking them running and
-counting their attempt. A node holds no task it has not started; for the next task due
-it only reads the time and sets a timer (within ``LOOKAHEAD``; else its poll looks
-again), so an idle node writes nothing.
+counting their attempt. With ``PREFETCH`` (where the store buffers: PostgreSQL) the
+same transaction claims up to that many more for a buffer, with no start time: a
+worker that ends a call takes the next one from the buffer at once, while the next
+claim is made; the claim after a buffered task begins writes its start, and until
+then a node that dies hands it back uncharged. For the next task due a node only
+reads the time and sets a timer (within ``LOOKAHEAD``; else its poll looks again), so
+an idle node writes nothing.
 
 A task with a lock or a limit that cannot start now is not due (``task_outlook``), so a
 node never spins on it. When one ends, the claim that writes its end also looks for
@@ -70,6 +74,8 @@ class TaskDispatch:
         #: Task id -> when its call was handed to a worker (clock.monotonic()), in that
         #: order, while it runs (with worker processes only: see ask()).
         self._calls: dict[int, float] = {}
+        #: The tasks claimed for the buffer whose start is not written yet.
+        self._buffered: set[int] = set()
 
     def ask(self) -> None:
         """Ask for a round (a result waits, a worker is free). With ``gather`` (worker
@@ -157,14 +163,38 @@ class TaskDispatch:
         self.due = True
         self.dispatch()
 
-    def free(self) -> int:
+    def free(self) -> tuple[int, int]:
         """How many more tasks the workers can start now (a thread per job: a batch),
-        and no more than ``max_tasks`` allows."""
+        and how many more the buffer takes (``PREFETCH``, where the store buffers), no
+        more than ``max_tasks`` allows in all."""
         ctx = self.ctx
-        free = ctx.settings.claim_batch if ctx.workers == 0 else ctx.workers - len(ctx.running)
+        if ctx.workers == 0:
+            free, room = ctx.settings.claim_batch, 0
+        else:
+            held = len(ctx.running)
+            free = ctx.workers - held
+            room = ctx.settings.prefetch if ctx.store.buffers else 0
+            room = min(room, ctx.workers + room - held)
         if self.max_tasks is not None:
-            free = min(free, self.max_tasks - self.claimed)
-        return free
+            left = self.max_tasks - self.claimed
+            free = min(free, left)
+            room = min(room, left - max(free, 0))
+        return free, room
+
+    def _begun(self) -> list[tuple[int, datetime]]:
+        """The buffered tasks a worker has begun and that still run (id, when begun):
+        their start is written by the next claim. Those ended have theirs written with
+        their end."""
+        begun = []
+        running = self.ctx.running
+        for task_id in list(self._buffered):
+            key = ("task", task_id)
+            if (called := running.called(key)) is not None:
+                begun.append((task_id, called.started_at))
+            elif running.guard(key) is not None:
+                continue  # not begun yet
+            self._buffered.discard(task_id)
+        return begun
 
     def dispatch(self) -> None:
         """Write the results waiting, then claim and start as many due tasks as there
@@ -186,18 +216,19 @@ class TaskDispatch:
         never ended, and the heartbeat thread, seeing the control thread in one call
         past NODE_TIMEOUT, stopped renewing the leases."""
         outcomes = self.ctx.results.take()
+        begun = self._begun() if self._buffered else []
         if any(o.gated or o.follow for o in outcomes):
             self.due = True  # its end, written first, may let a waiting task start
-        free = self.free() if self.due else 0
-        if free <= 0 and not outcomes:
+        free, room = self.free() if self.due else (0, 0)
+        if free <= 0 and room <= 0 and not outcomes and not begun:
             return
-        step = functools.partial(self._start, max(free, 0), outcomes)
+        step = functools.partial(self._start, max(free, 0), max(room, 0), outcomes, begun)
         started = self.ctx.control.attempt(step, "task claim", retry=self.request)
         if started is None:
             return
         if any(o.retry_at is not None for o in outcomes):
             self.ctx.control.guarded(self.watch, "look for tasks")
-        if free > 0 and len(started) < free:
+        if (free > 0 or room > 0) and len(started) < max(free, 0) + max(room, 0):
             self.due = False  # none left: until a poll, a wake-up or a timer
         if started.wake_at is not None:  # some were held back until then
             now = self.ctx.clock.now()
@@ -209,6 +240,7 @@ class TaskDispatch:
         if not started:
             return
         self.ctx.running.add_tasks(started)
+        self._buffered.update(started.buffered)
         self.claimed += len(started)
         for task in started:  # highest priority first
             if self.gather:
@@ -216,21 +248,40 @@ class TaskDispatch:
             self.ctx.jobs.call_soon(self._job, task)
         self.ask()  # more may have finished meanwhile
 
-    def _start(self, free: int, finished: list[RunOutcome]) -> Started:
-        """Write ``finished`` and claim up to ``free`` due tasks: the tasks started."""
+    def _start(
+        self,
+        free: int,
+        room: int,
+        finished: list[RunOutcome],
+        begun: list[tuple[int, datetime]],
+    ) -> Started:
+        """Write ``finished`` and the start of the buffered tasks ``begun``, and claim
+        up to ``free`` due tasks to start and ``room`` more for the buffer: the tasks
+        claimed."""
         ctx = self.ctx
         now = ctx.clock.now()
         lease_until = now + timedelta(seconds=ctx.settings.lease)
         try:
             return ctx.store.start_tasks(
-                ctx.node_id, now, free, lease_until, finished=finished, serving=ctx.serving
+                ctx.node_id,
+                now,
+                free,
+                lease_until,
+                finished=finished,
+                serving=ctx.serving,
+                buffer=room,
+                begun=begun,
             )
         except StoreUnavailable:
             ctx.results.put_back(finished)
+            self._buffered.update(task_id for task_id, _ in begun)
             raise
 
     def _job(self, task: StartedTask) -> None:
-        """A worker runs one task."""
+        """A worker runs one task. One that waited in the buffer asks for a claim, which
+        writes its start."""
+        if task.id in self._buffered:
+            self.request.request()
         finish = functools.partial(self._finish, task)
         self.supervisor.run(
             ("task", task.id), task_call(task, self.ctx.node_id), task.timeout, finish

@@ -33,7 +33,7 @@ import abc
 import contextlib
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol, TypeVar
@@ -297,6 +297,9 @@ class Store(abc.ABC):
     #: Every node of this database runs on one host (SQLite): a node may declare dead
     #: at once a node of its own host whose process is gone (:meth:`declare_dead`).
     single_host: bool = False
+    #: A node may claim tasks beyond its free workers, to wait in its buffer
+    #: (:meth:`start_tasks`' ``buffer``).
+    buffers: bool = False
     #: Several nodes may share it: each holds its share of the schedules and stands by
     #: for another share (:meth:`live_nodes`), and hears of changes (:meth:`listen`).
     supports_several_nodes: bool = False
@@ -521,6 +524,8 @@ class Store(abc.ABC):
         *,
         finished: list[RunOutcome] | None = None,
         serving: Serving = SERVE_ALL,
+        buffer: int = 0,
+        begun: Sequence[tuple[int, datetime]] = (),
     ) -> Started:
         """Claim up to ``limit`` due tasks nobody holds that ``serving`` covers (none
         of a paused queue), highest priority first, then oldest, and mark them running
@@ -533,13 +538,29 @@ class Store(abc.ABC):
         first, in the same transaction (what :meth:`record` does). The started tasks
         come back highest priority first, with when to look again for the tasks it held
         back (:attr:`Started.wake_at`: a rate limit's window with room, or ``now`` when
-        a claim made at the same time took some it chose)."""
-        if limit <= 0 and not finished:
+        a claim made at the same time took some it chose).
+
+        Where the store :attr:`buffers`, up to ``buffer`` more due tasks without a lock
+        or a limit, never handed to a node before, are claimed for the node's buffer:
+        running, one attempt each, under the same lease, but with no start time until a
+        worker begins one. They come last, and :attr:`Started.buffered` names them. A
+        node that dies hands them back as it found them (:meth:`reap`), unless they were
+        marked begun: ``begun``, the buffered tasks (id, when) a worker has begun since
+        the last claim and that still run, are marked so first. (A buffered task that
+        ended has its start written with its end.)"""
+        if limit <= 0 and buffer <= 0 and not finished and not begun:
             return Started()
-        claim = Claim(node_id, now, max(limit, 0), lease_until, finished or [], serving)
+        buffer = max(buffer, 0) if self.buffers else 0
+        claim = Claim(
+            node_id, now, max(limit, 0), lease_until, finished or [], serving, buffer, begun
+        )
         started = self._start_tasks(claim)
-        order = sorted(started, key=lambda t: (-t.priority, t.run_at, t.id))
-        return Started(order, started.wake_at)
+        buffered = started.buffered
+
+        def order(task: StartedTask) -> tuple[bool, int, datetime, int]:
+            return (task.id in buffered, -task.priority, task.run_at, task.id)
+
+        return Started(sorted(started, key=order), started.wake_at, buffered)
 
     @abc.abstractmethod
     def _start_tasks(self, claim: Claim) -> Started: ...

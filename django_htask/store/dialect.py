@@ -126,6 +126,8 @@ class TaskStore(Connected, Protocol):
         lock: str = "",
         adapt: Callable[[Any], Any] = ...,
         indexed_by: str = "",
+        *,
+        buffered: bool = False,
     ) -> list[StartedTask]: ...
 
     def _record_runs(
@@ -282,6 +284,27 @@ class Dialect(abc.ABC):
         if not ids:
             return []
         return store._mark_started(claim, ids, claimable)
+
+    def buffer_in(self, store: TaskStore, claim: Claim) -> list[StartedTask]:
+        """Claim due tasks without a lock or a limit for the node's buffer, in the
+        caller's transaction (:meth:`Store.start_tasks
+        <django_htask.store.base.Store.start_tasks>`: a store that :attr:`buffers
+        <django_htask.store.base.Store.buffers>` has its dialect define it)."""
+        raise NotImplementedError(f"{type(self).__name__} claims no task for a buffer")
+
+    def mark_begun(
+        self, store: Connected, node_id: str, begun: Sequence[tuple[int, datetime]]
+    ) -> None:
+        """Write the start of the buffered tasks ``begun`` (id, when) that this node
+        still runs, in the caller's transaction: from then on, a node that dies has
+        used their attempt."""
+        adapt = store.connection.ops.adapt_datetimefield_value
+        with store.connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {_TASK} SET started_at = %s WHERE id = %s AND locked_by = %s "
+                "AND status = %s AND started_at IS NULL",
+                [(adapt(at), task_id, node_id, TaskStatus.RUNNING) for task_id, at in begun],
+            )
 
     def lock_gates(self, store: Connected, keys: list[str]) -> bool:
         """Serialise the claims of these locks and functions (``lock:…``,

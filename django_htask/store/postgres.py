@@ -173,7 +173,7 @@ _RUN_VALUES = (
 #: given: see :func:`_run_rows`).
 _FINISHED_VALUES = _RUN_VALUES.replace(") LIMIT", ", result text, run boolean) LIMIT")
 #: The task fields of a finish that writes no run row.
-_FINISH_COLUMNS = ("status", "finished_at", "error", "traceback", "task_id")
+_FINISH_COLUMNS = ("status", "started_at", "finished_at", "error", "traceback", "task_id")
 _RUN_INSERT = (
     f"INSERT INTO {RUN} ({', '.join(_RUN_COLUMNS)}) "
     f"SELECT {', '.join(f'v.{name}' for name in _RUN_COLUMNS)} FROM v"
@@ -222,6 +222,8 @@ def _run_rows(
         if results and not rules.writes_run(outcome, every_attempt):
             columns = {name: getattr(outcome, name) for name in _FINISH_COLUMNS}
             columns["finished_at"] = outcome.finished_at.isoformat()
+            if outcome.started_at is not None:
+                columns["started_at"] = outcome.started_at.isoformat()
         else:
             columns = outcome.columns()
             for name in _RUN_TIMES:
@@ -375,6 +377,10 @@ class PostgresDialect(Dialect):
         skipped (``FOR UPDATE SKIP LOCKED``), so nodes starting at once never wait."""
         return store._start_returning(claim, lock=" FOR UPDATE SKIP LOCKED")
 
+    def buffer_in(self, store: TaskStore, claim: values.Claim) -> list[StartedTask]:
+        """As :meth:`start_in`, for the node's buffer: no start time written."""
+        return store._start_returning(claim, lock=" FOR UPDATE SKIP LOCKED", buffered=True)
+
     def record_in(
         self,
         store: TaskStore,
@@ -458,7 +464,9 @@ class PostgresDialect(Dialect):
                 f"WITH {_FINISHED_VALUES}, done AS ("
                 f"UPDATE {TASK} AS t SET status = v.status, finished_at = v.finished_at, "
                 "locked_by = NULL, lease_expires_at = NULL, last_error = v.error, "
-                "traceback = v.traceback, result = decode(v.result, 'base64') FROM v "
+                "traceback = v.traceback, result = decode(v.result, 'base64'), "
+                # A task that waited in the node's buffer has its start written here.
+                "started_at = COALESCE(t.started_at, v.started_at) FROM v "
                 "WHERE t.id = v.task_id "
                 "AND (t.status, t.locked_by) IS NOT DISTINCT FROM (%s, %s)"
                 f"{' AND NOT t.followed' if guard else ''} RETURNING t.id"
@@ -754,6 +762,7 @@ class PostgresStore(DatabaseStore):
     vendor = "postgresql"
     dialect = PostgresDialect()
     supports_several_nodes = True
+    buffers = True
 
     def notify_nodes(self) -> None:
         """``NOTIFY`` on the channel the nodes listen to."""

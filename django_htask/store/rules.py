@@ -63,6 +63,7 @@ __all__ = [
     "BROKEN_MAX",
     "LOST_TASK",
     "LOST_TASK_PREFIX",
+    "NEVER_HANDED_OUT_SQL",
     "RUN_LOST",
     "TIMED_OUT_PREFIX",
     "UNLOCKED",
@@ -92,6 +93,7 @@ __all__ = [
     "status_not_older",
     "superseded_task",
     "timed_out",
+    "unstarted_task",
     "writes_run",
 ]
 
@@ -120,6 +122,11 @@ def timed_out(timeout: float) -> str:
 BROKEN_MAX = 2000
 #: A task no node holds.
 UNLOCKED: dict[str, Any] = {"locked_by": None, "lease_expires_at": None}
+#: A task never handed to a node (no node ran it, nor held it and died): the only ones
+#: a node claims for its buffer. One that waited in a dead node's buffer is charged its
+#: attempt if it dies with a node again: a task that kills its node as it starts cannot
+#: be handed back uncharged for ever.
+NEVER_HANDED_OUT_SQL = "node IS NULL"
 
 
 class TaskFacts(Protocol):
@@ -259,6 +266,13 @@ def snoozed_task(run_at: Any, attempts: Any, snoozes: Any) -> dict[str, Any]:
     }
 
 
+def unstarted_task(attempts: int) -> dict[str, Any]:
+    """The fields of a running task (``attempts`` made) its node held but never began
+    (a shutdown's, or a dead node's buffer): pending again as it was, the attempt not
+    counted, no node holding it."""
+    return {**UNLOCKED, "status": TaskStatus.PENDING, "attempts": attempts - 1}
+
+
 def abandoned_task(
     abandoned: Abandoned, attempts: int, now: datetime, dead_at: datetime
 ) -> dict[str, Any]:
@@ -267,7 +281,7 @@ def abandoned_task(
     started, its attempt ended with ``abandoned.error``, retried at
     ``abandoned.retry_at`` (not before the node is dead, ``dead_at``) or failed."""
     if not abandoned.started:
-        return {**UNLOCKED, "status": TaskStatus.PENDING, "attempts": attempts - 1}
+        return unstarted_task(attempts)
     ended = {**UNLOCKED, "last_error": abandoned.error, "traceback": ""}
     if abandoned.retry_at is not None:
         return {**ended, "status": TaskStatus.PENDING, "run_at": max(abandoned.retry_at, dead_at)}

@@ -7,7 +7,7 @@ data: nothing here reads a table or a clock."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -233,13 +233,20 @@ class Started(list[StartedTask]):
     tasks, and ``wake_at``, when the node is to look again for tasks the claim held
     back (None: none to look for): the first instant a task held back by its rate limit
     may start, or the claim's own instant when a claim made at the same time took tasks
-    it chose (others may be startable that it did not look at)."""
+    it chose (others may be startable that it did not look at). ``buffered``: the ids of
+    those claimed for the node's buffer (:attr:`Claim.buffer`), not started yet."""
 
-    __slots__ = ("wake_at",)
+    __slots__ = ("buffered", "wake_at")
 
-    def __init__(self, tasks: Iterable[StartedTask] = (), wake_at: datetime | None = None):
+    def __init__(
+        self,
+        tasks: Iterable[StartedTask] = (),
+        wake_at: datetime | None = None,
+        buffered: frozenset[int] = frozenset(),
+    ):
         super().__init__(tasks)
         self.wake_at = wake_at
+        self.buffered = buffered
 
 
 def earliest(*instants: datetime | None) -> datetime | None:
@@ -374,6 +381,10 @@ class Claim(NamedTuple):
     lease_until: datetime
     finished: list[RunOutcome]
     serving: Serving
+    #: How many more plain tasks to claim for the node's buffer (not started yet).
+    buffer: int = 0
+    #: Buffered tasks a worker has begun since (task id, when), to be marked started.
+    begun: Sequence[tuple[int, datetime]] = ()
 
 
 class ListenTo(NamedTuple):

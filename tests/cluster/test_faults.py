@@ -97,6 +97,69 @@ def test_kill_9_charges_only_the_tasks_whose_function_had_started(site: Site, po
     assert not cut_short & {(p[1], p[2]) for p in site.lines() if p[0] == "end"}
 
 
+def test_kill_9_hands_back_the_buffered_tasks_not_begun_uncharged(site: Site) -> None:
+    """With ``PREFETCH``, a node holds due tasks beyond its free workers, running in the
+    database with no start time. Killed, it charged the tasks its workers had begun
+    (their start written by its next claim) and none of those that waited in its
+    buffer: another node runs those once, at their first attempt."""
+    ids = site.django(
+        "from django_htask import schedule\n"
+        "from tests.cluster.clusterapp.tasks import slow\n"
+        "for n in range(16):\n"
+        "    print(schedule(slow, n, 2.0).pk)\n"
+    ).split()
+    number = {int(task_id): str(n) for n, task_id in enumerate(ids)}
+    first = site.node("--workers", "2", HTASK_CLUSTER_PREFETCH="3")
+
+    def held() -> list[tuple[int, bool]]:
+        return site.sql(
+            "SELECT id, started_at IS NOT NULL FROM django_htask_task WHERE status = 'running'"
+        )
+
+    def settled() -> bool:
+        """Two tasks begun and marked so, three buffered, after two ended."""
+        rows = held()
+        begun = {number[task_id] for task_id, marked in rows if marked}
+        return (
+            len(rows) == 5
+            and len(site.lines()) >= 6  # 2 starts and ends, then 2 starts
+            and begun
+            == {p[1] for p in site.lines() if p[0] == "start"}
+            - {p[1] for p in site.lines() if p[0] == "end"}
+        )
+
+    wait_until(settled, 60, "2 tasks begun and marked, 3 buffered")
+    rows = held()
+    first.process.send_signal(signal.SIGKILL)
+    first.wait_exit()
+    killed = {number[task_id] for task_id, marked in rows if marked}
+    buffered = {number[task_id] for task_id, marked in rows if not marked}
+    assert len(buffered) == 3 and not buffered & {p[1] for p in site.lines()}
+    site.node("--workers", "4")  # declares the killed one dead (6 s)
+    wait_until(
+        lambda: (
+            not site.sql("SELECT 1 FROM django_htask_task WHERE status IN ('pending', 'running')")
+        ),
+        90,
+        "every task finished",
+    )
+    starts = Counter(parts[1] for parts in site.lines() if parts[0] == "start")
+    for task_id, status, attempts, error in site.sql(
+        "SELECT id, status, attempts, last_error FROM django_htask_task"
+    ):
+        n = number[task_id]
+        assert attempts == starts[n] == 1, (n, attempts, starts[n])
+        if n in killed:  # max_attempts 1
+            assert (status, "stopped answering during attempt 1 of 1" in error) == ("failed", True)
+        else:
+            assert status == "succeeded", (n, status, error)
+    assert not site.sql(
+        "SELECT 1 FROM django_htask_run r JOIN django_htask_task t ON t.id = r.task_id "
+        "WHERE t.id = ANY(%s)",
+        [task_id for task_id, n in number.items() if n in buffered],
+    )
+
+
 # -- 2. a task that takes its process down, or raises SystemExit -----------------------------
 # RETRY_BACKOFF is 0.5 s here (HTASK_CLUSTER_RETRY_BACKOFF): a retry comes 0.5 s, then 1 s,
 # after a failed attempt. On PostgreSQL a node never declares its predecessor dead by its pid: a

@@ -742,6 +742,43 @@ def test_the_reaper_hands_back_what_a_dead_node_held(kit: Kit) -> None:
     assert kit.store.reap("alive", later, later - timedelta(seconds=60), RETRY) == 0
 
 
+def test_tasks_claimed_for_a_buffer_are_handed_back_uncharged_unless_begun(kit: Kit) -> None:
+    """Where the store buffers (PostgreSQL), a claim takes tasks beyond its free workers
+    with no start time; the reaper hands back a dead node's buffered tasks as they were,
+    and charges the attempt of those begun (marked by a later claim, or ended). Elsewhere
+    the buffer asked for is ignored."""
+    later = NOW + timedelta(seconds=61)
+    kit.register("dead")
+    kit.register("alive", at=later - timedelta(seconds=1))
+    first, begun, ended, waiting = kit.add_tasks(4)
+    started = kit.store.start_tasks("dead", NOW, 1, NOW + timedelta(seconds=30), buffer=3)
+    if not kit.store.buffers:
+        assert ([t.id for t in started], started.buffered) == ([first], frozenset())
+        return
+    assert [t.id for t in started] == [first, begun, ended, waiting]
+    assert started.buffered == {begun, ended, waiting}
+    assert kit.task(first).started_at == NOW
+    row = kit.task(waiting)
+    assert (row.status, row.attempts, row.locked_by, row.started_at) == ("running", 1, "dead", None)
+    at = NOW + timedelta(seconds=1)
+    end = outcome({"task_id": ended}, node="dead", started_at=at, finished_at=at)
+    kit.store.start_tasks("dead", at, 0, LEASE, finished=[end], begun=[(begun, at)])
+    assert (kit.task(begun).started_at, kit.task(begun).status) == (at, "running")
+    assert (kit.task(ended).started_at, kit.task(ended).status) == (at, "succeeded")
+    kit.store.heartbeat("alive", later, later + timedelta(seconds=30))
+    assert kit.store.reap("alive", later, later - timedelta(seconds=60), RETRY) == 4
+    for task_id in (first, begun):
+        row = kit.task(task_id)
+        assert (row.status, row.attempts) == ("failed", 1)
+        assert "stopped answering during attempt 1 of 1" in row.last_error
+    row = kit.task(waiting)
+    assert (row.status, row.attempts, row.locked_by, row.last_error) == ("pending", 0, None, "")
+    assert kit.runs(task_id=waiting) == []
+    # Handed to a node once, it is never buffered again: a crash would now charge it.
+    assert kit.store.start_tasks("alive", later, 0, LEASE, buffer=5) == []
+    assert [t.id for t in kit.store.start_tasks("alive", later, 1, LEASE, buffer=5)] == [waiting]
+
+
 def test_a_node_leaving_runs_going_is_dead_only_from_the_instant_it_names(kit: Kit) -> None:
     kit.register("leaving", "other")
     sid = kit.add_schedule()

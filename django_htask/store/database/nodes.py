@@ -177,6 +177,9 @@ class NodeRows(FollowRows):
         )
         runs = []
         for task in crashed:
+            if task.started_at is None:  # it waited in the node's buffer: never begun
+                count += self._end_lost(task.pk, rules.unstarted_task(task.attempts), now)
+                continue
             columns = base.RetryColumns(*(getattr(task, name) for name in base.RETRY_COLUMNS))
             changes = rules.reaped_task(task, task.locked_by, columns, retry, now)
             holder = task.locked_by or "?"

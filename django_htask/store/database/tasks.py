@@ -161,6 +161,8 @@ class TaskRows(FollowRows):
         fenced = self._fenced(claim.node_id, claim=True, probe=probe, running_ids=running_ids)
         with fenced:
             # Whether the node still runs the finished tasks, if the fence's statement said.
+            if claim.begun:
+                self.dialect.mark_begun(self, claim.node_id, claim.begun)
             late = self.dialect.record_in(
                 self, claim.node_id, claim.finished, getattr(fenced, "still_running", None)
             )
@@ -173,6 +175,10 @@ class TaskRows(FollowRows):
                 started += self.dialect.start_in(
                     self, claim._replace(limit=claim.limit - len(started))
                 )
+            if claim.buffer > 0:
+                buffered = self.dialect.buffer_in(self, claim._replace(limit=claim.buffer))
+                started += buffered
+                started.buffered = frozenset(task.id for task in buffered)
         self.dialect.record_late(self, late)
         return started
 
@@ -425,16 +431,22 @@ class TaskRows(FollowRows):
         lock: str = "",
         adapt: Callable[[Any], Any] = lambda v: v,
         indexed_by: str = "",
+        *,
+        buffered: bool = False,
     ) -> list[StartedTask]:
         """Claim and start due tasks without a lock or a limit in one ``UPDATE …
         RETURNING`` statement (in the caller's transaction); ``lock``: how the candidate
         rows are locked, ``adapt``: the database's adapter of timestamps,
-        ``indexed_by``: a hint after the table name of the candidates' query."""
-        node_id, now, limit, lease_until, _finished, serving = claim
-        served, served_params = served_sql(serving, plain=True)
-        sets, set_params = set_sql(
-            rules.claimed_task(Column("attempts"), node_id, adapt(now), adapt(lease_until))
-        )
+        ``indexed_by``: a hint after the table name of the candidates' query;
+        ``buffered``: for the node's buffer (:meth:`Store.start_tasks`), tasks never
+        handed to a node, with no start time."""
+        node_id, now, limit, lease_until = claim.node_id, claim.now, claim.limit, claim.lease_until
+        served, served_params = served_sql(claim.serving, plain=True)
+        fields = rules.claimed_task(Column("attempts"), node_id, adapt(now), adapt(lease_until))
+        if buffered:
+            fields["started_at"] = None
+            served += f" AND {rules.NEVER_HANDED_OUT_SQL}"
+        sets, set_params = set_sql(fields)
         with self.connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {_TASK} SET {sets} WHERE "

@@ -313,7 +313,7 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
         ]
 
     def _start_tasks(self, claim: values.Claim) -> values.Started:
-        node_id, now, limit, lease_until, finished, serving = claim
+        node_id, now, limit, lease_until, finished, serving = claim[:6]
         with self._lock:
             self._fence(node_id)
             released = self._record(node_id, finished)

@@ -74,12 +74,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from django_htask.conf import HtaskSettings  # noqa: E402
 from tests.cluster.site import ClusterSite, MariaDBSite  # noqa: E402
 from tests.mariadbcluster import MariaDBServer, connect, database_settings  # noqa: E402
 from tests.pgcluster import PostgresCluster  # noqa: E402
 from tests.throwaway import ThrowAwayServer  # noqa: E402
 
 SETTINGS = "tests.cluster.bench_settings"
+#: django-htask's default ``PREFETCH_WITHIN``.
+DEFAULT_PREFETCH = HtaskSettings.prefetch_within
 PEER_SETTINGS = "tests.cluster.peer_settings"
 NOOP = "tests.cluster.clusterapp.tasks:noop"
 
@@ -103,8 +106,8 @@ class Engine:
     width: int = 0
     #: The name of its rows at other widths (``{width}``); empty: one width only.
     widened: str = ""
-    #: django-htask's ``PREFETCH`` (``--prefetch``).
-    prefetch: int = 0
+    #: django-htask's ``PREFETCH_WITHIN`` (``--prefetch``).
+    prefetch: float = DEFAULT_PREFETCH
 
     @property
     def env(self) -> dict[str, str]:
@@ -112,7 +115,7 @@ class Engine:
         return {
             "DJANGO_SETTINGS_MODULE": self.settings,
             "HTASK_BENCH_PEER": self.name,
-            "HTASK_BENCH_PREFETCH": str(self.prefetch),
+            "HTASK_BENCH_PREFETCH_WITHIN": str(self.prefetch),
         }
 
     @property
@@ -907,7 +910,7 @@ def _print_equal_widths(
                 continue
             width = engine.width
             got, ref = results[engine.name, size], results[oban[width], size]
-            buffer = f" prefetch {engine.prefetch}" if engine.prefetch else ""
+            buffer = "" if engine.prefetch == DEFAULT_PREFETCH else f" prefetch {engine.prefetch:g}"
             print(
                 f"  {size} process(es), {width} workers{buffer} / limit {width}: tasks/s from exec "
                 f"{_ratio(got, ref, 'from_start')}, from 1st task "
@@ -954,11 +957,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--prefetch",
-        type=int,
+        type=float,
         nargs="+",
-        default=[0],
-        help="section 1: django-htask's PREFETCH setting, a row each at each width (default: 0; "
-        "a row with N is named '... -p N')",
+        default=[DEFAULT_PREFETCH],
+        help="section 1: django-htask's PREFETCH_WITHIN setting (seconds), a row each at each "
+        f"width (default: {DEFAULT_PREFETCH:g}, the setting's; a row with another S is named "
+        "'... -p S', 0 claims no task ahead)",
     )
     parser.add_argument(
         "--oban-python",
@@ -1015,7 +1019,9 @@ def _throughput(bench: Bench, args: argparse.Namespace) -> None:
             widths += [engine.wide(w) for w in args.widths if w != engine.width]
         if engine.name == ENGINES[0].name:
             widths = [
-                replace(e, name=f"{e.name} -p {p}" if p else e.name, prefetch=p)
+                replace(
+                    e, name=e.name if p == DEFAULT_PREFETCH else f"{e.name} -p {p:g}", prefetch=p
+                )
                 for e in widths
                 for p in args.prefetch
             ]

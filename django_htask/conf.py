@@ -46,12 +46,13 @@ class HtaskSettings:
     lookahead: float = 30.0
     #: How many one-off tasks a node claims in one query.
     claim_batch: int = 500
-    #: How many due tasks a node may claim beyond its free workers, to start the
-    #: moment a worker is free rather than after the next claim (PostgreSQL; 0: none).
-    #: Only tasks without a lock or a limit, never handed to a node before. A stop
-    #: hands back those not begun, and so does the reaper for a node that died.
-    #: See docs/performance.md for what it buys and costs.
-    prefetch: int = 0
+    #: A node claims ahead, beyond its free workers, the due tasks its workers are
+    #: expected to begin within this many seconds, judged by how long its recent calls
+    #: took, and at most as many as its workers: a worker that ends a call begins the
+    #: next at once rather than after the next claim (PostgreSQL; 0: never). Only tasks
+    #: without a lock or a limit, never handed to a node before. A stop hands back those
+    #: not begun, and so does the reaper for a node that died. See docs/performance.md.
+    prefetch_within: float = 0.1
     #: Seconds a node's claim on a task lasts; renewed by every heartbeat.
     lease: float = 60.0
     #: Seconds between two node heartbeats (which also renew leases and reap dead nodes).

@@ -2,11 +2,11 @@
 
 A due task is claimed only when a worker takes it: one transaction writes the results
 waiting and claims as many due tasks as workers are free, marking them running and
-counting their attempt. With ``PREFETCH`` (where the store buffers: PostgreSQL) the
-same transaction claims up to that many more for a buffer, with no start time: a
-worker that ends a call takes the next one from the buffer at once, while the next
-claim is made; the claim after a buffered task begins writes its start, and until
-then a node that dies hands it back uncharged. For the next task due a node only
+counting their attempt. Where the store buffers (PostgreSQL), the same transaction
+claims more for a buffer (:meth:`TaskDispatch.buffer`), with no start time: a worker
+that ends a call takes the next one from the buffer at once, while the next claim is
+made; the claim after a buffered task begins writes its start, and until then a node
+that dies hands it back uncharged. For the next task due a node only
 reads the time and sets a timer (within ``LOOKAHEAD``; else its poll looks again), so
 an idle node writes nothing.
 
@@ -36,6 +36,10 @@ from .supervisor import Supervisor
 __all__ = ["TaskDispatch"]
 
 logger = logging.getLogger(__name__)
+
+
+#: The weight of a call's duration in the moving average of the recent ones.
+_PACE = 0.2
 
 
 def _set(handle: TimerHandle) -> bool:
@@ -76,6 +80,10 @@ class TaskDispatch:
         self._calls: dict[int, float] = {}
         #: The tasks claimed for the buffer whose start is not written yet.
         self._buffered: set[int] = set()
+        #: How long the recent task calls took, in seconds (a moving average; None
+        #: until one ended): the buffer holds what the workers begin within
+        #: ``PREFETCH_WITHIN``.
+        self.call_seconds: float | None = None
 
     def ask(self) -> None:
         """Ask for a round (a result waits, a worker is free). With ``gather`` (worker
@@ -165,21 +173,34 @@ class TaskDispatch:
 
     def free(self) -> tuple[int, int]:
         """How many more tasks the workers can start now (a thread per job: a batch),
-        and how many more the buffer takes (``PREFETCH``, where the store buffers), no
-        more than ``max_tasks`` allows in all."""
+        and how many more the buffer takes (:meth:`buffer`), no more than ``max_tasks``
+        allows in all."""
         ctx = self.ctx
         if ctx.workers == 0:
             free, room = ctx.settings.claim_batch, 0
         else:
             held = len(ctx.running)
             free = ctx.workers - held
-            room = ctx.settings.prefetch if ctx.store.buffers else 0
-            room = min(room, ctx.workers + room - held)
+            size = self.buffer()
+            room = min(size, ctx.workers + size - held)
         if self.max_tasks is not None:
             left = self.max_tasks - self.claimed
             free = min(free, left)
             room = min(room, left - max(free, 0))
         return free, room
+
+    def buffer(self) -> int:
+        """How many tasks the buffer holds: as many as the workers are expected to
+        begin within ``PREFETCH_WITHIN`` seconds at the pace of the recent calls, at
+        most as many as the workers; none where the store does not buffer, nor before a
+        call has ended."""
+        ctx = self.ctx
+        within, seconds = ctx.settings.prefetch_within, self.call_seconds
+        if not (ctx.store.buffers and within > 0 and seconds is not None):
+            return 0
+        if seconds <= within:  # also: no division by a call of 0 s
+            return ctx.workers
+        return int(ctx.workers * within / seconds)
 
     def _begun(self) -> list[tuple[int, datetime]]:
         """The buffered tasks a worker has begun and that still run (id, when begun):
@@ -228,8 +249,10 @@ class TaskDispatch:
             return
         if any(o.retry_at is not None for o in outcomes):
             self.ctx.control.guarded(self.watch, "look for tasks")
-        if (free > 0 or room > 0) and len(started) < max(free, 0) + max(room, 0):
-            self.due = False  # none left: until a poll, a wake-up or a timer
+        if free > 0 and len(started) - len(started.buffered) < free:
+            # None left: until a poll, a wake-up or a timer. (The buffer's claim takes
+            # only some of the tasks due: its coming short says nothing of the others.)
+            self.due = False
         if started.wake_at is not None:  # some were held back until then
             now = self.ctx.clock.now()
             if started.wake_at <= now:  # taken by a claim made at once: others may go
@@ -291,6 +314,11 @@ class TaskDispatch:
         """Record how the task's attempt ended (on its worker, or by the supervisor):
         its retry, or its snooze, waits in the database as a pending task."""
         ctx = self.ctx
+        if result.duration is not None:  # races between workers lose a sample at most
+            last = self.call_seconds
+            self.call_seconds = (
+                result.duration if last is None else last + (result.duration - last) * _PACE
+            )
         task_ended(task, result, ctx.task_retry, ctx.settings.max_snoozes)
         ctx.running.task_done(task.id)
         self._calls.pop(task.id, None)

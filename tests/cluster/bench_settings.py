@@ -9,6 +9,6 @@ from tests.cluster.settings import HTASK
 HTASK = {
     **HTASK,
     "POLL_INTERVAL": 1.0,
-    "PREFETCH": int(os.environ.get("HTASK_BENCH_PREFETCH", "0")),
+    "PREFETCH_WITHIN": float(os.environ.get("HTASK_BENCH_PREFETCH_WITHIN", "0.1")),
 }
 LOGGING = {"version": 1, "disable_existing_loggers": False}

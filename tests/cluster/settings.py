@@ -56,8 +56,8 @@ if os.environ.get("HTASK_CLUSTER_MAX_ABANDONED"):
     HTASK["MAX_ABANDONED_THREADS"] = int(os.environ["HTASK_CLUSTER_MAX_ABANDONED"])
 if os.environ.get("HTASK_CLUSTER_PRUNE"):
     HTASK["PRUNE_INTERVAL"] = float(os.environ["HTASK_CLUSTER_PRUNE"])
-if os.environ.get("HTASK_CLUSTER_PREFETCH"):
-    HTASK["PREFETCH"] = int(os.environ["HTASK_CLUSTER_PREFETCH"])
+if os.environ.get("HTASK_CLUSTER_PREFETCH_WITHIN"):
+    HTASK["PREFETCH_WITHIN"] = float(os.environ["HTASK_CLUSTER_PREFETCH_WITHIN"])
 if os.environ.get("HTASK_CLUSTER_PRUNE_BATCH"):
     HTASK["PRUNE_BATCH"] = int(os.environ["HTASK_CLUSTER_PRUNE_BATCH"])
 LOGGING = {

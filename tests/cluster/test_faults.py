@@ -98,10 +98,11 @@ def test_kill_9_charges_only_the_tasks_whose_function_had_started(site: Site, po
 
 
 def test_kill_9_hands_back_the_buffered_tasks_not_begun_uncharged(site: Site) -> None:
-    """With ``PREFETCH``, a node holds due tasks beyond its free workers, running in the
-    database with no start time. Killed, it charged the tasks its workers had begun
-    (their start written by its next claim) and none of those that waited in its
-    buffer: another node runs those once, at their first attempt."""
+    """A node claims ahead (``PREFETCH_WITHIN``: here 10 s, so that 2 s calls fill
+    the buffer) due tasks beyond its free workers, running in the database with no
+    start time. Killed, it charged the tasks its workers had begun (their start written
+    by its next claim) and none of those that waited in its buffer: another node runs
+    those once, at their first attempt."""
     ids = site.django(
         "from django_htask import schedule\n"
         "from tests.cluster.clusterapp.tasks import slow\n"
@@ -109,7 +110,7 @@ def test_kill_9_hands_back_the_buffered_tasks_not_begun_uncharged(site: Site) ->
         "    print(schedule(slow, n, 2.0).pk)\n"
     ).split()
     number = {int(task_id): str(n) for n, task_id in enumerate(ids)}
-    first = site.node("--workers", "2", HTASK_CLUSTER_PREFETCH="3")
+    first = site.node("--workers", "2", HTASK_CLUSTER_PREFETCH_WITHIN="10")
 
     def held() -> list[tuple[int, bool]]:
         return site.sql(
@@ -117,24 +118,25 @@ def test_kill_9_hands_back_the_buffered_tasks_not_begun_uncharged(site: Site) ->
         )
 
     def settled() -> bool:
-        """Two tasks begun and marked so, three buffered, after two ended."""
+        """Two tasks begun and marked so, two buffered, after two ended (the buffer's
+        size is known from then on)."""
         rows = held()
         begun = {number[task_id] for task_id, marked in rows if marked}
         return (
-            len(rows) == 5
+            len(rows) == 4
             and len(site.lines()) >= 6  # 2 starts and ends, then 2 starts
             and begun
             == {p[1] for p in site.lines() if p[0] == "start"}
             - {p[1] for p in site.lines() if p[0] == "end"}
         )
 
-    wait_until(settled, 60, "2 tasks begun and marked, 3 buffered")
+    wait_until(settled, 60, "2 tasks begun and marked, 2 buffered")
     rows = held()
     first.process.send_signal(signal.SIGKILL)
     first.wait_exit()
     killed = {number[task_id] for task_id, marked in rows if marked}
     buffered = {number[task_id] for task_id, marked in rows if not marked}
-    assert len(buffered) == 3 and not buffered & {p[1] for p in site.lines()}
+    assert len(buffered) == 2 and not buffered & {p[1] for p in site.lines()}
     site.node("--workers", "4")  # declares the killed one dead (6 s)
     wait_until(
         lambda: (

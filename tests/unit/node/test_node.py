@@ -8,10 +8,12 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
+from django_htask.conf import HtaskSettings
 from django_htask.engine import FakeClock
 from django_htask.enums import RunStatus, TaskStatus
 from django_htask.exceptions import StoreUnavailable
@@ -781,3 +783,37 @@ def test_a_step_of_the_control_thread_that_is_a_deadlocks_victim_is_tried_again_
     retried = [r for r in caplog.records if getattr(r, "action", "") == "deadlock_retried"]
     assert len(retried) == 2
     assert not [r for r in caplog.records if getattr(r, "action", "") == "db_unavailable"]
+
+
+def test_the_buffer_holds_what_the_workers_begin_within_prefetch_within() -> None:
+    """A node claims ahead as many tasks as its workers are expected to begin within
+    ``PREFETCH_WITHIN`` at the pace of its recent calls, at most as many as its workers;
+    none before a call ended, nor where the store does not buffer (the in-memory store,
+    SQLite, MySQL), nor with the setting 0."""
+    store = SimpleNamespace(buffers=True)
+    ctx: Any = SimpleNamespace(
+        settings=HtaskSettings(prefetch_within=0.1),
+        store=store,
+        workers=8,
+        running=[],
+        control=SimpleNamespace(once=lambda call: None),
+    )
+    dispatch = TaskDispatch(ctx, cast(Any, None))
+    assert dispatch.buffer() == 0  # no call has ended yet
+    # Each worker begins within/seconds calls in PREFETCH_WITHIN.
+    for seconds, size in [(0.0, 8), (0.0001, 8), (0.1, 8), (0.2, 4), (0.5, 1), (1.0, 0)]:
+        dispatch.call_seconds = seconds
+        assert dispatch.buffer() == size, seconds
+    dispatch.call_seconds = 0.2
+    ctx.running = list(range(10))  # 8 calls and 2 buffered
+    assert dispatch.free() == (-2, 2)
+    ctx.running = list(range(3))
+    assert dispatch.free() == (5, 4)
+    dispatch.max_tasks, dispatch.claimed = 20, 13  # 7 more in all
+    assert dispatch.free() == (5, 2)
+    dispatch.max_tasks = None
+    store.buffers = False
+    assert dispatch.buffer() == 0 and dispatch.free() == (5, 0)
+    store.buffers = True
+    ctx.settings = HtaskSettings(prefetch_within=0)
+    assert dispatch.buffer() == 0

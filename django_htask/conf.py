@@ -49,7 +49,7 @@ class HtaskSettings:
     #: A node claims ahead, beyond its free workers, the due tasks its workers are
     #: expected to begin within this many seconds, judged by how long its recent calls
     #: took, and at most as many as its workers: a worker that ends a call begins the
-    #: next at once rather than after the next claim (PostgreSQL; 0: never). Only tasks
+    #: next at once rather than after the next claim (0: never). Only tasks
     #: without a lock or a limit, never handed to a node before. A stop hands back those
     #: not begun, and so does the reaper for a node that died. See docs/performance.md.
     prefetch_within: float = 0.1

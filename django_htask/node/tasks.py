@@ -2,8 +2,8 @@
 
 A due task is claimed only when a worker takes it: one transaction writes the results
 waiting and claims as many due tasks as workers are free, marking them running and
-counting their attempt. Where the store buffers (PostgreSQL), the same transaction
-claims more for a buffer (:meth:`TaskDispatch.buffer`), with no start time: a worker
+counting their attempt. Where the store buffers (the database stores), the same
+transaction claims more for a buffer (:meth:`TaskDispatch.buffer`), with no start time: a worker
 that ends a call takes the next one from the buffer at once, while the next claim is
 made; the claim after a buffered task begins writes its start, and until then a node
 that dies hands it back uncharged. For the next task due a node only
@@ -314,6 +314,9 @@ class TaskDispatch:
         """Record how the task's attempt ended (on its worker, or by the supervisor):
         its retry, or its snooze, waits in the database as a pending task."""
         ctx = self.ctx
+        # Not marked begun yet (it would have left the set as its claim was made): its
+        # end writes its start. Read before the task leaves the running ones below.
+        result.start_unwritten = task.id in self._buffered
         if result.duration is not None:  # races between workers lose a sample at most
             last = self.call_seconds
             self.call_seconds = (

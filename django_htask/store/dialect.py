@@ -117,7 +117,7 @@ class TaskStore(Connected, Protocol):
     """What a dialect reaches of the shared store's task rows, to claim and end."""
 
     def _mark_started(
-        self, claim: Claim, ids: list[int], claimable: QuerySet[Task]
+        self, claim: Claim, ids: list[int], claimable: QuerySet[Task], *, buffered: bool = False
     ) -> list[StartedTask]: ...
 
     def _start_returning(
@@ -286,11 +286,20 @@ class Dialect(abc.ABC):
         return store._mark_started(claim, ids, claimable)
 
     def buffer_in(self, store: TaskStore, claim: Claim) -> list[StartedTask]:
-        """Claim due tasks without a lock or a limit for the node's buffer, in the
-        caller's transaction (:meth:`Store.start_tasks
-        <django_htask.store.base.Store.start_tasks>`: a store that :attr:`buffers
-        <django_htask.store.base.Store.buffers>` has its dialect define it)."""
-        raise NotImplementedError(f"{type(self).__name__} claims no task for a buffer")
+        """As :meth:`start_in`, for the node's buffer (:meth:`Store.start_tasks
+        <django_htask.store.base.Store.start_tasks>`): only tasks never handed to a
+        node, and no start time written."""
+        tasks = Task.objects.using(store.using)
+        served = served_task(claim.serving.plain, claim.serving.backend)
+        claimable = tasks.claimable(claim.now).plain().filter(served, node__isnull=True)
+        ids = list(
+            claimable.order_by("-priority", "run_at", "id").values_list("id", flat=True)[
+                : claim.limit
+            ]
+        )
+        if not ids:
+            return []
+        return store._mark_started(claim, ids, claimable, buffered=True)
 
     def mark_begun(
         self, store: Connected, node_id: str, begun: Sequence[tuple[int, datetime]]
@@ -374,7 +383,8 @@ class Dialect(abc.ABC):
             cursor.executemany(
                 f"UPDATE {_TASK} SET status = %s, run_at = COALESCE(%s, run_at), "
                 "finished_at = %s, locked_by = NULL, lease_expires_at = NULL, "
-                "last_error = %s, traceback = %s, result = %s WHERE id = %s AND status = %s"
+                "last_error = %s, traceback = %s, result = %s, "
+                "started_at = COALESCE(started_at, %s) WHERE id = %s AND status = %s"
                 f"{GUARD if guard else ''}",
                 [(*end, TaskStatus.RUNNING) for end in ends],
             )

@@ -222,8 +222,8 @@ def _run_rows(
         if results and not rules.writes_run(outcome, every_attempt):
             columns = {name: getattr(outcome, name) for name in _FINISH_COLUMNS}
             columns["finished_at"] = outcome.finished_at.isoformat()
-            if outcome.started_at is not None:
-                columns["started_at"] = outcome.started_at.isoformat()
+            begun = outcome.started_at if outcome.start_unwritten else None
+            columns["started_at"] = begun.isoformat() if begun is not None else None
         else:
             columns = outcome.columns()
             for name in _RUN_TIMES:
@@ -762,7 +762,6 @@ class PostgresStore(DatabaseStore):
     vendor = "postgresql"
     dialect = PostgresDialect()
     supports_several_nodes = True
-    buffers = True
 
     def notify_nodes(self) -> None:
         """``NOTIFY`` on the channel the nodes listen to."""

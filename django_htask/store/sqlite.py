@@ -200,6 +200,18 @@ class SQLiteDialect(Dialect):
             claim, adapt=conn.ops.adapt_datetimefield_value, indexed_by=self.claim_indexed_by
         )
 
+    def buffer_in(self, store: TaskStore, claim: values.Claim) -> list[StartedTask]:
+        """As :meth:`start_in`, for the node's buffer."""
+        conn = store.connection
+        if not conn.features.can_return_columns_from_insert:
+            return super().buffer_in(store, claim)
+        return store._start_returning(
+            claim,
+            adapt=conn.ops.adapt_datetimefield_value,
+            indexed_by=self.claim_indexed_by,
+            buffered=True,
+        )
+
     # -- missing tables ------------------------------------------------------------------
     no_such_table = re.compile(r"no such table: (?:\w+\.)?(\w+)")
 

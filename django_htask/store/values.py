@@ -301,6 +301,9 @@ class RunOutcome:
     #: A task whose end, as its claim read it, is followed up (a batch's member, or
     #: tasks wait on it): written with what follows, which may release tasks.
     follow: bool = False
+    #: A task that waited in its node's buffer and whose start is not written yet: its
+    #: end writes it (``started_at``).
+    start_unwritten: bool = False
 
     def __post_init__(self) -> None:
         if self.error:
@@ -320,7 +323,7 @@ class RunOutcome:
 _RUN_COLUMNS = tuple(
     f.name
     for f in fields(RunOutcome)
-    if f.name not in ("run_id", "retry_at", "extra", "result", "gated", "follow")
+    if f.name not in ("run_id", "retry_at", "extra", "result", "gated", "follow", "start_unwritten")
 )
 
 
@@ -452,4 +455,7 @@ class TaskEnd(NamedTuple):
     last_error: str
     traceback: str
     result: bytes | None
+    #: The start of a task whose start is not written yet (``start_unwritten``), else
+    #: None (the column keeps its value).
+    started_at: Any
     id: int | None

@@ -743,10 +743,10 @@ def test_the_reaper_hands_back_what_a_dead_node_held(kit: Kit) -> None:
 
 
 def test_tasks_claimed_for_a_buffer_are_handed_back_uncharged_unless_begun(kit: Kit) -> None:
-    """Where the store buffers (PostgreSQL), a claim takes tasks beyond its free workers
-    with no start time; the reaper hands back a dead node's buffered tasks as they were,
-    and charges the attempt of those begun (marked by a later claim, or ended). Elsewhere
-    the buffer asked for is ignored."""
+    """Where the store buffers (the database stores), a claim takes tasks beyond its
+    free workers with no start time; the reaper hands back a dead node's buffered tasks
+    as they were, and charges the attempt of those begun (marked by a later claim, or
+    ended). The in-memory store ignores the buffer asked for."""
     later = NOW + timedelta(seconds=61)
     kit.register("dead")
     kit.register("alive", at=later - timedelta(seconds=1))
@@ -761,7 +761,9 @@ def test_tasks_claimed_for_a_buffer_are_handed_back_uncharged_unless_begun(kit: 
     row = kit.task(waiting)
     assert (row.status, row.attempts, row.locked_by, row.started_at) == ("running", 1, "dead", None)
     at = NOW + timedelta(seconds=1)
-    end = outcome({"task_id": ended}, node="dead", started_at=at, finished_at=at)
+    end = outcome(
+        {"task_id": ended}, node="dead", started_at=at, finished_at=at, start_unwritten=True
+    )
     kit.store.start_tasks("dead", at, 0, LEASE, finished=[end], begun=[(begun, at)])
     assert (kit.task(begun).started_at, kit.task(begun).status) == (at, "running")
     assert (kit.task(ended).started_at, kit.task(ended).status) == (at, "succeeded")

@@ -51,6 +51,7 @@ class DatabaseStore(NodeRows, ScheduleRows, TaskRows, PruneRows, OrmStore):
     a subclass defines, raise StoreUnavailable for a database error (:func:`unavailable`)."""
 
     vendor = ""
+    buffers = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -410,14 +410,21 @@ class TaskRows(FollowRows):
         return pick_gated(chosen, held, limit, limits), now
 
     def _mark_started(
-        self, claim: values.Claim, ids: list[int], claimable: QuerySet[Task]
+        self,
+        claim: values.Claim,
+        ids: list[int],
+        claimable: QuerySet[Task],
+        *,
+        buffered: bool = False,
     ) -> list[StartedTask]:
         """Start the tasks ``ids`` still ``claimable`` as ``claim``'s (in the caller's
-        transaction), and return them."""
+        transaction), and return them; ``buffered``: for the node's buffer, with no
+        start time."""
         tasks = Task.objects.using(self.using)
-        claimable.filter(id__in=ids).update(
-            **rules.claimed_task(F("attempts"), claim.node_id, claim.now, claim.lease_until)
-        )
+        fields = rules.claimed_task(F("attempts"), claim.node_id, claim.now, claim.lease_until)
+        if buffered:
+            fields["started_at"] = None
+        claimable.filter(id__in=ids).update(**fields)
         rows = (
             tasks.filter(id__in=ids, locked_by=claim.node_id, status=TaskStatus.RUNNING)
             .order_by()  # read by id, not sorted: the claim above took them in order
@@ -551,6 +558,7 @@ class TaskRows(FollowRows):
                 end["last_error"],
                 end["traceback"],
                 end["result"],
+                adapt(outcome.started_at) if outcome.start_unwritten else None,
                 outcome.task_id,
             )
             (plain if outcome.retry_at is None and not outcome.follow else others).append(row)

@@ -788,8 +788,8 @@ def test_a_step_of_the_control_thread_that_is_a_deadlocks_victim_is_tried_again_
 def test_the_buffer_holds_what_the_workers_begin_within_prefetch_within() -> None:
     """A node claims ahead as many tasks as its workers are expected to begin within
     ``PREFETCH_WITHIN`` at the pace of its recent calls, at most as many as its workers;
-    none before a call ended, nor where the store does not buffer (the in-memory store,
-    SQLite, MySQL), nor with the setting 0."""
+    none before a call ended, nor where the store does not buffer (the in-memory
+    store), nor with the setting 0."""
     store = SimpleNamespace(buffers=True)
     ctx: Any = SimpleNamespace(
         settings=HtaskSettings(prefetch_within=0.1),

@@ -888,9 +888,14 @@ def _print_throughput(results: dict[tuple[str, int], list[Throughput]], names: l
         print(f"  {size} process(es), django-htask / each (from 1st task / from exec): {each}")
 
 
-def _ratio(ours: list[Throughput], reference: list[Throughput], field: str) -> str:
-    """The median of the rounds' ratios, and the lowest and the highest."""
-    ratios = [getattr(a, field) / getattr(b, field) for a, b in zip(ours, reference, strict=True)]
+def _ratio(ours: list[Throughput], reference: list[Throughput], *fields: str) -> str:
+    """The median of the rounds' ratios (of the sum of ``fields``), and the lowest and
+    the highest."""
+
+    def total(run: Throughput) -> float:
+        return float(sum(getattr(run, field) for field in fields))
+
+    ratios = [total(a) / total(b) for a, b in zip(ours, reference, strict=True)]
     return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
@@ -915,7 +920,8 @@ def _print_equal_widths(
                 f"  {size} process(es), {width} workers{buffer} / limit {width}: tasks/s from exec "
                 f"{_ratio(got, ref, 'from_start')}, from 1st task "
                 f"{_ratio(got, ref, 'from_first')}; CPU per task, workers "
-                f"{_ratio(got, ref, 'cpu_ms')}, PostgreSQL {_ratio(got, ref, 'server_cpu_ms')}"
+                f"{_ratio(got, ref, 'cpu_ms')}, PostgreSQL {_ratio(got, ref, 'server_cpu_ms')}, "
+                f"both {_ratio(got, ref, 'cpu_ms', 'server_cpu_ms')}"
             )
 
 

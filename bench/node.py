@@ -61,7 +61,7 @@ def dt_noop(n: int = 0) -> None:
 WAL = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
 
 
-def configure(db: str, wal: bool = False) -> None:
+def configure(db: str, wal: bool = False, prefetch: float = 0.1) -> None:
     import django
     from django.conf import settings
 
@@ -84,7 +84,12 @@ def configure(db: str, wal: bool = False) -> None:
         },
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
         TASKS={"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}},
-        HTASK={"WORKERS": WORKERS, "AUTODISCOVER": False, "RUN_RETENTION_DAYS": 0},
+        HTASK={
+            "WORKERS": WORKERS,
+            "AUTODISCOVER": False,
+            "RUN_RETENTION_DAYS": 0,
+            "PREFETCH_WITHIN": prefetch,
+        },
         LOGGING_CONFIG=None,
     )
     django.setup()
@@ -347,6 +352,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="20k schedules, 2k tasks")
     parser.add_argument("--wal", action="store_true", help="WAL journal, synchronous=NORMAL")
     parser.add_argument(
+        "--prefetch",
+        type=float,
+        default=0.1,
+        help="the node's PREFETCH_WITHIN (seconds; 0: it claims no task ahead)",
+    )
+    parser.add_argument(
         "--only",
         nargs="+",
         choices=SECTIONS,
@@ -358,14 +369,17 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         db = os.path.join(tmp, "bench.sqlite3")
-        configure(db, wal=options.wal)
+        configure(db, wal=options.wal, prefetch=options.prefetch)
         from django_htask.engine import registry
 
         registry.register(noop)
         function = registry.name_of(noop)
 
         journal = "WAL, synchronous=NORMAL" if options.wal else "default journal"
-        print(f"django-htask node on SQLite ({journal}), {WORKERS} workers, {os.cpu_count()} cores")
+        print(
+            f"django-htask node on SQLite ({journal}), {WORKERS} workers, "
+            f"PREFETCH_WITHIN {options.prefetch:g}, {os.cpu_count()} cores"
+        )
         if "schedules" in options.only:
             s = bench_schedules(schedules, function)
             print(f"\n{schedules:,} enabled schedules")

@@ -274,24 +274,21 @@ class Dialect(abc.ABC):
     def start_in(self, store: TaskStore, claim: Claim) -> list[StartedTask]:
         """Claim and start due tasks without a lock or a limit, in the caller's
         transaction: the candidates read, then started if still claimable."""
-        now, limit, serving = claim.now, claim.limit, claim.serving
-        tasks = Task.objects.using(store.using)
-        served = served_task(serving.plain, serving.backend)
-        claimable = tasks.claimable(now).plain().filter(served)
-        ids = list(
-            claimable.order_by("-priority", "run_at", "id").values_list("id", flat=True)[:limit]
-        )
-        if not ids:
-            return []
-        return store._mark_started(claim, ids, claimable)
+        return self._claim_plain(store, claim, buffered=False)
 
     def buffer_in(self, store: TaskStore, claim: Claim) -> list[StartedTask]:
         """As :meth:`start_in`, for the node's buffer (:meth:`Store.start_tasks
         <django_htask.store.base.Store.start_tasks>`): only tasks never handed to a
         node, and no start time written."""
+        return self._claim_plain(store, claim, buffered=True)
+
+    @staticmethod
+    def _claim_plain(store: TaskStore, claim: Claim, *, buffered: bool) -> list[StartedTask]:
         tasks = Task.objects.using(store.using)
         served = served_task(claim.serving.plain, claim.serving.backend)
-        claimable = tasks.claimable(claim.now).plain().filter(served, node__isnull=True)
+        claimable = tasks.claimable(claim.now).plain().filter(served)
+        if buffered:
+            claimable = claimable.filter(node__isnull=True)  # rules.NEVER_HANDED_OUT_SQL
         ids = list(
             claimable.order_by("-priority", "run_at", "id").values_list("id", flat=True)[
                 : claim.limit
@@ -299,7 +296,7 @@ class Dialect(abc.ABC):
         )
         if not ids:
             return []
-        return store._mark_started(claim, ids, claimable, buffered=True)
+        return store._mark_started(claim, ids, claimable, buffered=buffered)
 
     def mark_begun(
         self, store: Connected, node_id: str, begun: Sequence[tuple[int, datetime]]

@@ -527,12 +527,11 @@ class MySQLDialect(Dialect):
             # Started by id alone: asked again whether they are claimable, InnoDB could
             # walk a secondary index to the rows another claim holds and wait for them
             # while that claim waits for its own (a deadlock, 1 in 20 with four nodes).
-            claimed = rules.claimed_task(
-                Column("attempts"), node_id, adapt(now), adapt(lease_until)
+            sets, params = set_sql(
+                rules.claimed_task(
+                    Column("attempts"), node_id, adapt(now), adapt(lease_until), buffered=buffered
+                )
             )
-            if buffered:
-                claimed["started_at"] = None
-            sets, params = set_sql(claimed)
             cursor.execute(
                 f"UPDATE {TASK} SET {sets} WHERE id IN ({', '.join(['%s'] * len(rows))})",
                 [*params, *(row[0] for row in rows)],

@@ -194,17 +194,20 @@ def reaped_task(
     return changes
 
 
-def claimed_task(attempts: Any, node_id: str, now: Any, lease_until: Any) -> dict[str, Any]:
+def claimed_task(
+    attempts: Any, node_id: str, now: Any, lease_until: Any, *, buffered: bool = False
+) -> dict[str, Any]:
     """The fields of a task (``attempts`` made) a claim of node ``node_id`` starts at
     ``now``: running, one attempt more, held by the node until ``lease_until``, run
     by it (``node``, kept once it ended: a success writes no run row that says so).
     ``attempts`` is a value, or an expression of the column that adds as one (the ORM
     store passes ``F("attempts")``); ``now`` and ``lease_until`` as the store writes a
-    timestamp."""
+    timestamp. ``buffered``: claimed for the node's buffer, with no start time until a
+    worker begins it."""
     return {
         "status": TaskStatus.RUNNING,
         "attempts": attempts + 1,
-        "started_at": now,
+        "started_at": None if buffered else now,
         "locked_by": node_id,
         "node": node_id,
         "lease_expires_at": lease_until,

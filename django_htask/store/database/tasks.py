@@ -421,10 +421,11 @@ class TaskRows(FollowRows):
         transaction), and return them; ``buffered``: for the node's buffer, with no
         start time."""
         tasks = Task.objects.using(self.using)
-        fields = rules.claimed_task(F("attempts"), claim.node_id, claim.now, claim.lease_until)
-        if buffered:
-            fields["started_at"] = None
-        claimable.filter(id__in=ids).update(**fields)
+        claimable.filter(id__in=ids).update(
+            **rules.claimed_task(
+                F("attempts"), claim.node_id, claim.now, claim.lease_until, buffered=buffered
+            )
+        )
         rows = (
             tasks.filter(id__in=ids, locked_by=claim.node_id, status=TaskStatus.RUNNING)
             .order_by()  # read by id, not sorted: the claim above took them in order
@@ -449,11 +450,13 @@ class TaskRows(FollowRows):
         handed to a node, with no start time."""
         node_id, now, limit, lease_until = claim.node_id, claim.now, claim.limit, claim.lease_until
         served, served_params = served_sql(claim.serving, plain=True)
-        fields = rules.claimed_task(Column("attempts"), node_id, adapt(now), adapt(lease_until))
         if buffered:
-            fields["started_at"] = None
             served += f" AND {rules.NEVER_HANDED_OUT_SQL}"
-        sets, set_params = set_sql(fields)
+        sets, set_params = set_sql(
+            rules.claimed_task(
+                Column("attempts"), node_id, adapt(now), adapt(lease_until), buffered=buffered
+            )
+        )
         with self.connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {_TASK} SET {sets} WHERE "

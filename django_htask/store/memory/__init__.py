@@ -313,7 +313,8 @@ class InMemoryStore(OutsideWrites, MemoryNodes, MemoryTables, Store):
         ]
 
     def _start_tasks(self, claim: values.Claim) -> values.Started:
-        node_id, now, limit, lease_until, finished, serving = claim[:6]
+        node_id, now, limit, lease_until = claim.node_id, claim.now, claim.limit, claim.lease_until
+        finished, serving = claim.finished, claim.serving
         with self._lock:
             self._fence(node_id)
             released = self._record(node_id, finished)

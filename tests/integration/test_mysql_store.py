@@ -416,8 +416,8 @@ def test_a_claim_whose_candidates_another_claim_holds_reads_on_past_them(
     store: MySQLStore, other_client: Any
 ) -> None:
     """A claim's candidates come from a plain read (``CANDIDATES`` per task wanted and
-    ``SPARE``); when another claim holds every one of them, the claim reads the claim
-    index with a lock after all, and takes the tasks after them."""
+    ``SPARE``); when another claim holds every one of them, the claim reads the next
+    page of candidates, and takes the tasks after them."""
     register(store, "n1")
     ids = make_tasks(CANDIDATES * 2 + SPARE + 5)
     page = CANDIDATES * 2 + SPARE
@@ -427,6 +427,39 @@ def test_a_claim_whose_candidates_another_claim_holds_reads_on_past_them(
     assert [t.id for t in started] == ids[page : page + 2]
     other_client.rollback()
     assert [t.id for t in store.start_tasks("n1", NOW, 3, LEASE)] == ids[:3]
+
+
+def test_a_claim_that_reads_past_held_candidates_never_holds_their_index_entries(
+    store: MySQLStore, other_client: Any
+) -> None:
+    """Another claim holds every candidate of ours and has not started them yet; ours
+    reads on past them and, before it commits, the other starts its tasks, which moves
+    their entries in the claim index. The other must not wait for ours: a claim that
+    read the claim index with a lock held those entries, and when it then waited for
+    one of the other's rows the two were a deadlock (1 run in about 300 of
+    store_checks.concurrent_claims_take_disjoint_batches)."""
+    register(store, "n1", "n2")
+    ids = make_tasks(CANDIDATES * 2 + SPARE + 5)
+    page = CANDIDATES * 2 + SPARE
+    cursor = other_client.cursor()
+    # As a node's session (READ COMMITTED), whose UPDATE by id waits for no other row.
+    cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    cursor.execute("SET SESSION innodb_lock_wait_timeout = 1")
+    cursor.execute(
+        f"SELECT id FROM django_htask_task FORCE INDEX (PRIMARY) WHERE id IN "
+        f"({', '.join(['%s'] * page)}) FOR UPDATE",
+        ids[:page],
+    )
+    with transaction.atomic():
+        started = store.start_tasks("n1", NOW, 2, LEASE)
+        assert [t.id for t in started] == ids[page : page + 2]
+        cursor.execute(  # waited a second and failed (1205), when ours held the entries
+            f"UPDATE django_htask_task SET status = 'running', node = 'n2' WHERE id IN "
+            f"({', '.join(['%s'] * page)})",
+            ids[:page],
+        )
+    other_client.commit()
+    assert set(Task.objects.filter(node="n2").values_list("id", flat=True)) == set(ids[:page])
 
 
 def test_a_claim_writing_ends_is_five_statements(store: MySQLStore) -> None:

@@ -11,7 +11,9 @@ PostgreSQL, every engine: ``.venv/bin/python bench/cluster.py --only 1 --databas
    default), procrastinate's ``manage.py procrastinate worker --concurrency 4``
    (its Django integration), django-q2's ``qcluster`` (ORM broker, 4 workers, bulk
    4), django-tasks-db's ``db_worker`` and Oban for Python's ``oban start`` (queue
-   limit 8); django-htask and Oban also with 20 and 50 workers per process / as
+   limit 8); django-htask also with the same function as ``async def`` (``htask
+   async``: Oban's jobs are coroutines); django-htask and Oban also with 20 and 50
+   workers per process / as
    their queue's limit (``--widths``, 8 20 50), side by side at each (not in the
    peers' ratios); the peers with persistent connections
    (``tests.cluster.peer_settings``). Oban is not a Django app and needs Python 3.12
@@ -85,6 +87,8 @@ SETTINGS = "tests.cluster.bench_settings"
 DEFAULT_PREFETCH = HtaskSettings.prefetch_within
 PEER_SETTINGS = "tests.cluster.peer_settings"
 NOOP = "tests.cluster.clusterapp.tasks:noop"
+#: The same, ``async def`` (Oban's jobs are coroutines).
+ANOOP = "tests.cluster.clusterapp.tasks:anoop"
 
 
 @dataclass(frozen=True)
@@ -234,21 +238,26 @@ def _make_venv(python: str, venv: Path, requirement: str) -> None:
         ) from exc
 
 
-ENGINES = (
-    Engine(
-        "django-htask",
+def _htask(name: str, function: str, widened: str) -> Engine:
+    """django-htask's ``runscheduler`` running ``function``."""
+    return Engine(
+        name,
         "from django_htask import clock\nfrom django_htask.engine import registry\n"
         "from django_htask.models import Task\nnow = clock.now()\n"
-        f"Task.objects.bulk_create(Task(function='{NOOP}', run_at=now, "
-        f"payload=registry.check_call('{NOOP}', (n,), {{{{}}}})) for n in range({{tasks}}))",
+        f"Task.objects.bulk_create(Task(function='{function}', run_at=now, "
+        f"payload=registry.check_call('{function}', (n,), {{{{}}}})) for n in range({{tasks}}))",
         ("runscheduler", "--workers", "{width}"),
         SETTINGS,
         "SELECT count(*) FROM django_htask_task WHERE status = 'succeeded'",
         "SELECT min(started_at), min(finished_at), max(finished_at) FROM django_htask_task",
         mariadb=True,
         width=8,
-        widened="htask -w {width}",
-    ),
+        widened=widened,
+    )
+
+
+ENGINES = (
+    _htask("django-htask", NOOP, "htask -w {width}"),
     Engine(
         "procrastinate",
         "from bench.peers.tasks import p_noop\n"
@@ -295,10 +304,11 @@ ENGINES = (
         width=8,
         widened="oban -l {width}",
     ),
+    _htask("htask async", ANOOP, "htask async -w {width}"),
 )  # fmt: skip
 
 
-PEERS = tuple(e.name for e in ENGINES[1:])
+PEERS = tuple(e.name for e in ENGINES if e.settings != SETTINGS)
 
 #: Section 6: the claim index as migration 0007 makes it, and a node's claims timed.
 CLAIM_INDEX_SQL = (
@@ -904,20 +914,22 @@ def _print_equal_widths(
 ) -> None:
     """django-htask / Oban where one's workers per process equal the other's queue
     limit, each round's ratio against the same round's."""
-    ours = [e for e in engines if e.widened == ENGINES[0].widened]
+    ours = [e for e in engines if e.settings == SETTINGS]
     oban = {e.width: e.name for e in engines if isinstance(e, ObanEngine)}
     if not {e.width for e in ours} & oban.keys():
         return
     print("  django-htask / Oban at equal concurrency (median of the rounds' ratios, range):")
     for size in (1, 3):
-        for engine in sorted(ours, key=lambda e: (e.width, e.prefetch)):
+        for engine in sorted(ours, key=lambda e: (e.width, e.widened, e.prefetch)):
             if engine.width not in oban:
                 continue
             width = engine.width
             got, ref = results[engine.name, size], results[oban[width], size]
             buffer = "" if engine.prefetch == DEFAULT_PREFETCH else f" prefetch {engine.prefetch:g}"
+            tasks = " async" if engine.widened != ENGINES[0].widened else ""
             print(
-                f"  {size} process(es), {width} workers{buffer} / limit {width}: tasks/s from exec "
+                f"  {size} process(es), {width} workers{tasks}{buffer} / limit {width}: "
+                "tasks/s from exec "
                 f"{_ratio(got, ref, 'from_start')}, from 1st task "
                 f"{_ratio(got, ref, 'from_first')}; CPU per task, workers "
                 f"{_ratio(got, ref, 'cpu_ms')}, PostgreSQL {_ratio(got, ref, 'server_cpu_ms')}, "

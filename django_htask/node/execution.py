@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import inspect
 import logging
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -425,12 +427,12 @@ def _finished(
 
 
 def _call(fn: Any, args: Any, kwargs: dict[str, Any], token: CancelToken | None) -> Any:
-    """Call ``fn`` and return what it returns; an async one in an event loop of its
-    own, cancelled at its next ``await`` when ``token`` is."""
+    """Call ``fn`` and return what it returns; an async one on this thread's event loop
+    (:func:`_run_async`), cancelled at its next ``await`` when ``token`` is."""
     if not inspect.iscoroutinefunction(fn):
         return fn(*args, **kwargs)
     if token is None:
-        return asyncio.run(fn(*args, **kwargs))
+        return _run_async(fn(*args, **kwargs))
 
     async def cancellable() -> Any:
         task = asyncio.current_task()
@@ -444,4 +446,61 @@ def _call(fn: Any, args: Any, kwargs: dict[str, Any], token: CancelToken | None)
         token.on_cancel(cancel)
         return await fn(*args, **kwargs)
 
-    return asyncio.run(cancellable())
+    return _run_async(cancellable())
+
+
+class _Loop:
+    """A thread's event loop for the async calls it makes (:func:`_run_async`), closed
+    when the thread ends (its thread-local value is dropped then)."""
+
+    __slots__ = ("runner",)
+
+    def __init__(self) -> None:
+        self.runner = asyncio.Runner()
+
+    def __del__(self) -> None:
+        _close(self.runner)
+
+
+class _ThreadLoop(threading.local):
+    loop: _Loop | None = None
+
+
+_loops = _ThreadLoop()
+
+
+def _run_async(coro: Any) -> Any:
+    """Run ``coro`` to its end on this thread's event loop, as :func:`asyncio.run` does
+    on a loop of its own: in a copy of the caller's context, and what it left running is
+    cancelled as it ends. The loop is kept for the thread's next call, since making and
+    closing one costs more than a trivial task's whole run; a call that raised drops it
+    (one stopped by force may have been interrupted in the loop's own code), so that
+    the next call gets a loop that is whole."""
+    loop = _loops.loop
+    if loop is None:
+        loop = _loops.loop = _Loop()
+    try:
+        value = loop.runner.run(coro, context=contextvars.copy_context())
+        _cancel_left(loop.runner.get_loop())
+    except BaseException:
+        _loops.loop = None  # closed as it is dropped
+        raise
+    return value
+
+
+def _cancel_left(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks a call left on ``loop`` and let them end, as :func:`asyncio.run`
+    does before it closes its loop: none of them outlives the call."""
+    left = asyncio.all_tasks(loop)
+    if not left:
+        return
+    for task in left:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+
+
+def _close(runner: asyncio.Runner) -> None:
+    """Close a thread's loop: what its calls left running cancelled, its async
+    generators and default executor shut down."""
+    with contextlib.suppress(Exception):  # a loop interrupted by force, or at exit
+        runner.close()

@@ -184,3 +184,8 @@ def batch_cb(state: BatchState, role: str) -> None:
         f"cb {role} {state.id} {state.total} {state.succeeded} {state.failed} "
         f"{state.cancelled} {os.getpid()}\n"
     )
+
+
+@task
+async def anoop(n: int) -> None:
+    """The same, ``async def``, as Oban's jobs are (bench/cluster.py's ``htask async``)."""

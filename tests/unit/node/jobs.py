@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 from django_htask.engine import registry
@@ -88,3 +89,42 @@ def swallow(name: str) -> None:
                 sum(range(10))
         except BaseException as exc:
             ended[name] = f"swallowed {type(exc).__name__}"
+
+
+@registry.register
+async def awaiting(name: str) -> None:
+    """An async job waiting at an ``await`` until released: its timeout cancels it
+    there."""
+    started, release = gate(name)
+    started.set()
+    try:
+        while not release.is_set():
+            await asyncio.sleep(0.005)
+    except asyncio.CancelledError:
+        ended[name] = "cancelled"
+        raise
+    ended[name] = "released"
+
+
+# -- async jobs on a worker's event loop (tests/unit/node/test_node.py) -----------------
+#: name -> (its loop, its token, whether the task it left running was cancelled).
+seen: dict[str, tuple[int, object, list[bool]]] = {}
+
+
+@registry.register
+async def leaves_a_task(name: str) -> None:
+    """Records its loop and token, and leaves a task running as it returns."""
+    from django_htask.engine import current_token
+
+    left: list[bool] = []
+
+    async def forever() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            left.append(True)
+            raise
+
+    asyncio.get_running_loop().create_task(forever())
+    await asyncio.sleep(0)  # it starts
+    seen[name] = (id(asyncio.get_running_loop()), current_token(), left)

@@ -785,6 +785,23 @@ def test_a_step_of_the_control_thread_that_is_a_deadlocks_victim_is_tried_again_
     assert not [r for r in caplog.records if getattr(r, "action", "") == "db_unavailable"]
 
 
+def test_async_tasks_on_one_worker_share_its_loop_each_in_a_context_of_its_own(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore
+) -> None:
+    """A worker runs its async calls on one event loop, kept between them, as
+    asyncio.run would on a loop of its own: each call sees its own token, and a task it
+    left running is cancelled as it returns."""
+    jobs.seen.clear()
+    ids = [store.add_task("tests.unit.node.jobs:leaves_a_task", name) for name in "ab"]
+    make_node(workers=1)
+    clock.advance(0)
+    assert [store.tasks[i].status for i in ids] == [TaskStatus.SUCCEEDED] * 2
+    (loop_a, token_a, left_a), (loop_b, token_b, left_b) = jobs.seen["a"], jobs.seen["b"]
+    assert loop_a == loop_b
+    assert None is not token_a is not token_b is not None
+    assert left_a == left_b == [True]
+
+
 def test_the_buffer_holds_what_the_workers_begin_within_prefetch_within() -> None:
     """A node claims ahead as many tasks as its workers are expected to begin within
     ``PREFETCH_WITHIN`` at the pace of its recent calls, at most as many as its workers;

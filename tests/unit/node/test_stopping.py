@@ -29,6 +29,8 @@ SPIN = "tests.unit.node.jobs:spin"
 COOPERATIVE = "tests.unit.node.jobs:cooperative"
 BLOCKED = "tests.unit.node.jobs:blocked"
 SWALLOW = "tests.unit.node.jobs:swallow"
+AWAITING = "tests.unit.node.jobs:awaiting"
+ADOUBLE = "tests.integration.testapp.tasks:adouble"
 GRACE = 5.0
 TIMED_OUT = "TimedOut: the run took longer than its timeout of 2s"
 
@@ -112,6 +114,25 @@ def test_a_cooperative_task_stops_at_the_timeout_without_force(
     assert task_runs(store, tid) == [("failed", TIMED_OUT)]
     until(lambda: store.tasks[tid].status == TaskStatus.PENDING, "retried by its policy")
     assert store.tasks[tid].run_at > clock.now()
+
+
+def test_an_async_task_is_cancelled_at_its_await_and_its_worker_s_next_call_runs(
+    start_node: Callable[..., Node], clock: FakeClock, store: InMemoryStore
+) -> None:
+    """The timeout cancels an async task where it awaits, without force. The loop it
+    ran on is dropped with the call that raised; the worker's next async call gets a
+    new one."""
+    tid = store.add_task(AWAITING, "async", timeout=2.0)
+    node = start_node()
+    started("async")
+    step(clock, node, 2, "the timeout cancels the token", pending=1)
+    until(lambda: task_runs(store, tid), "the run recorded")
+    assert jobs.ended["async"] == "cancelled"
+    assert task_runs(store, tid) == [("failed", TIMED_OUT)]
+    assert node.parts.supervisor.given_up == 0
+    after = store.add_task(ADOUBLE, 21)
+    clock.advance(0, wait=False)
+    until(lambda: store.tasks[after].status == TaskStatus.SUCCEEDED, "the next call ran")
 
 
 def test_a_task_under_its_timeout_succeeds(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -192,6 +193,18 @@ def _no_exit_in_the_test_process() -> Iterator[None]:
     os._exit = guarded  # type: ignore[assignment]
     yield
     os._exit = real
+
+
+@pytest.fixture(autouse=True)
+def _htask_log_level() -> Iterator[None]:
+    """Restore the ``django_htask`` logger's level and handlers: ``runscheduler`` run in
+    the test process sets them (``--log-level``), and a later test in that process then
+    captured INFO records (``node_started``) it does not expect."""
+    logger = logging.getLogger("django_htask")
+    level, handlers = logger.level, list(logger.handlers)
+    yield
+    logger.setLevel(level)
+    logger.handlers[:] = handlers
 
 
 @pytest.fixture(autouse=True)

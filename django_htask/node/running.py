@@ -61,6 +61,11 @@ class Running:
         with self._lock:
             return len(self._tasks) + len(self._runs)
 
+    def waiting(self) -> int:
+        """How many of the jobs handed to the workers no worker has begun yet."""
+        with self._lock:
+            return len(self._guards) - len(self._calling)
+
     def add_tasks(self, tasks: list[StartedTask]) -> None:
         with self._lock:
             for task in tasks:

@@ -75,6 +75,10 @@ class TaskDispatch:
         self.gather = gather
         self._gathering = False
         self._rounds = 0
+        #: A round runs (on the control thread); an ask meanwhile (on threads) is put off
+        #: until it ends (see ask()).
+        self._in_round = False
+        self._asked = False
         #: Task id -> when its call was handed to a worker (clock.monotonic()), in that
         #: order, while it runs (with worker processes only: see ask()).
         self._calls: dict[int, float] = {}
@@ -89,22 +93,51 @@ class TaskDispatch:
         """Ask for a round (a result waits, a worker is free). With ``gather`` (worker
         processes), while every task call running was handed out less than ``gather``
         ago, the round waits until they have all ended or the oldest is that old.
+        Otherwise, while a task handed out waits for a worker (the buffer is not
+        empty), the round waits until the last of them is begun (:meth:`_job` asks
+        then), ``PREFETCH_WITHIN`` at most.
 
         A round costs a few milliseconds of the database whatever it claims. Trivial
         calls in worker processes return a millisecond or two apart, about a round's
         time: asked at once, the next round claimed only the few that had ended, and
         the workers split into two halves taking turns (4 tasks a claim of 8 workers).
         Waiting for calls that are that young keeps them one batch; a call running
-        longer is not waited for."""
-        if self.gather:
-            wait = self._gather_for()
-            if wait > 0:
-                if not self._gathering:
-                    self._gathering = True
-                    if not self.ctx.control.later(wait, self._gathered, self._rounds):
-                        self._gathering = False
-                return
+        longer is not waited for. Calls on threads that take a fraction of a
+        millisecond (an ``async def`` task's) split the same way: an end that came
+        while a round was claiming (before that round's tasks were handed out) asked
+        for a round of its own, and every other round wrote one end and claimed one
+        task. So on threads an ask during a round is left to the round's end, when what
+        it handed out is known."""
+        self._asked = True
+        if self._in_round and not self.gather:
+            return  # the round asks as it ends (_ask_after_round)
+        self._asked = False
+        self._ask()
+
+    def _ask_after_round(self) -> None:
+        """As a round ends: the ask it put off, if any. (An ask reads ``_in_round``
+        after it sets ``_asked``, and this reads ``_asked`` after ``_in_round`` is
+        cleared: whichever comes second sees the other's write, so no ask is lost.)"""
+        self._in_round = False
+        if self._asked:
+            self._asked = False
+            self._ask()
+
+    def _ask(self) -> None:
+        wait = self._gather_for() if self.gather else self._buffer_left()
+        if wait > 0:
+            if not self._gathering:
+                self._gathering = True
+                if not self.ctx.control.later(wait, self._gathered, self._rounds):
+                    self._gathering = False
+            return
         self.request.request()
+
+    def _buffer_left(self) -> float:
+        """``PREFETCH_WITHIN`` while a task handed out waits for a worker, else 0."""
+        if not self._buffered or not self.ctx.running.waiting():
+            return 0.0
+        return self.ctx.settings.prefetch_within
 
     def _gather_for(self) -> float:
         """Seconds until the oldest task call running is ``gather`` old (none running, or
@@ -224,9 +257,11 @@ class TaskDispatch:
             return  # stop() writes what is left
         self._rounds += 1
         self._gathering = False
+        self._in_round = True
         try:
             self._dispatch()
         finally:
+            self._ask_after_round()
             self._on_dispatched()
 
     def _dispatch(self) -> None:
@@ -302,8 +337,8 @@ class TaskDispatch:
 
     def _job(self, task: StartedTask) -> None:
         """A worker runs one task. One that waited in the buffer asks for a claim, which
-        writes its start."""
-        if task.id in self._buffered:
+        writes its start: the last one waiting, on threads (:meth:`ask`)."""
+        if task.id in self._buffered and (self.gather or self.ctx.running.waiting() <= 1):
             self.request.request()
         finish = functools.partial(self._finish, task)
         self.supervisor.run(

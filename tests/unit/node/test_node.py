@@ -802,6 +802,66 @@ def test_async_tasks_on_one_worker_share_its_loop_each_in_a_context_of_its_own(
     assert left_a == left_b == [True]
 
 
+def test_while_a_buffered_task_waits_for_a_worker_a_round_waits_for_the_last_to_begin() -> None:
+    """On threads, a round asked for (a call's end) while a task handed out waits for a
+    worker, the buffer not empty, waits until the last of them is begun, which asks for
+    it, or ``PREFETCH_WITHIN`` at most; one asked for during a round waits for its end.
+    Asked at each end, with calls a fraction of a millisecond long (``async def``
+    tasks), every other round wrote one end and claimed one task."""
+    requests: list[int] = []
+    timers: list[tuple[float, Callable[..., object], tuple[Any, ...]]] = []
+    waiting = [0]
+
+    def later(delay: float, fn: Callable[..., object], *args: Any) -> bool:
+        timers.append((delay, fn, args))
+        return True
+
+    ctx: Any = SimpleNamespace(
+        settings=HtaskSettings(prefetch_within=0.1),
+        node_id="n",
+        running=SimpleNamespace(waiting=lambda: waiting[0]),
+        control=SimpleNamespace(
+            once=lambda call: SimpleNamespace(request=lambda: requests.append(1)), later=later
+        ),
+    )
+    dispatch = TaskDispatch(ctx, cast(Any, SimpleNamespace(run=lambda *args: None)))
+
+    def job(task_id: int) -> None:
+        dispatch._job(
+            cast(Any, SimpleNamespace(id=task_id, payload=b"", function="f", attempts=1,
+                                      run_at=START, timeout=None))
+        )  # fmt: skip
+
+    dispatch.ask()
+    assert len(requests) == 1  # nothing buffered: at once
+    dispatch._buffered.update({1, 2})
+    waiting[0] = 2
+    dispatch.ask()
+    dispatch.ask()
+    assert len(requests) == 1
+    assert [delay for delay, _fn, _args in timers] == [0.1]  # one timer: PREFETCH_WITHIN
+    job(1)  # one more waits after it
+    assert len(requests) == 1
+    waiting[0] = 1
+    job(2)  # the last one: the round now
+    assert len(requests) == 2
+    _delay, fn, args = timers[0]
+    fn(*args)  # no round since it was set (none ran here): it asks too
+    assert len(requests) == 3
+    dispatch._gathering, waiting[0] = False, 0
+    dispatch.ask()  # none waits: at once
+    assert len(requests) == 4 and len(timers) == 1
+    # An end while a round claims: put off to the round's end, when what it handed out
+    # is known (here none waits: the round comes at once).
+    dispatch._in_round = True
+    dispatch.ask()
+    assert len(requests) == 4
+    dispatch._ask_after_round()
+    assert len(requests) == 5
+    dispatch._ask_after_round()  # nothing put off: no round
+    assert len(requests) == 5
+
+
 def test_the_buffer_holds_what_the_workers_begin_within_prefetch_within() -> None:
     """A node claims ahead as many tasks as its workers are expected to begin within
     ``PREFETCH_WITHIN`` at the pace of its recent calls, at most as many as its workers;

@@ -76,6 +76,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchutil import compile_sources  # noqa: E402
+
 from django_htask.conf import HtaskSettings  # noqa: E402
 from tests.cluster.site import ClusterSite, MariaDBSite  # noqa: E402
 from tests.mariadbcluster import MariaDBServer, connect, database_settings  # noqa: E402
@@ -186,6 +188,7 @@ class ObanEngine(Engine):
         that database."""
         if not (self.venv / "bin" / "oban").exists():
             _make_venv(self.python, self.venv, f"oban=={OBAN_VERSION}")
+        compile_sources(ROOT, str(self.venv / "bin" / "python"))  # its jobs' module
         if not bench.sql("SELECT 1 FROM pg_database WHERE datname = %s", self.database):
             bench.sql(f"CREATE DATABASE {self.database}")
         assert isinstance(bench.server, PostgresCluster)
@@ -1044,6 +1047,7 @@ def _throughput(bench: Bench, args: argparse.Namespace) -> None:
                 for p in args.prefetch
             ]
         engines += widths
+    compile_sources(ROOT)
     sites = {e.name: e.prepare(bench) for e in engines}
     print(
         f"1. one-off throughput: {args.tasks} trivial tasks queued, then 1 or 3 "

@@ -32,8 +32,8 @@ def compile_sources(root: str | os.PathLike[str], python: str = sys.executable) 
     """Byte-compile the project's own modules under ``root`` for ``python``, as pip does
     for an installed package: with ``PYTHONDONTWRITEBYTECODE`` set (this machine sets it)
     and an editable install, every process the benchmark starts would otherwise compile
-    them from source again, about 0.2 s of CPU each, which neither an installed
-    django-htask nor the peers' installed packages pay."""
+    them from source again, a cost of start-up that neither an installed django-htask
+    nor the peers' installed packages pay."""
     subprocess.run(
         [python, "-m", "compileall", "-q", "django_htask", "tests", "bench"],
         cwd=root,

@@ -33,6 +33,27 @@ def test_a_web_process_waits_for_the_result_another_process_computes(
     assert out.splitlines() == ["succeeded 5 1 True", "succeeded 42"]
 
 
+def test_async_tasks_run_by_a_node_process_return_their_results_and_time_out_at_an_await(
+    start_scheduler: Callable[..., Scheduler], django_code: Callable[[str], str]
+) -> None:
+    """``async def`` tasks on two workers, each worker's loop kept between its calls:
+    every result comes back, and a timeout cancels a call where it awaits."""
+    start_scheduler("--workers", "2")
+    aadd = "tests.acceptance.app.tasks:aadd_after"
+    out = django_code(
+        "from django_htask import schedule, wait_result\n"
+        f"tasks = [schedule({aadd!r}, n, 1, 0.05) for n in range(6)]\n"
+        f"slow = schedule({aadd!r}, 0, 0, 60, timeout=1)\n"
+        "print([wait_result(t.token, timeout=30).value for t in tasks])\n"
+        "result = wait_result(slow.token, timeout=30)\n"
+        "print(result.status, result.attempts, result.error)\n"
+    )
+    assert out.splitlines() == [
+        "[1, 2, 3, 4, 5, 6]",
+        "failed 1 TimedOut: the run took longer than its timeout of 1s",
+    ]
+
+
 def test_a_task_no_node_runs_times_out_naming_its_status(
     django_code: Callable[[str], str], tmp_path: Path
 ) -> None:

@@ -436,8 +436,8 @@ def test_a_claim_that_reads_past_held_candidates_never_holds_their_index_entries
     reads on past them and, before it commits, the other starts its tasks, which moves
     their entries in the claim index. The other must not wait for ours: a claim that
     read the claim index with a lock held those entries, and when it then waited for
-    one of the other's rows the two were a deadlock (1 run in about 300 of
-    store_checks.concurrent_claims_take_disjoint_batches)."""
+    one of the other's rows the two were a deadlock
+    (store_checks.concurrent_claims_take_disjoint_batches)."""
     register(store, "n1", "n2")
     ids = make_tasks(CANDIDATES * 2 + SPARE + 5)
     page = CANDIDATES * 2 + SPARE

@@ -126,6 +126,15 @@ def add_after(a: int, b: int, seconds: float) -> int:
 
 
 @task
+async def aadd_after(a: int, b: int, seconds: float) -> int:
+    """``a + b``, after ``seconds`` awaited."""
+    import asyncio
+
+    await asyncio.sleep(seconds)
+    return a + b
+
+
+@task
 def counts(n: int) -> int:
     """Report each count with set_progress; return ``n``."""
     from django_htask import set_progress

@@ -22,7 +22,11 @@ PostgreSQL, every engine: ``.venv/bin/python bench/cluster.py --only 1 --databas
    ``python3.12``; ``pip install oban==0.7.0`` from PyPI), gives it a database of its
    own on the same server (schema by ``oban install``), queues with its client's
    ``enqueue_many`` and starts its CLI with its log at warnings (at info it logs
-   every job). Rounds interleave the engines (``--rounds``, 4; medians). Per engine
+   every job). Each trial starts on a quiet server: its tables emptied
+   (``TRUNCATE``), its tasks queued, then its database's statistics taken (ANALYZE)
+   or, for Oban, none (each peer as it runs faster: ``Bench.settle``), a
+   ``CHECKPOINT``; autovacuum is off during the section (on MariaDB, InnoDB's purge is
+   waited for instead). Rounds interleave the engines (``--rounds``, 4; medians). Per engine
    and size: tasks/s from exec to the last task finished and from the first task
    started to the last finished, commits (``pg_stat_database``) and rows written
    (``pg_stat_user_tables``) of its database per task, the processes' CPU per task
@@ -114,6 +118,10 @@ class Engine:
     widened: str = ""
     #: django-htask's ``PREFETCH_WITHIN`` (``--prefetch``).
     prefetch: float = DEFAULT_PREFETCH
+    #: Its trials start with statistics taken on the queued tasks (an ANALYZE, as
+    #: autovacuum takes them on a table that grew); False: with none (a table just
+    #: made). Each peer has the one it runs faster with (see :meth:`Bench.settle`).
+    analyzed: bool = True
 
     @property
     def env(self) -> dict[str, str]:
@@ -306,6 +314,7 @@ ENGINES = (
         "'UTC', max(completed_at) AT TIME ZONE 'UTC' FROM oban_jobs",
         width=8,
         widened="oban -l {width}",
+        analyzed=False,
     ),
     _htask("htask async", ANOOP, "htask async -w {width}"),
 )  # fmt: skip
@@ -394,8 +403,8 @@ class Bench(ClusterSite):
     @contextmanager
     def quiet(self) -> Iterator[None]:
         """Autovacuum off meanwhile: each trial's tables are new (``TRUNCATE``), and
-        what autovacuum would do is done by :meth:`settle`, at the same point of every
-        trial, rather than at any point of whichever trial its nap ends in."""
+        their statistics are set by :meth:`settle` at the same point of every trial,
+        not by an ANALYZE at whatever point of a trial autovacuum's nap ends."""
         self.sql("ALTER SYSTEM SET autovacuum = off")
         self.sql("SELECT pg_reload_conf()")
         try:
@@ -404,19 +413,20 @@ class Bench(ClusterSite):
             self.sql("ALTER SYSTEM RESET autovacuum")
             self.sql("SELECT pg_reload_conf()")
 
-    def settle(self) -> None:
-        """No table of this database has statistics: each engine plans its statements
-        as on a table just made, whatever an ANALYZE of a previous trial saw (a
-        ``TRUNCATE`` keeps the statistics). With statistics taken on a backlog of
-        10,000 available jobs, Oban's statements took twice the server's CPU a job; at
-        random, when autovacuum's nap ended during one of its trials."""
+    def settle(self, analyzed: bool) -> None:
+        """Make the statistics of this database's tables those of ``analyzed`` (see
+        :attr:`Engine.analyzed`), whatever a previous trial left (a ``TRUNCATE`` keeps
+        them), then write the server's dirty pages out now rather than during the
+        trial. The peers differ: on 10,000 queued tasks, Oban ran at 2,100-2,400
+        tasks/s with no statistics and 1,300-1,700 with them; procrastinate at 212 with
+        none and 668 with them; django-tasks-db's ``db_worker`` at 165 and 404;
+        django-htask, whose claim's plan is pinned, at 3,060 and 3,176."""
         self.sql(
             "DELETE FROM pg_statistic WHERE starelid IN (SELECT c.oid FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public')"
         )
-
-    def checkpoint(self) -> None:
-        """Write the server's dirty pages out now rather than during the next trial."""
+        if analyzed:
+            self.sql("ANALYZE")
         self.sql("CHECKPOINT")
 
     def django(self, code: str, timeout: float = 600, env: dict[str, str] | None = None) -> str:
@@ -486,20 +496,14 @@ class Bench(ClusterSite):
         return Counters(int(commits), int(rows), statements)
 
     # -- 1. throughput ---------------------------------------------------------------
-    def throughput(
-        self,
-        engine: Engine,
-        tasks: int,
-        processes: int,
-        settle: Callable[[], object] = lambda: None,
-    ) -> Throughput:
-        """Queue ``tasks`` trivial tasks, call ``settle`` (the server made quiet), start
+    def throughput(self, engine: Engine, tasks: int, processes: int) -> Throughput:
+        """Queue ``tasks`` trivial tasks, settle the server (:meth:`settle`), start
         ``processes`` workers of ``engine``, wait until all are done; times come from
         the rows each engine writes. ``engine`` runs on this site (see
         :meth:`Engine.prepare`)."""
         engine.reset(self)
         engine.queue(self, tasks)
-        settle()
+        self.settle(engine.analyzed)
         time.sleep(0.3)  # the enqueuing backend's statistics flushed at its exit
         before = self._counters()
         server = _tree_cpu(self.server_pid())
@@ -785,13 +789,10 @@ class MariaDBBench(Bench, MariaDBSite):
         """Nothing to turn off (InnoDB's purge is waited for by :meth:`settle`)."""
         yield
 
-    def settle(self) -> None:
-        """Wait until InnoDB has purged the row versions the last trial left."""
+    def settle(self, analyzed: bool) -> None:
+        """Wait until InnoDB has purged the row versions the last trial left. (InnoDB
+        keeps statistics of its own, recalculated as a table changes.)"""
         self.sql("SET GLOBAL innodb_max_purge_lag_wait = 0")
-
-    def checkpoint(self) -> None:
-        """Nothing: InnoDB flushes its pages in the background, with no statement to
-        ask for it at once."""
 
     def server_pid(self) -> int:
         assert isinstance(self.server, MariaDBServer)
@@ -1103,19 +1104,12 @@ def _throughput(bench: Bench, args: argparse.Namespace) -> None:
         f"processes started; median of {args.rounds} interleaved rounds"
     )
     results: dict[tuple[str, int], list[Throughput]] = {}
-    databases = list({id(site): site for site in sites.values()}.values())
-
-    def settle() -> None:
-        for site in databases:
-            site.settle()
-        bench.checkpoint()
-
     with bench.quiet():
         for n in range(args.rounds):
             order = engines[n % len(engines) :] + engines[: n % len(engines)]
             for size in (1, 3):
                 for engine in order:
-                    got = sites[engine.name].throughput(engine, args.tasks, size, settle)
+                    got = sites[engine.name].throughput(engine, args.tasks, size)
                     results.setdefault((engine.name, size), []).append(got)
     _print_throughput(results, [e.name for e in engines])
     _print_equal_widths(results, engines)

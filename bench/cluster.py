@@ -417,10 +417,9 @@ class Bench(ClusterSite):
         """Make the statistics of this database's tables those of ``analyzed`` (see
         :attr:`Engine.analyzed`), whatever a previous trial left (a ``TRUNCATE`` keeps
         them), then write the server's dirty pages out now rather than during the
-        trial. The peers differ: on 10,000 queued tasks, Oban ran at 2,100-2,400
-        tasks/s with no statistics and 1,300-1,700 with them; procrastinate at 212 with
-        none and 668 with them; django-tasks-db's ``db_worker`` at 165 and 404;
-        django-htask, whose claim's plan is pinned, at 3,060 and 3,176."""
+        trial. No one state is neutral: statistics taken on a backlog slow Oban's
+        statements, and their absence slows procrastinate's and ``db_worker``'s
+        (docs/cluster.md, "Beside Oban for Python", has the figures)."""
         self.sql(
             "DELETE FROM pg_statistic WHERE starelid IN (SELECT c.oid FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public')"

@@ -91,6 +91,8 @@ from tests.throwaway import ThrowAwayServer  # noqa: E402
 SETTINGS = "tests.cluster.bench_settings"
 #: django-htask's default ``PREFETCH_WITHIN``.
 DEFAULT_PREFETCH = HtaskSettings.prefetch_within
+#: django-htask's default ``PREFETCH_PER_WORKER``.
+DEFAULT_PER_WORKER = HtaskSettings.prefetch_per_worker
 PEER_SETTINGS = "tests.cluster.peer_settings"
 NOOP = "tests.cluster.clusterapp.tasks:noop"
 #: The same, ``async def`` (Oban's jobs are coroutines).
@@ -118,6 +120,8 @@ class Engine:
     widened: str = ""
     #: django-htask's ``PREFETCH_WITHIN`` (``--prefetch``).
     prefetch: float = DEFAULT_PREFETCH
+    #: django-htask's ``PREFETCH_PER_WORKER`` (``--per-worker``).
+    per_worker: int = DEFAULT_PER_WORKER
     #: Its trials start with statistics taken on the queued tasks (an ANALYZE, as
     #: autovacuum takes them on a table that grew); False: with none (a table just
     #: made). Each peer has the one it runs faster with (see :meth:`Bench.settle`).
@@ -130,6 +134,7 @@ class Engine:
             "DJANGO_SETTINGS_MODULE": self.settings,
             "HTASK_BENCH_PEER": self.name,
             "HTASK_BENCH_PREFETCH_WITHIN": str(self.prefetch),
+            "HTASK_BENCH_PREFETCH_PER_WORKER": str(self.per_worker),
         }
 
     @property
@@ -972,12 +977,14 @@ def _print_equal_widths(
         return
     print("  django-htask / Oban at equal concurrency (median of the rounds' ratios, range):")
     for size in (1, 3):
-        for engine in sorted(ours, key=lambda e: (e.width, e.widened, e.prefetch)):
+        for engine in sorted(ours, key=lambda e: (e.width, e.widened, e.prefetch, e.per_worker)):
             if engine.width not in oban:
                 continue
             width = engine.width
             got, ref = results[engine.name, size], results[oban[width], size]
             buffer = "" if engine.prefetch == DEFAULT_PREFETCH else f" prefetch {engine.prefetch:g}"
+            if engine.per_worker != DEFAULT_PER_WORKER:
+                buffer += f" {engine.per_worker} per worker"
             tasks = " async" if engine.widened != ENGINES[0].widened else ""
             print(
                 f"  {size} process(es), {width} workers{tasks}{buffer} / limit {width}: "
@@ -1035,6 +1042,15 @@ def main() -> None:
         "'... -p S', 0 claims no task ahead)",
     )
     parser.add_argument(
+        "--per-worker",
+        type=int,
+        nargs="+",
+        default=[DEFAULT_PER_WORKER],
+        help="section 1: django-htask's PREFETCH_PER_WORKER setting, a row each at each width "
+        f"and --prefetch (default: {DEFAULT_PER_WORKER}, the setting's; a row with another K "
+        "is named '... -k K')",
+    )
+    parser.add_argument(
         "--oban-python",
         default="python3.12",
         help="the Python (3.12 or later) Oban's venv is made with, on first use",
@@ -1074,6 +1090,12 @@ def main() -> None:
                 _postgres_sections(bench, args, wanted)
 
 
+def _buffer_suffix(prefetch: float, per_worker: int) -> str:
+    """What a django-htask row's name adds for buffer settings other than the defaults."""
+    suffix = "" if prefetch == DEFAULT_PREFETCH else f" -p {prefetch:g}"
+    return suffix + ("" if per_worker == DEFAULT_PER_WORKER else f" -k {per_worker}")
+
+
 def _throughput(bench: Bench, args: argparse.Namespace) -> None:
     """Section 1: the engines named ``args.engines`` that run on ``bench``'s database,
     each at its widths, take turns, ``args.rounds`` times, on ``args.tasks`` tasks with
@@ -1089,11 +1111,10 @@ def _throughput(bench: Bench, args: argparse.Namespace) -> None:
             widths += [engine.wide(w) for w in args.widths if w != engine.width]
         if engine.name == ENGINES[0].name:
             widths = [
-                replace(
-                    e, name=e.name if p == DEFAULT_PREFETCH else f"{e.name} -p {p:g}", prefetch=p
-                )
+                replace(e, name=e.name + _buffer_suffix(p, k), prefetch=p, per_worker=k)
                 for e in widths
                 for p in args.prefetch
+                for k in args.per_worker
             ]
         engines += widths
     compile_sources(ROOT)

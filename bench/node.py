@@ -61,7 +61,7 @@ def dt_noop(n: int = 0) -> None:
 WAL = "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
 
 
-def configure(db: str, wal: bool = False, prefetch: float = 0.1) -> None:
+def configure(db: str, wal: bool = False, prefetch: float = 0.1, per_worker: int = 8) -> None:
     import django
     from django.conf import settings
 
@@ -89,6 +89,7 @@ def configure(db: str, wal: bool = False, prefetch: float = 0.1) -> None:
             "AUTODISCOVER": False,
             "RUN_RETENTION_DAYS": 0,
             "PREFETCH_WITHIN": prefetch,
+            "PREFETCH_PER_WORKER": per_worker,
         },
         LOGGING_CONFIG=None,
     )
@@ -358,6 +359,12 @@ def main() -> None:
         help="the node's PREFETCH_WITHIN (seconds; 0: it claims no task ahead)",
     )
     parser.add_argument(
+        "--per-worker",
+        type=int,
+        default=8,
+        help="the node's PREFETCH_PER_WORKER (the most tasks it claims ahead per worker)",
+    )
+    parser.add_argument(
         "--only",
         nargs="+",
         choices=SECTIONS,
@@ -369,7 +376,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         db = os.path.join(tmp, "bench.sqlite3")
-        configure(db, wal=options.wal, prefetch=options.prefetch)
+        configure(db, wal=options.wal, prefetch=options.prefetch, per_worker=options.per_worker)
         from django_htask.engine import registry
 
         registry.register(noop)
@@ -378,7 +385,8 @@ def main() -> None:
         journal = "WAL, synchronous=NORMAL" if options.wal else "default journal"
         print(
             f"django-htask node on SQLite ({journal}), {WORKERS} workers, "
-            f"PREFETCH_WITHIN {options.prefetch:g}, {os.cpu_count()} cores"
+            f"PREFETCH_WITHIN {options.prefetch:g}, PREFETCH_PER_WORKER {options.per_worker}, "
+            f"{os.cpu_count()} cores"
         )
         if "schedules" in options.only:
             s = bench_schedules(schedules, function)

@@ -48,11 +48,15 @@ class HtaskSettings:
     claim_batch: int = 500
     #: A node claims ahead, beyond its free workers, the due tasks its workers are
     #: expected to begin within this many seconds, judged by how long its recent calls
-    #: took, and at most as many as its workers: a worker that ends a call begins the
-    #: next at once rather than after the next claim (0: never). Only tasks
+    #: took, and at most ``PREFETCH_PER_WORKER`` per worker: a worker that ends a call
+    #: begins the next at once rather than after the next claim (0: never). Only tasks
     #: without a lock or a limit, never handed to a node before. A stop hands back those
     #: not begun, and so does the reaper for a node that died. See docs/performance.md.
     prefetch_within: float = 0.1
+    #: The most tasks a node claims ahead per worker (``PREFETCH_WITHIN``), however
+    #: short its recent calls (0: none). It bounds what a node holds when calls that
+    #: were short turn long: each worker has that many to run before it is free.
+    prefetch_per_worker: int = 8
     #: Seconds a node's claim on a task lasts; renewed by every heartbeat.
     lease: float = 60.0
     #: Seconds between two node heartbeats (which also renew leases and reap dead nodes).

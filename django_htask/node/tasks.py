@@ -225,14 +225,15 @@ class TaskDispatch:
     def buffer(self) -> int:
         """How many tasks the buffer holds: as many as the workers are expected to
         begin within ``PREFETCH_WITHIN`` seconds at the pace of the recent calls, at
-        most as many as the workers; none where the store does not buffer, nor before a
-        call has ended."""
+        most ``PREFETCH_PER_WORKER`` per worker; none where the store does not buffer,
+        nor before a call has ended."""
         ctx = self.ctx
         within, seconds = ctx.settings.prefetch_within, self.call_seconds
-        if not (ctx.store.buffers and within > 0 and seconds is not None):
+        most = ctx.workers * ctx.settings.prefetch_per_worker
+        if not (ctx.store.buffers and within > 0 and most > 0 and seconds is not None):
             return 0
-        if seconds <= within:  # also: no division by a call of 0 s
-            return ctx.workers
+        if seconds * most <= within * ctx.workers:  # also: no division by a call of 0 s
+            return most
         return int(ctx.workers * within / seconds)
 
     def _begun(self) -> list[tuple[int, datetime]]:

@@ -99,10 +99,10 @@ def test_kill_9_charges_only_the_tasks_whose_function_had_started(site: Site, po
 
 def test_kill_9_hands_back_the_buffered_tasks_not_begun_uncharged(site: Site) -> None:
     """A node claims ahead (``PREFETCH_WITHIN``: here 10 s, so that 2 s calls fill
-    the buffer) due tasks beyond its free workers, running in the database with no
-    start time. Killed, it charged the tasks its workers had begun (their start written
-    by its next claim) and none of those that waited in its buffer: another node runs
-    those once, at their first attempt."""
+    the buffer, ``PREFETCH_PER_WORKER`` 1: a buffer of 2) due tasks beyond its free
+    workers, running in the database with no start time. Killed, it charged the tasks
+    its workers had begun (their start written by its next claim) and none of those
+    that waited in its buffer: another node runs those once, at their first attempt."""
     ids = site.django(
         "from django_htask import schedule\n"
         "from tests.cluster.clusterapp.tasks import slow\n"
@@ -110,7 +110,12 @@ def test_kill_9_hands_back_the_buffered_tasks_not_begun_uncharged(site: Site) ->
         "    print(schedule(slow, n, 2.0).pk)\n"
     ).split()
     number = {int(task_id): str(n) for n, task_id in enumerate(ids)}
-    first = site.node("--workers", "2", HTASK_CLUSTER_PREFETCH_WITHIN="10")
+    first = site.node(
+        "--workers",
+        "2",
+        HTASK_CLUSTER_PREFETCH_WITHIN="10",
+        HTASK_CLUSTER_PREFETCH_PER_WORKER="1",
+    )
 
     def held() -> list[tuple[int, bool]]:
         return site.sql(

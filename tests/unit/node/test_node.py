@@ -864,9 +864,9 @@ def test_while_a_buffered_task_waits_for_a_worker_a_round_waits_for_the_last_to_
 
 def test_the_buffer_holds_what_the_workers_begin_within_prefetch_within() -> None:
     """A node claims ahead as many tasks as its workers are expected to begin within
-    ``PREFETCH_WITHIN`` at the pace of its recent calls, at most as many as its workers;
-    none before a call ended, nor where the store does not buffer (the in-memory
-    store), nor with the setting 0."""
+    ``PREFETCH_WITHIN`` at the pace of its recent calls, at most ``PREFETCH_PER_WORKER``
+    per worker; none before a call ended, nor where the store does not buffer (the
+    in-memory store), nor with either setting 0."""
     store = SimpleNamespace(buffers=True)
     ctx: Any = SimpleNamespace(
         settings=HtaskSettings(prefetch_within=0.1),
@@ -877,10 +877,18 @@ def test_the_buffer_holds_what_the_workers_begin_within_prefetch_within() -> Non
     )
     dispatch = TaskDispatch(ctx, cast(Any, None))
     assert dispatch.buffer() == 0  # no call has ended yet
-    # Each worker begins within/seconds calls in PREFETCH_WITHIN.
+    # Each worker begins within/seconds calls in PREFETCH_WITHIN, 8 at most (64 in all).
+    sizes = [(0.0, 64), (0.0001, 64), (0.0125, 64), (0.02, 40), (0.1, 8), (0.2, 4), (0.5, 1)]
+    for seconds, size in [*sizes, (1.0, 0)]:
+        dispatch.call_seconds = seconds
+        assert dispatch.buffer() == size, seconds
+    ctx.settings = HtaskSettings(prefetch_within=0.1, prefetch_per_worker=1)
     for seconds, size in [(0.0, 8), (0.0001, 8), (0.1, 8), (0.2, 4), (0.5, 1), (1.0, 0)]:
         dispatch.call_seconds = seconds
         assert dispatch.buffer() == size, seconds
+    ctx.settings = HtaskSettings(prefetch_within=0.1, prefetch_per_worker=0)
+    assert dispatch.buffer() == 0
+    ctx.settings = HtaskSettings(prefetch_within=0.1)
     dispatch.call_seconds = 0.2
     ctx.running = list(range(10))  # 8 calls and 2 buffered
     assert dispatch.free() == (-2, 2)

@@ -12,7 +12,9 @@ PostgreSQL, every engine: ``.venv/bin/python bench/cluster.py --only 1 --databas
    (its Django integration), django-q2's ``qcluster`` (ORM broker, 4 workers, bulk
    4), django-tasks-db's ``db_worker`` and Oban for Python's ``oban start`` (queue
    limit 8); django-htask also with the same function as ``async def`` (``htask
-   async``: Oban's jobs are coroutines); django-htask and Oban also with 20 and 50
+   async``: Oban's jobs are coroutines), and with its 3 processes forked by one command
+   once Django is set up (``htask forked``: ``runscheduler --processes 3``; not run
+   with 1 process, where it is the plain command); django-htask and Oban also with 20 and 50
    workers per process / as
    their queue's limit (``--widths``, 8 20 50), side by side at each (not in the
    peers' ratios); the peers with persistent connections
@@ -83,7 +85,7 @@ sys.path.insert(0, str(ROOT))
 from benchutil import compile_sources  # noqa: E402
 
 from django_htask.conf import HtaskSettings  # noqa: E402
-from tests.cluster.site import ClusterSite, MariaDBSite  # noqa: E402
+from tests.cluster.site import ClusterSite, MariaDBSite, process_stats  # noqa: E402
 from tests.mariadbcluster import MariaDBServer, connect, database_settings  # noqa: E402
 from tests.pgcluster import PostgresCluster  # noqa: E402
 from tests.throwaway import ThrowAwayServer  # noqa: E402
@@ -122,6 +124,9 @@ class Engine:
     prefetch: float = DEFAULT_PREFETCH
     #: django-htask's ``PREFETCH_PER_WORKER`` (``--per-worker``).
     per_worker: int = DEFAULT_PER_WORKER
+    #: Its processes are one command's (``runscheduler --processes N``), forked once
+    #: Django is set up; run with 3 processes only (with 1 it is the plain command).
+    forks: bool = False
     #: Its trials start with statistics taken on the queued tasks (an ANALYZE, as
     #: autovacuum takes them on a table that grew); False: with none (a table just
     #: made). Each peer has the one it runs faster with (see :meth:`Bench.settle`).
@@ -157,6 +162,12 @@ class Engine:
 
     def start(self, bench: Bench) -> subprocess.Popen[str]:
         return bench.manage(*self.argv, env=self.env)
+
+    def start_all(self, bench: Bench, processes: int) -> list[subprocess.Popen[str]]:
+        """``processes`` processes of it: as many commands, or one forking them."""
+        if self.forks:
+            return [bench.manage(*self.argv, "--processes", str(processes), env=self.env)]
+        return [self.start(bench) for _ in range(processes)]
 
 
 #: Oban for Python's release the bench installs in its own venv.
@@ -322,6 +333,7 @@ ENGINES = (
         analyzed=False,
     ),
     _htask("htask async", ANOOP, "htask async -w {width}"),
+    replace(_htask("htask forked", NOOP, "htask forked -w {width}"), forks=True),
 )  # fmt: skip
 
 
@@ -512,7 +524,7 @@ class Bench(ClusterSite):
         before = self._counters()
         server = _tree_cpu(self.server_pid())
         t0 = time.time()
-        procs = [engine.start(self) for _ in range(processes)]
+        procs = engine.start_all(self, processes)
         deadline = time.monotonic() + 600
         early: tuple[int, float] | None = None  # tasks done and CPU at the first done
         while (done := self.one(engine.done_sql)) < tasks:
@@ -861,17 +873,9 @@ def _tree_cpu(pid: int) -> float:
     those that ended and were waited for), from ``/proc``."""
     ticks = os.sysconf("SC_CLK_TCK")
     children: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            # after the command, which may hold spaces: state, ppid, ...
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        stats[int(entry.name)] = fields
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    stats = process_stats()
+    for proc, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(proc)
     total, todo = 0, [pid]
     while todo:
         proc = todo.pop()
@@ -915,6 +919,8 @@ def _print_throughput(results: dict[tuple[str, int], list[Throughput]], names: l
     )
     for size in (1, 3):
         for name in names:
+            if (name, size) not in results:
+                continue  # forked: 3 processes only
             print(
                 f"  {name:<14} {size:>5} {median(name, size, 'from_start'):>17.0f} "
                 f"{median(name, size, 'from_first'):>13.0f} "
@@ -977,15 +983,18 @@ def _print_equal_widths(
         return
     print("  django-htask / Oban at equal concurrency (median of the rounds' ratios, range):")
     for size in (1, 3):
-        for engine in sorted(ours, key=lambda e: (e.width, e.widened, e.prefetch, e.per_worker)):
-            if engine.width not in oban:
+        for engine in sorted(
+            ours, key=lambda e: (e.width, e.forks, e.widened, e.prefetch, e.per_worker)
+        ):
+            if engine.width not in oban or (engine.name, size) not in results:
                 continue
             width = engine.width
             got, ref = results[engine.name, size], results[oban[width], size]
             buffer = "" if engine.prefetch == DEFAULT_PREFETCH else f" prefetch {engine.prefetch:g}"
             if engine.per_worker != DEFAULT_PER_WORKER:
                 buffer += f" {engine.per_worker} per worker"
-            tasks = " async" if engine.widened != ENGINES[0].widened else ""
+            tasks = " async" if engine.widened.startswith("htask async") else ""
+            tasks += " forked" if engine.forks else ""
             print(
                 f"  {size} process(es), {width} workers{tasks}{buffer} / limit {width}: "
                 "tasks/s from exec "
@@ -1129,6 +1138,8 @@ def _throughput(bench: Bench, args: argparse.Namespace) -> None:
             order = engines[n % len(engines) :] + engines[: n % len(engines)]
             for size in (1, 3):
                 for engine in order:
+                    if engine.forks and size == 1:
+                        continue
                     got = sites[engine.name].throughput(engine, args.tasks, size)
                     results.setdefault((engine.name, size), []).append(got)
     _print_throughput(results, [e.name for e in engines])

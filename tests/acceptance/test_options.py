@@ -75,6 +75,20 @@ def test_max_tasks_exits_after_that_many(
         ),
         (["--queue", "a,b"], "a queue name must be 1 to 100 characters"),
         (["--node-id", ""], "--node-id must be 1 to 100 characters, got 0"),
+        (["--processes", "0"], "--processes must be >= 1, got 0"),
+        (
+            ["--processes", "2"],
+            "--processes 2: the SQLite database 'default' is for one node; several nodes "
+            "need PostgreSQL, MySQL or MariaDB",
+        ),
+        (
+            ["--processes", "3", "--node-id", "a"],
+            "--processes 3: leave out --node-id, which names one node",
+        ),
+        (
+            ["--processes", "2", "--metrics-port", "0"],
+            "--processes 2: leave out --metrics-port, which serves one node's metrics",
+        ),
         (["--node-id", "n" * 101], "--node-id must be 1 to 100 characters, got 101"),
         (["--backend", "unknown"], "--backend 'unknown': no such alias in TASKS"),
         (

@@ -105,6 +105,20 @@ class MariaDBSite(ClusterSite):
         return [tuple(_aware(v) for v in row) for row in rows]
 
 
+def process_stats() -> dict[int, list[str]]:
+    """Every process's fields of ``/proc/PID/stat`` after its command (which may hold
+    spaces): state, ppid, ... (one that ends meanwhile is left out)."""
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stats[int(entry.name)] = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+    return stats
+
+
 def _naive_utc(value: Any) -> Any:
     """An aware time as a ``DATETIME`` column holds it (strict mode refuses an offset)."""
     if isinstance(value, datetime) and value.tzinfo is not None:

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -26,6 +27,7 @@ from django_htask.code_schedules import sync_schedules
 from django_htask.conf import POOLS, HtaskSettings, get_settings
 from django_htask.exceptions import InvalidSchedule, NotMigrated
 from django_htask.management.database import add_database_option, database_of
+from django_htask.management.forked import Forked
 from django_htask.models import Node as NodeRow
 from django_htask.node import EXIT_STUCK, Node, NodeStats, StartAborted
 from django_htask.queues import QueueFilter
@@ -52,6 +54,14 @@ def _add_node_arguments(parser: CommandParser, htask: HtaskSettings) -> None:
     """Who the node is, where its database is, how it looks for work and logs."""
     parser.add_argument(
         "--workers", type=int, default=htask.workers, help=f"worker threads ({htask.workers})"
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N nodes, each a process forked from this one once Django is set up "
+        "(1: this process is the node; several need PostgreSQL, MySQL or MariaDB)",
     )
     parser.add_argument("--node-id", default=None, help="this node's id (host-pid-random)")
     add_database_option(parser)
@@ -164,9 +174,11 @@ def _add_metrics_arguments(parser: CommandParser) -> None:
     )
 
 
-def _stop_on_signals(node: Node) -> dict[signal.Signals, Any]:
-    """Make SIGTERM and Ctrl-C ask ``node`` to stop, and a second one end the process at
-    once; returns the handlers they had, to put back."""
+def _stop_on_signals(
+    node: Node, signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+) -> dict[signal.Signals, Any]:
+    """Make ``signals`` (SIGTERM and Ctrl-C) ask ``node`` to stop, and a second one end
+    the process at once; returns the handlers they had, to put back."""
     signals_seen = 0
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -179,7 +191,7 @@ def _stop_on_signals(node: Node) -> dict[signal.Signals, Any]:
             os._exit(1)
         node.request_stop()
 
-    return {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    return {sig: signal.signal(sig, on_signal) for sig in signals}
 
 
 class Command(BaseCommand):
@@ -214,10 +226,13 @@ class Command(BaseCommand):
         if backend is not None:
             self._check_backend(backend)
         using = database_of(options)
+        if options["processes"] > 1:
+            self._check_processes(options, using)
         self._check_metrics_port(options["metrics_port"])
         htask = self._pool_settings(options)
         self._configure_logging(options["log_level"])
-        node = Node(
+        make_node = functools.partial(
+            Node,
             settings=htask,
             node_id=options["node_id"],
             workers=options["workers"],
@@ -226,11 +241,80 @@ class Command(BaseCommand):
             backend=backend,
             max_tasks=options["max_tasks"],
             batch=options["batch"],
-            store=get_store(using),
         )
+        if options["processes"] > 1:
+            self._fork_nodes(options, using, make_node)
+            return
+        node = make_node(store=get_store(using))
         metrics = self._serve_metrics(options, node, using)
         if self._run(node, options, using, metrics):
             self._report_stop(node, options, began)
+
+    @staticmethod
+    def _check_processes(options: dict[str, Any], using: str) -> None:
+        """``--processes`` above 1 goes with the options and the database it needs."""
+        count: int = options["processes"]
+        if not hasattr(os, "fork"):
+            raise CommandError(f"--processes {count}: this platform cannot fork a process")
+        for option, why in (
+            ("node_id", "names one node (each node process gets an id of its own)"),
+            ("metrics_port", "serves one node's metrics (run the nodes as separate commands)"),
+        ):
+            if options[option] is not None:
+                flag = "--" + option.replace("_", "-")
+                raise CommandError(f"--processes {count}: leave out {flag}, which {why}")
+        store = get_store(using)
+        if not store.supports_several_nodes:
+            name = connections[using].display_name
+            raise CommandError(
+                f"--processes {count}: the {name} database {using!r} is for one node; "
+                "several nodes need PostgreSQL, MySQL or MariaDB"
+            )
+
+    def _fork_nodes(
+        self, options: dict[str, Any], using: str, make_node: Callable[..., Node]
+    ) -> None:
+        """Run ``--processes`` nodes, each in a process forked from this one (see
+        :mod:`django_htask.management.forked`), until they have all stopped; end with
+        the group's exit status."""
+        connections.close_all()  # a connection is no node process's to share
+
+        def say(message: str) -> None:
+            self.stdout.write(message)
+            self.stdout.flush()
+
+        def run_node(slot: int, ready: Callable[[], None]) -> int:
+            # A node process is no command line of its own: never run again in place.
+            self.own_process = False
+            began = time.monotonic()
+            node = make_node(store=get_store(using))
+            try:
+                if self._run(
+                    node,
+                    options,
+                    using,
+                    None,
+                    ready=ready,
+                    orphaned=forked.orphaned,
+                    signals=(signal.SIGTERM,),
+                ):
+                    self._report_stop(node, options, began)
+            except CommandError as exc:
+                self.stderr.write(f"CommandError: {exc}")
+                return 1
+            return 0
+
+        forked = Forked(
+            options["processes"],
+            run_node,
+            finite=options["batch"] or options["max_tasks"] is not None,
+            min_uptime=REEXEC_MIN_UPTIME,
+            write=say,
+        )
+        status = forked.run()
+        if status:
+            self._exit_now(status, f"stopped: exit status {status} (see above)")
+        self.stdout.write("stopped.")
 
     @staticmethod
     def _check_numbers(options: dict[str, Any]) -> None:
@@ -247,6 +331,9 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--node-id must be 1 to {NODE_ID_MAX} characters, got {len(node_id)}"
             )
+        processes: int = options["processes"]
+        if processes < 1:
+            raise CommandError(f"--processes must be >= 1, got {processes}")
         max_tasks: int | None = options["max_tasks"]
         if max_tasks is not None and max_tasks <= 0:
             raise CommandError(f"--max-tasks must be greater than zero, got {max_tasks}")
@@ -283,11 +370,21 @@ class Command(BaseCommand):
             ) from exc
 
     def _run(
-        self, node: Node, options: dict[str, Any], using: str, metrics: MetricsServer | None
+        self,
+        node: Node,
+        options: dict[str, Any],
+        using: str,
+        metrics: MetricsServer | None,
+        *,
+        ready: Callable[[], None] | None = None,
+        orphaned: Callable[[], bool] | None = None,
+        signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
     ) -> bool:
-        """Start the node and wait for a signal (or the node itself) to stop it, then
-        stop it. False if it was stopped before it could reach the database."""
-        previous = _stop_on_signals(node)
+        """Start the node and wait for one of ``signals`` (or the node itself, or, for a
+        node process, ``orphaned`` saying its parent has gone) to stop it, then stop it.
+        False if it was stopped before it could reach the database. ``ready`` is called
+        once the node has started."""
+        previous = _stop_on_signals(node, signals)
         # Who and where first: the start logs (the sync, a reap of nodes gone) come after.
         self.stdout.write(self._heading(node))
         self.stdout.flush()
@@ -305,7 +402,11 @@ class Command(BaseCommand):
                 self._banner(node, options["workers"], options["poll_interval"], stats, metrics)
             )
             self.stdout.flush()
+            if ready is not None:
+                ready()
             while not node.stop_requested:
+                if orphaned is not None and orphaned():
+                    node.request_stop()
                 time.sleep(0.1)
             if not node.fenced:
                 self.stdout.write(

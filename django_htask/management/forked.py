@@ -3,8 +3,8 @@ Django is set up.
 
 A node is one process: its workers share one interpreter lock, so a host with several
 cores runs several nodes. Started as separate commands, each pays Django's start-up
-(about 0.4 s of CPU, most of it ``django.setup()``) and holds its own copy of every
-module; forked from one set-up process, they share both. The parent runs no node and
+(most of it ``django.setup()``) and holds its own copy of every module; forked from one
+set-up process, they share both. The parent runs no node and
 starts no thread: it forks, forwards stop signals and replaces a node process that
 died, as gunicorn's arbiter does for its workers.
 

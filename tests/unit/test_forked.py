@@ -58,6 +58,7 @@ class Group:
         self.log = log
         self.process = subprocess.Popen(
             [sys.executable, "-c", DRIVER, scenario, str(log)],
+            start_new_session=True,  # a group of its own, as a terminal's job is
             cwd=Path(__file__).resolve().parents[2],
         )
 
@@ -105,6 +106,21 @@ def test_sigterm_to_the_parent_stops_every_node_process_once(
     g = group("run")
     g.wait_for(lambda: len(g.started()) == 2, "two node processes")
     g.process.send_signal(signal.SIGTERM)
+    assert g.exit() == 0
+    stops = sorted((p[1], p[3]) for p in g.lines() if p[0] == "stop")
+    assert stops == [("0", "term"), ("1", "term")]
+    assert g.lines()[-1] == ["parent", "0", "2"]
+
+
+def test_ctrl_c_to_the_whole_group_stops_every_node_process_once(
+    group: Callable[[str], Group],
+) -> None:
+    """A terminal's Ctrl-C sends SIGINT to every process of the job: the node processes
+    leave it to the parent, whose SIGTERM is the first stop each of them sees (taken by
+    a stand-in too, it would end it with KeyboardInterrupt)."""
+    g = group("run")
+    g.wait_for(lambda: len(g.started()) == 2, "two node processes")
+    os.killpg(g.process.pid, signal.SIGINT)
     assert g.exit() == 0
     stops = sorted((p[1], p[3]) for p in g.lines() if p[0] == "stop")
     assert stops == [("0", "term"), ("1", "term")]

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 #: The driver: ``python -c DRIVER SCENARIO LOG``. A stand-in node logs ``start SLOT PID``,
-#: says it started (or, in ``fail_at_start``, node 1 exits 1 first), then waits for
-#: SIGTERM or for its parent to go and logs ``stop SLOT PID term|orphaned``; in
-#: ``finite`` each ends by itself at once.
+#: says it started (or, in ``fail_at_start``, node 1 exits 1 first, once node 0 has
+#: logged its start), then waits for SIGTERM or for its parent to go and logs
+#: ``stop SLOT PID term|orphaned``; in ``finite`` each ends by itself at once.
 DRIVER = """
 import os, signal, sys, time
 from django_htask.management.forked import Forked
@@ -35,6 +35,10 @@ def node(slot, ready):
     signal.signal(signal.SIGTERM, lambda *a: asked.append(1))
     write(f"start {slot} {os.getpid()}")
     if scenario == "fail_at_start" and slot == 1:
+        # Not before node 0 took SIGTERM (it logs its start after): killed by the
+        # default action before that, it would log no stop.
+        while not any(l.startswith("start 0 ") for l in open(log)):
+            time.sleep(0.01)
         return 1
     ready()
     if scenario == "finite":

@@ -57,7 +57,8 @@ class HtaskSettings:
     #: short its recent calls (0: none). It bounds what a node holds when calls that
     #: were short turn long: each worker has that many to run before it is free.
     prefetch_per_worker: int = 8
-    #: Seconds a node's claim on a task lasts; renewed by every heartbeat.
+    #: Seconds a node's claim on a task lasts; renewed by the heartbeats
+    #: (:meth:`lease_renewal`).
     lease: float = 60.0
     #: Seconds between two node heartbeats (which also renew leases and reap dead nodes).
     heartbeat_interval: float = 10.0
@@ -137,6 +138,22 @@ class HtaskSettings:
     def dead_before(self, now: datetime) -> datetime:
         """A node whose last heartbeat is older than this, at ``now``, is dead."""
         return now - timedelta(seconds=self.node_timeout)
+
+    def lease_renewal(self, now: datetime) -> tuple[datetime, datetime]:
+        """What a heartbeat at ``now`` renews: the leases expiring before the second
+        time, until the first (``LEASE`` from now).
+
+        A lease taken or renewed less than a heartbeat interval ago is left as it is
+        (at most half of what is left of ``LEASE`` past the interval): renewing it
+        would write the row of each task claimed since the last beat once more,
+        which, with tasks of a few milliseconds, is every task a node holds. A lease
+        left so is renewed by the next beat, and never has less than half of
+        ``LEASE - HEARTBEAT_INTERVAL`` left before then."""
+        lease_until = now + timedelta(seconds=self.lease)
+        spare = (self.lease - self.heartbeat_interval) / 2
+        return lease_until, lease_until - timedelta(
+            seconds=max(0.0, min(self.heartbeat_interval, spare))
+        )
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(HtaskSettings)}

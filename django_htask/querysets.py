@@ -205,6 +205,11 @@ def task_is_lost(
     return (lease_expires_at is not None and lease_expires_at < now) or locked_by not in live
 
 
+def lease_due(lease_expires_at: datetime | None, renew_below: datetime) -> bool:
+    """A lease a heartbeat renews: one expiring before ``renew_below`` (or none set)."""
+    return lease_expires_at is None or lease_expires_at < renew_below
+
+
 # -- a task holding its lock and its function's place ---------------------------------------
 #: A task that holds its lock and counts toward its function's ``max_running``: running,
 #: under a lease not expired (a task whose lease expired is the reaper's, and may be
@@ -356,6 +361,10 @@ class TaskQuerySet(models.QuerySet[M]):
         """The tasks lost by their node (:func:`task_is_lost`); ``live``: the live
         nodes' ids (a list, or a query of them)."""
         return self.filter(Q(lease_expires_at__lt=now) | ~Q(locked_by__in=live))
+
+    def lease_due(self, renew_below: datetime) -> TaskQuerySet[M]:
+        """The tasks whose lease a heartbeat renews (:func:`lease_due`)."""
+        return self.filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=renew_below))
 
     def holding(self, now: datetime) -> TaskQuerySet[M]:
         """The tasks holding their lock and their function's place

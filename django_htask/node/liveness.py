@@ -84,7 +84,7 @@ class Liveness:
                     extra={"action": "control_stuck"},
                 )
             else:
-                self._renew(now, now + timedelta(seconds=settings.lease))
+                self._renew(now, *settings.lease_renewal(now))
             if not ctx.stopping():
                 self.reap(now)
         except NodeFenced as exc:
@@ -107,7 +107,7 @@ class Liveness:
         with contextlib.suppress(SchedulerClosed):
             self.beat.call_at(now + timedelta(seconds=settings.heartbeat_interval), self._heartbeat)
 
-    def _renew(self, now: datetime, lease_until: datetime) -> None:
+    def _renew(self, now: datetime, lease_until: datetime, renew_below: datetime) -> None:
         """The heartbeat, with the worker threads given up and still stuck (shown by
         ``htask status``, the health check, the metrics and the admin), tried again at
         once when the database made it a deadlock's victim: backing off a whole
@@ -115,7 +115,8 @@ class Liveness:
         ctx = self.ctx
         stuck = ctx.jobs.abandoned_workers()
         deadlock_retried(
-            lambda: ctx.store.heartbeat(ctx.node_id, now, lease_until, stuck), "heartbeat"
+            lambda: ctx.store.heartbeat(ctx.node_id, now, lease_until, stuck, renew_below),
+            "heartbeat",
         )
 
     def reap(self, now: datetime) -> None:

@@ -382,12 +382,20 @@ class Store(abc.ABC):
     def _register(self, r: Registration) -> None: ...
 
     @abc.abstractmethod
-    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime, stuck: int = 0) -> int:
+    def heartbeat(
+        self,
+        node_id: str,
+        now: datetime,
+        lease_until: datetime,
+        stuck: int = 0,
+        renew_below: datetime | None = None,
+    ) -> int:
         """Record the heartbeat, and ``stuck``, the worker threads the node gave up that
-        are still in their calls (its row's ``stuck_threads``); renew this node's leases
-        and return how many. Where several nodes share the database, the connection
-        also holds the node's presence (:meth:`absent`). Raises NodeFenced if the node
-        was declared dead."""
+        are still in their calls (its row's ``stuck_threads``); renew until
+        ``lease_until`` this node's leases that expire before ``renew_below`` (default:
+        ``lease_until``: all it extends) and return how many. Where several nodes share the
+        database, the connection also holds the node's presence (:meth:`absent`).
+        Raises NodeFenced if the node was declared dead."""
 
     @abc.abstractmethod
     def stop_node(self, node_id: str, now: datetime) -> None:

@@ -755,7 +755,14 @@ class MySQLStore(DatabaseStore):
             holders = cursor.fetchone() or ()
         return sorted(n for n, holder in zip(node_ids, holders, strict=True) if holder is None)
 
-    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime, stuck: int = 0) -> int:
+    def heartbeat(
+        self,
+        node_id: str,
+        now: datetime,
+        lease_until: datetime,
+        stuck: int = 0,
+        renew_below: datetime | None = None,
+    ) -> int:
         """Record the heartbeat and renew this node's leases, and hold the node's
         presence on this connection (its named lock, taken once: see
         :mod:`~django_htask.store.presence`). The node's row is locked ``FOR UPDATE``
@@ -775,7 +782,7 @@ class MySQLStore(DatabaseStore):
                 [adapt(now), stuck, node_id],
             )
             self.dialect.hold_presence(self, node_id)
-            renewed = self._renew_leases(node_id, lease_until)
+            renewed = self._renew_leases(node_id, lease_until, renew_below)
         last: datetime = row[1]
         self._reaper.heartbeat_after(now - (last if last.tzinfo else last.replace(tzinfo=UTC)))
         return renewed

@@ -849,7 +849,14 @@ class PostgresStore(DatabaseStore):
 
     # -- nodes -----------------------------------------------------------------------
 
-    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime, stuck: int = 0) -> int:
+    def heartbeat(
+        self,
+        node_id: str,
+        now: datetime,
+        lease_until: datetime,
+        stuck: int = 0,
+        renew_below: datetime | None = None,
+    ) -> int:
         """Record the heartbeat and renew this node's leases, and hold the node's
         presence on this connection (a session-level advisory lock, taken once: see
         :mod:`~django_htask.store.presence`). A node declared dead stays dead:
@@ -866,7 +873,7 @@ class PostgresStore(DatabaseStore):
             row = cursor.fetchone()
             if row is None:
                 self._fence(node_id)  # raises: declared dead, or gone
-            renewed = self._renew_leases(node_id, lease_until)
+            renewed = self._renew_leases(node_id, lease_until, renew_below)
         assert row is not None
         self._reaper.heartbeat_after(now - row[0])
         return renewed

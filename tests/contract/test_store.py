@@ -837,6 +837,29 @@ def test_a_heartbeat_writes_the_stuck_threads_and_a_registration_clears_them(
     assert kit.node("n1").stuck_threads == 0
 
 
+def test_a_heartbeat_renews_the_leases_that_expire_before_renew_below(kit: Kit) -> None:
+    """A lease taken less than a heartbeat interval ago is left as it is (its row not
+    written); without ``renew_below`` every lease of the node that would be extended is
+    renewed."""
+    kit.register("n1")
+    kit.register("n2")
+    old, new, elsewhere = kit.add_tasks(3)
+    kit.store.start_tasks("n1", NOW, 1, LEASE)  # expires NOW + 60 s
+    later = NOW + timedelta(seconds=5)
+    kit.store.start_tasks("n1", later, 1, later + timedelta(seconds=60))
+    kit.store.start_tasks("n2", NOW, 1, LEASE)
+    assert {kit.task(t).locked_by for t in (old, new, elsewhere)} == {"n1", "n2"}
+    beat = NOW + timedelta(seconds=11)
+    until = beat + timedelta(seconds=60)
+    renewed = kit.store.heartbeat("n1", beat, until, renew_below=until - timedelta(seconds=10))
+    assert renewed == 1
+    assert kit.task(old).lease_expires_at == until
+    assert kit.task(new).lease_expires_at == later + timedelta(seconds=60)  # 54 s left
+    assert kit.task(elsewhere).lease_expires_at == LEASE  # another node's
+    assert kit.store.heartbeat("n1", beat, until) == 1  # the other has that lease already
+    assert kit.task(new).lease_expires_at == until
+
+
 def test_a_node_is_absent_once_no_session_holds_its_presence(kit: Kit) -> None:
     """Where several nodes share the database, the connection that registers a node,
     and each of its heartbeats, hold its presence: a node whose connections ended (its

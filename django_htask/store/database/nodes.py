@@ -38,17 +38,27 @@ class NodeRows(FollowRows):
         )
         self.dialect.hold_presence(self, node_id)
 
-    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime, stuck: int = 0) -> int:
+    def heartbeat(
+        self,
+        node_id: str,
+        now: datetime,
+        lease_until: datetime,
+        stuck: int = 0,
+        renew_below: datetime | None = None,
+    ) -> int:
         with self._fenced(node_id):
             Node.objects.using(self.using).filter(id=node_id).update(
                 last_heartbeat=now, stuck_threads=stuck
             )
-            return self._renew_leases(node_id, lease_until)
+            return self._renew_leases(node_id, lease_until, renew_below)
 
-    def _renew_leases(self, node_id: str, lease_until: datetime) -> int:
+    def _renew_leases(
+        self, node_id: str, lease_until: datetime, renew_below: datetime | None
+    ) -> int:
         return (
             Task.objects.using(self.using)
             .filter(locked_by=node_id, status__in=(TaskStatus.PENDING, TaskStatus.RUNNING))
+            .lease_due(renew_below or lease_until)
             .update(lease_expires_at=lease_until)
         )
 

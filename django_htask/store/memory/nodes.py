@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django_htask.enums import RunStatus, TaskStatus
-from django_htask.querysets import node_is_silent, task_is_lost
+from django_htask.querysets import lease_due, node_is_silent, task_is_lost
 from django_htask.queues import QueueFilter
 from django_htask.retry import RetryPolicy
 from django_htask.store import rules, values
@@ -24,20 +24,28 @@ class MemoryNodes(MemoryTables):
             self.sessions.add(node_id)
         self._notify("node")
 
-    def heartbeat(self, node_id: str, now: datetime, lease_until: datetime, stuck: int = 0) -> int:
+    def heartbeat(
+        self,
+        node_id: str,
+        now: datetime,
+        lease_until: datetime,
+        stuck: int = 0,
+        renew_below: datetime | None = None,
+    ) -> int:
         with self._lock:
             node = self._fence(node_id)
             node.last_heartbeat = now
             node.stuck_threads = stuck
             self.sessions.add(node_id)
-            return self._renew(node_id, lease_until)
+            return self._renew(node_id, lease_until, renew_below or lease_until)
 
-    def _renew(self, node_id: str, lease_until: datetime) -> int:
+    def _renew(self, node_id: str, lease_until: datetime, renew_below: datetime) -> int:
         renewed = 0
         for task in self.tasks.values():
-            if task.locked_by == node_id and task.status in (
-                TaskStatus.PENDING,
-                TaskStatus.RUNNING,
+            if (
+                task.locked_by == node_id
+                and task.status in (TaskStatus.PENDING, TaskStatus.RUNNING)
+                and lease_due(task.lease_expires_at, renew_below)
             ):
                 task.lease_expires_at = lease_until
                 renewed += 1

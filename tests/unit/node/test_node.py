@@ -567,16 +567,27 @@ def test_a_restart_of_the_database_declares_no_node_dead(
         store.end_sessions(node.node_id)
     renew, fails = a.parts.liveness._renew, iter(range(4))
 
-    def reconnecting(now: datetime, lease_until: datetime) -> None:
+    def reconnecting(now: datetime, lease_until: datetime, renew_below: datetime) -> None:
         if next(fails, None) is not None:
             raise StoreUnavailable("the connection was closed")
-        renew(now, lease_until)
+        renew(now, lease_until, renew_below)
 
     a.parts.liveness._renew = reconnecting  # type: ignore[method-assign]
     for _ in range(10):
         clock.advance(1)
     assert store.nodes[a.node_id].stopped_at is None
     assert a.fenced is None and store.absent([a.node_id, b.node_id]) == []
+
+
+def test_a_heartbeat_leaves_the_leases_taken_less_than_an_interval_ago() -> None:
+    """Renewed by the next beat instead, a lease still has half of ``LEASE`` less the
+    interval left before then (and every lease is renewed where ``LEASE`` is shorter
+    than the interval)."""
+    for lease, interval, kept in [(60, 10, 10), (15, 10, 2.5), (10, 10, 0), (5, 10, 0)]:
+        settings = HtaskSettings(lease=lease, heartbeat_interval=interval)
+        until, below = settings.lease_renewal(START)
+        assert until == START + timedelta(seconds=lease)
+        assert until - below == timedelta(seconds=kept), (lease, interval)
 
 
 def test_a_node_declared_dead_stops_and_writes_nothing(

@@ -1,8 +1,8 @@
 """Faults with real ``runscheduler`` processes on PostgreSQL: ``kill -9`` mid-batch, a
-task that takes its process down, a task raising SystemExit, a task's error holding
-NUL, the node holding a
-schedule killed, a SIGTERM past ``SHUTDOWN_TIMEOUT``, a node paused
-(SIGSTOP) past ``NODE_TIMEOUT``, caught-up occurrences under the overlap policy.
+task running past its lease, a task that takes its process down, a task raising
+SystemExit, a task's error holding NUL, the node holding a schedule killed, a SIGTERM
+past ``SHUTDOWN_TIMEOUT``, a node paused (SIGSTOP) past ``NODE_TIMEOUT``, caught-up
+occurrences under the overlap policy.
 
 The nodes share the suite's PostgreSQL server (a database of their own, emptied
 between tests); tests/cluster/test_mariadb_faults.py runs the same tests on MariaDB.
@@ -162,6 +162,45 @@ def test_kill_9_hands_back_the_buffered_tasks_not_begun_uncharged(site: Site) ->
             assert status == "succeeded", (n, status, error)
     with_runs = {number[task_id] for (task_id,) in site.sql("SELECT task_id FROM django_htask_run")}
     assert with_runs == killed  # a failed attempt's row each; none for a buffered task
+
+
+def test_a_task_running_past_its_lease_keeps_it_and_runs_once(site: Site) -> None:
+    """``LEASE`` 8 s, a beat every second (the cluster settings), a task of 12 s, two
+    nodes: a beat leaves a lease taken less than an interval before, and the next one
+    renews it, so the lease never lapses while its node lives (at least
+    ``LEASE`` - 2 intervals left at any time) and no node takes the task back."""
+    (task_id,) = site.django(
+        "from django_htask import schedule\n"
+        "from tests.cluster.clusterapp.tasks import slow\n"
+        "print(schedule(slow, 0, 12.0).pk)\n"
+    ).split()
+    site.node()
+    site.node()
+    wait_until(lambda: any(p[0] == "start" for p in site.lines()), 60, "the task to start")
+    left = []
+    deadline = time.monotonic() + 30
+    while not any(p[0] == "end" for p in site.lines()):
+        assert time.monotonic() < deadline, f"the 12 s task has not ended: {site.lines()}"
+        [(expires, server_now)] = site.sql(
+            f"SELECT lease_expires_at, {site.NOW_SQL} FROM django_htask_task WHERE id = %s",
+            task_id,
+        )
+        if expires is not None:  # NULL once its end is written
+            left.append((expires - server_now).total_seconds())
+        time.sleep(0.25)
+    # Sampled through the 12 s; LEASE - 2 intervals = 6 s at least, less a late beat's
+    # delay (a lapse not renewed would go to 0 and below).
+    assert len(left) > 30 and min(left) > 4, left
+    wait_until(
+        lambda: (
+            site.sql("SELECT status FROM django_htask_task WHERE id = %s", task_id)
+            == [("succeeded",)]
+        ),
+        30,
+        "the task to succeed",
+    )
+    assert [p[0] for p in site.lines()] == ["start", "end"]
+    assert site.sql("SELECT attempts FROM django_htask_task WHERE id = %s", task_id) == [(1,)]
 
 
 # -- 2. a task that takes its process down, or raises SystemExit -----------------------------

@@ -431,35 +431,71 @@ def _call(fn: Any, args: Any, kwargs: dict[str, Any], token: CancelToken | None)
     (:func:`_run_async`), cancelled at its next ``await`` when ``token`` is."""
     if not inspect.iscoroutinefunction(fn):
         return fn(*args, **kwargs)
-    if token is None:
-        return _run_async(fn(*args, **kwargs))
-
-    async def cancellable() -> Any:
-        task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-
-        def cancel(_token: CancelToken) -> None:
-            if task is not None:
-                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                    loop.call_soon_threadsafe(task.cancel)
-
-        token.on_cancel(cancel)
-        return await fn(*args, **kwargs)
-
-    return _run_async(cancellable())
+    return _run_async(fn(*args, **kwargs), token)
 
 
 class _Loop:
     """A thread's event loop for the async calls it makes (:func:`_run_async`), closed
-    when the thread ends (its thread-local value is dropped then)."""
+    when the thread ends (its thread-local value is dropped then).
 
-    __slots__ = ("runner",)
+    It keeps the tasks made on it that have not ended (its task factory), so that what
+    a call left running is found without :func:`asyncio.all_tasks`, which goes through
+    every task of every thread's loop."""
+
+    __slots__ = ("loop", "pending")
 
     def __init__(self) -> None:
-        self.runner = asyncio.Runner()
+        self.loop = asyncio.new_event_loop()
+        self.pending: set[asyncio.Task[Any]] = set()
+        self.loop.set_task_factory(self._task)
+        # As asyncio.Runner does: asyncio.get_event_loop() in the call finds this loop.
+        asyncio.set_event_loop(self.loop)
+
+    def _task(self, loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+        task = asyncio.Task(coro, loop=loop, **kwargs)
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+        return task
+
+    def run(self, coro: Any, token: CancelToken | None) -> Any:
+        """Run ``coro`` to its end, in a copy of the caller's context; then cancel what
+        it left running and let that end, as :func:`asyncio.run` does."""
+        loop = self.loop
+        task = loop.create_task(coro, context=contextvars.copy_context())
+        if token is not None:
+
+            def cancel(_token: CancelToken) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(task.cancel)
+
+            token.on_cancel(cancel)
+        value = loop.run_until_complete(task)
+        left = [other for other in self.pending if not other.done()]
+        if left:
+            for other in left:
+                other.cancel()
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        return value
+
+    def close(self) -> None:
+        """What :func:`asyncio.run` does as it ends: the tasks still going cancelled, the
+        async generators and the default executor shut down, the loop closed."""
+        loop = self.loop
+        if loop.is_closed():
+            return
+        with contextlib.suppress(Exception):  # a loop interrupted by force, or at exit
+            left = [task for task in self.pending if not task.done()]
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        with contextlib.suppress(Exception):
+            loop.close()
 
     def __del__(self) -> None:
-        _close(self.runner)
+        self.close()
 
 
 class _ThreadLoop(threading.local):
@@ -469,38 +505,21 @@ class _ThreadLoop(threading.local):
 _loops = _ThreadLoop()
 
 
-def _run_async(coro: Any) -> Any:
+def _run_async(coro: Any, token: CancelToken | None = None) -> Any:
     """Run ``coro`` to its end on this thread's event loop, as :func:`asyncio.run` does
     on a loop of its own: in a copy of the caller's context, and what it left running is
-    cancelled as it ends. The loop is kept for the thread's next call, since making and
-    closing one costs more than a trivial task's whole run; a call that raised drops it
-    (one stopped by force may have been interrupted in the loop's own code), so that
-    the next call gets a loop that is whole."""
+    cancelled as it ends; cancelled at its next ``await`` when ``token`` is. The loop is
+    kept for the thread's next call, since making and closing one costs more than a
+    trivial task's whole run; a call that raised drops it (one stopped by force may have
+    been interrupted in the loop's own code), so that the next call gets a loop that is
+    whole."""
     loop = _loops.loop
     if loop is None:
         loop = _loops.loop = _Loop()
     try:
-        value = loop.runner.run(coro, context=contextvars.copy_context())
-        _cancel_left(loop.runner.get_loop())
+        return loop.run(coro, token)
     except BaseException:
-        _loops.loop = None  # closed as it is dropped
+        _loops.loop = None
+        loop.close()
+        asyncio.set_event_loop(None)
         raise
-    return value
-
-
-def _cancel_left(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel the tasks a call left on ``loop`` and let them end, as :func:`asyncio.run`
-    does before it closes its loop: none of them outlives the call."""
-    left = asyncio.all_tasks(loop)
-    if not left:
-        return
-    for task in left:
-        task.cancel()
-    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-
-
-def _close(runner: asyncio.Runner) -> None:
-    """Close a thread's loop: what its calls left running cancelled, its async
-    generators and default executor shut down."""
-    with contextlib.suppress(Exception):  # a loop interrupted by force, or at exit
-        runner.close()

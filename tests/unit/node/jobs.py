@@ -128,3 +128,10 @@ async def leaves_a_task(name: str) -> None:
     asyncio.get_running_loop().create_task(forever())
     await asyncio.sleep(0)  # it starts
     seen[name] = (id(asyncio.get_running_loop()), current_token(), left)
+
+
+@registry.register
+async def fails_in_its_loop(name: str) -> None:
+    """Records its loop itself (kept alive: its id is not another's later), then raises."""
+    seen[name] = (asyncio.get_running_loop(), None, [])  # type: ignore[assignment]
+    raise ValueError(name)

@@ -813,6 +813,23 @@ def test_async_tasks_on_one_worker_share_its_loop_each_in_a_context_of_its_own(
     assert left_a == left_b == [True]
 
 
+def test_an_async_call_that_raised_leaves_the_next_one_a_new_loop(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore
+) -> None:
+    """A call that raised may have been stopped inside the loop's own code: its worker's
+    next call gets a loop of its own, and the failure is the task's only."""
+    jobs.seen.clear()
+    failing = store.add_task("tests.unit.node.jobs:fails_in_its_loop", "a")
+    ids = [store.add_task("tests.unit.node.jobs:leaves_a_task", name) for name in "bc"]
+    make_node(workers=1)
+    clock.advance(0)
+    assert store.tasks[failing].status == TaskStatus.FAILED
+    assert [store.tasks[i].status for i in ids] == [TaskStatus.SUCCEEDED] * 2
+    (loop_a, _, _), (loop_b, _, _), (loop_c, _, _) = (jobs.seen[n] for n in "abc")
+    assert cast(Any, loop_a).is_closed()
+    assert id(loop_a) != loop_b == loop_c
+
+
 def test_while_a_buffered_task_waits_for_a_worker_a_round_waits_for_the_last_to_begin() -> None:
     """On threads, a round asked for (a call's end) while a task handed out waits for a
     worker, the buffer not empty, waits until the last of them is begun, which asks for

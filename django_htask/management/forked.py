@@ -4,7 +4,8 @@ Django is set up.
 A node is one process: its workers share one interpreter lock, so a host with several
 cores runs several nodes. Started as separate commands, each pays Django's start-up
 (most of it ``django.setup()``) and holds its own copy of every module; forked from one
-set-up process, they share both. The parent runs no node and
+set-up process, they share both (its objects frozen before the fork: a node's full
+collections leave them, and the pages holding them, alone). The parent runs no node and
 starts no thread: it forks, forwards stop signals and replaces a node process that
 died, as gunicorn's arbiter does for its workers.
 
@@ -27,6 +28,7 @@ died, as gunicorn's arbiter does for its workers.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -169,6 +171,11 @@ class Forked:
         # A stop signal between the fork and the child's entry in ``children`` would not
         # be forwarded to it: held until the entry is made.
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+        # What the set-up process holds, frozen before the fork, as Python's gc.freeze()
+        # documentation advises: a node process's full collections then leave those
+        # objects alone rather than writing to each, which would copy every page that
+        # holds one and end the sharing of them with the other node processes.
+        gc.freeze()
         try:
             pid = os.fork()
             if pid == 0:  # pragma: no cover - the child's coverage is not collected

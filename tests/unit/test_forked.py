@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-#: The driver: ``python -c DRIVER SCENARIO LOG``. A stand-in node logs ``start SLOT PID``,
+#: The driver: ``python -c DRIVER SCENARIO LOG``. A stand-in node logs ``start SLOT PID
+#: FROZEN`` (the objects the garbage collector leaves alone, inherited frozen),
 #: says it started (or, in ``fail_at_start``, node 1 exits 1 first, once node 0 has
 #: logged its start), then waits for SIGTERM or for its parent to go and logs
 #: ``stop SLOT PID term|orphaned``; in ``finite`` each ends by itself at once.
 DRIVER = """
-import os, signal, sys, time
+import gc, os, signal, sys, time
 from django_htask.management.forked import Forked
 
 scenario, log = sys.argv[1], sys.argv[2]
@@ -33,7 +34,7 @@ def write(line):
 def node(slot, ready):
     asked = []
     signal.signal(signal.SIGTERM, lambda *a: asked.append(1))
-    write(f"start {slot} {os.getpid()}")
+    write(f"start {slot} {os.getpid()} {gc.get_freeze_count()}")
     if scenario == "fail_at_start" and slot == 1:
         # Not before node 0 took SIGTERM (it logs its start after): killed by the
         # default action before that, it would log no stop.
@@ -161,6 +162,18 @@ def test_node_processes_that_end_by_themselves_are_not_replaced(
     g = group("finite")
     assert g.exit() == 0
     assert g.lines()[-1] == ["parent", "0", "2"]
+
+
+def test_node_processes_inherit_the_parents_objects_frozen(
+    group: Callable[[str], Group],
+) -> None:
+    """What the set-up process held is frozen before each fork: a node process's full
+    collections leave it alone, and the pages holding it stay shared."""
+    g = group("finite")
+    assert g.exit() == 0
+    frozen = [int(p[3]) for p in g.lines() if p[0] == "start"]
+    assert len(frozen) == 2
+    assert all(count > 1000 for count in frozen), frozen
 
 
 def test_node_processes_stop_when_their_parent_is_killed(group: Callable[[str], Group]) -> None:

@@ -154,7 +154,8 @@ def _ours(asynchronous: bool) -> Callable[[int], object]:
     from django_htask.node.execution import Call, execute
 
     fn = coro if asynchronous else plain
-    name = registry.register(fn, name=f"bench.{fn.__name__}") and f"bench.{fn.__name__}"
+    name = f"bench.{fn.__name__}"
+    registry.register(fn, name=name)
     payload = registry.check_call(name, (0,), {})
     clock = SystemClock()
 

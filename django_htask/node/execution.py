@@ -470,12 +470,17 @@ class _Loop:
 
             token.on_cancel(cancel)
         value = loop.run_until_complete(task)
-        left = [other for other in self.pending if not other.done()]
-        if left:
-            for other in left:
-                other.cancel()
-            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        self._cancel_pending()
         return value
+
+    def _cancel_pending(self) -> None:
+        """Cancel the tasks made on the loop that have not ended, and let them end."""
+        left = [task for task in self.pending if not task.done()]
+        if not left:
+            return
+        for task in left:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
     def close(self) -> None:
         """What :func:`asyncio.run` does as it ends: the tasks still going cancelled, the
@@ -484,11 +489,7 @@ class _Loop:
         if loop.is_closed():
             return
         with contextlib.suppress(Exception):  # a loop interrupted by force, or at exit
-            left = [task for task in self.pending if not task.done()]
-            for task in left:
-                task.cancel()
-            if left:
-                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            self._cancel_pending()
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.run_until_complete(loop.shutdown_default_executor())
         with contextlib.suppress(Exception):

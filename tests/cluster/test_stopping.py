@@ -1,5 +1,6 @@
 """Timeouts and aborts with real ``runscheduler`` processes on PostgreSQL
-(docs/timeouts.md): a hung task timed out, a running task and a schedule run aborted
+(docs/timeouts.md): a hung task timed out, an ``async def`` task cancelled at its
+``await`` by its timeout, a running task and a schedule run aborted
 from another process, which the node hears through ``NOTIFY`` (its poll is 5 s here).
 The settings give ``TIMEOUT_GRACE`` 1 s. On MariaDB (test_mariadb_stopping.py) the
 nodes hear of an abort at their poll, every 0.5 s there (``site.HEARD_WITHIN``)."""
@@ -17,6 +18,8 @@ from tests.cluster.conftest import Site
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 HANG = "tests.acceptance.app.tasks:hang"
+AHANG = "tests.acceptance.app.tasks:ahang"
+ANOOP = "tests.cluster.clusterapp.tasks:anoop"
 NOOP = "tests.cluster.clusterapp.tasks:noop"
 GIVEN_UP = "; it did not stop when forced, and its worker thread was given up"
 ABORTED = "Aborted: an abort was asked for (cancel(token, abort=True) or the admin)"
@@ -55,6 +58,31 @@ def test_a_hung_task_times_out_and_the_tasks_behind_it_run(
     assert all(2 <= d < 4 for _s, _e, d, _a in hang_runs(site))
     assert site.sql("SELECT status FROM django_htask_task WHERE function = %s", HANG) == [
         ("failed",)
+    ]
+
+
+def test_an_async_task_waiting_at_an_await_is_cancelled_by_its_timeout(site: Site) -> None:
+    """An ``async def`` task waiting at an ``await`` is cancelled there by its timeout
+    (step 1, nothing forced), and its worker's loop runs the async tasks behind it."""
+    site.node("--workers", "1")
+    site.django(
+        "from django_htask import schedule\n"
+        f"schedule({AHANG!r}, {str(site.log)!r}, timeout=2, max_attempts=1)\n"
+        f"for i in range(10):\n    schedule({ANOOP!r}, i, delay=0.5)\n"
+    )
+    done = "SELECT count(*) FROM django_htask_task WHERE status = 'succeeded'"
+    wait_until(lambda: site.one(done) == 10, 60, "the 10 async tasks behind it")
+    wait_until(lambda: len(site.sql(RUNS, AHANG)) == 1, 30, "its run")
+    [(status, error, duration, attempt)] = site.sql(RUNS, AHANG)
+    assert (status, error, attempt) == (
+        "failed",
+        "TimedOut: the run took longer than its timeout of 2s",
+        1,
+    )
+    assert 2 <= duration < 3
+    assert [line.split()[0] for line in site.log.read_text().splitlines()] == [
+        "start",
+        "cancelled",
     ]
 
 

@@ -93,6 +93,21 @@ def hang(kind: str, log: str) -> None:
     raise AssertionError(f"hang {kind!r} returned")
 
 
+@task
+async def ahang(log: str) -> None:
+    """Log ``start await``, then wait at an ``await`` that never ends by itself; log
+    ``cancelled`` when its task is cancelled there (its timeout, an abort)."""
+    import asyncio
+
+    _log(log, "start await")
+    try:
+        await asyncio.sleep(1e9)
+    except asyncio.CancelledError:
+        _log(log, "cancelled")
+        raise
+    raise AssertionError("ahang returned")
+
+
 #: What ``grow`` keeps (the memory stays in use until its process ends).
 _KEPT: list[bytearray] = []
 

@@ -82,6 +82,11 @@ class HtaskSettings:
     #: Where the calls run: ``"thread"`` (the worker threads) or ``"process"`` (a worker
     #: process per worker thread; see docs/timeouts.md).
     pool: str = "thread"
+    #: With the thread pool: run the ``async def`` one-off tasks as tasks of one event
+    #: loop (the node's async lane: docs/django.md) rather than each on a worker thread.
+    #: False where async tasks block in code that does not await: on the lane one such
+    #: call holds up every other until its timeout gives the loop up.
+    async_lane: bool = True
     #: With the process pool: a worker process is replaced after this many calls
     #: (0: never).
     max_tasks_per_child: int = 0

@@ -192,6 +192,12 @@ class Registry:
         """The function registered as ``name``; ``FunctionNotRegistered`` names it if none."""
         return self._entry(name).fn
 
+    def is_async(self, name: str) -> bool:
+        """Whether ``name`` is a registered ``async def`` function (False if it is not
+        registered)."""
+        entry = self._entries.get(name) if type(name) is str else None
+        return entry is not None and entry.is_async
+
     def name_of(self, fn: Callable[..., Any]) -> str:
         """The (first) name ``fn`` is registered under; ``FunctionNotRegistered`` if none."""
         try:

@@ -8,6 +8,7 @@ every timer still pending under it, and a task that is already running can poll
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable
 from typing import Protocol
@@ -23,17 +24,23 @@ class TimerHandle(Protocol):
 
 __all__ = ["CancelToken", "current_token"]
 
-_local = threading.local()
+# A context variable rather than a thread-local: each thread has a context of its own,
+# and so does each call that runs as a task of an event loop several calls share (a
+# node's async lane); ``sync_to_async`` carries it into the thread it calls in.
+_current: contextvars.ContextVar[CancelToken | None] = contextvars.ContextVar(
+    "htask_token", default=None
+)
 
 
 def current_token() -> CancelToken | None:
-    """The token of the task running in this thread, if it was scheduled with one."""
-    return getattr(_local, "token", None)
+    """The token of the task running here (in this thread, or this asyncio task), if it
+    was scheduled with one."""
+    return _current.get()
 
 
 def _set_current(token: CancelToken | None) -> CancelToken | None:
-    previous: CancelToken | None = getattr(_local, "token", None)
-    _local.token = token
+    previous = _current.get()
+    _current.set(token)
     return previous
 
 

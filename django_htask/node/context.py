@@ -14,6 +14,7 @@ from django_htask.retry import RetryPolicy
 from django_htask.store import RunOutcome, Serving, Store, ThreadConnections
 
 from .control import ControlThread
+from .lane import Lane
 from .running import Running
 
 __all__ = ["NodeContext", "Results"]
@@ -72,3 +73,10 @@ class NodeContext:
     #: What its threads do with the database connections the node cannot see (a
     #: worker's, around each call; every thread's, as it ends).
     connections: ThreadConnections = field(default_factory=ThreadConnections)
+    #: Where the node's ``async def`` tasks run, if not on the workers (worker threads).
+    lane: Lane | None = None
+
+    def stuck_threads(self) -> int:
+        """Worker threads given up, and loops of the async lane, still stuck in a call."""
+        lane = self.lane
+        return self.jobs.abandoned_workers() + (lane.stuck() if lane is not None else 0)

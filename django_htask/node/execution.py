@@ -45,6 +45,7 @@ from django_htask.store import RunOutcome, StartedTask
 __all__ = [
     "RUN_FIELDS",
     "Call",
+    "aexecute",
     "call_of",
     "ended_outside",
     "execute",
@@ -252,44 +253,79 @@ def execute(
     (at most ``max_result`` bytes: the ``RESULT_MAX_BYTES`` setting); one that cannot
     be encoded or is too large fails the run, not retried (the function did run). A
     schedule's run keeps no result."""
-    from django_htask.models import Run  # noqa: PLC0415 - the signals' sender
-
     if refresh is not None:
         refresh()
-    started_at = clock.now()
-    info: dict[str, Any] = {name: getattr(call, name) for name in RUN_FIELDS}
-    run_started.send_robust(sender=Run, **info)
-    t0 = clock.monotonic()
+    begun = _Begun(call, clock)
     on_start()
     try:
         end = _made(call, guard)
     finally:
         if refresh is not None:
             refresh()
-    if guard is not None and guard.reason is not None:
-        _stopped_by(end, guard, call.name)
-    result = None
-    if end.value is not None and end.status == RunStatus.SUCCEEDED and call.task_id is not None:
-        result, end.error = _encoded(call.name, end.value, max_result)
-        if end.error:
-            end.status, end.retryable = RunStatus.FAILED, False  # the function ran: not again
-    duration = clock.monotonic() - t0
-    outcome = _finished(
-        call,
-        info,
-        end.status,
-        end.error,
-        end.tb,
-        end.retryable,
-        started_at,
-        clock.now(),
-        duration,
-        end.errors,
-    )
-    outcome.result = result
-    if end.status == RunStatus.SNOOZED:
-        outcome.extra["snooze"] = end.snooze
-    return outcome
+    return begun.outcome(end, guard, max_result)
+
+
+async def aexecute(
+    call: Call,
+    *,
+    clock: Clock,
+    guard: RunGuard,
+    max_result: int = DEFAULT_MAX_SIZE,
+    on_start: Callable[[], object] = lambda: None,
+) -> RunOutcome:
+    """:func:`execute` for an ``async def`` function, awaited in the asyncio task that
+    awaits this (a call on a node's async lane, :mod:`~django_htask.node.lane`) rather
+    than run on a loop of its own. ``guard``'s token is the task's
+    :func:`~django_htask.engine.current_token`, and cancels the task at its next
+    ``await``: that task must be the call's own, since the cancel may come at any of
+    its awaits. Never raises."""
+    begun = _Begun(call, clock)
+    on_start()
+    end = await _amade(call, guard)
+    return begun.outcome(end, guard, max_result)
+
+
+class _Begun:
+    """A call begun: ``run_started`` sent, and what its outcome needs of that moment."""
+
+    __slots__ = ("call", "clock", "info", "started_at", "t0")
+
+    def __init__(self, call: Call, clock: Clock) -> None:
+        from django_htask.models import Run  # noqa: PLC0415 - the signals' sender
+
+        self.call, self.clock = call, clock
+        self.started_at = clock.now()
+        self.info: dict[str, Any] = {name: getattr(call, name) for name in RUN_FIELDS}
+        run_started.send_robust(sender=Run, **self.info)
+        self.t0 = clock.monotonic()
+
+    def outcome(self, end: _Ending, guard: RunGuard | None, max_result: int) -> RunOutcome:
+        """The run's outcome once the call ended as ``end`` says (``run_finished`` sent)."""
+        call, clock = self.call, self.clock
+        if guard is not None and guard.reason is not None:
+            _stopped_by(end, guard, call.name)
+        result = None
+        if end.value is not None and end.status == RunStatus.SUCCEEDED and call.task_id is not None:
+            result, end.error = _encoded(call.name, end.value, max_result)
+            if end.error:
+                end.status, end.retryable = RunStatus.FAILED, False  # it ran: not again
+        duration = clock.monotonic() - self.t0
+        outcome = _finished(
+            call,
+            self.info,
+            end.status,
+            end.error,
+            end.tb,
+            end.retryable,
+            self.started_at,
+            clock.now(),
+            duration,
+            end.errors,
+        )
+        outcome.result = result
+        if end.status == RunStatus.SNOOZED:
+            outcome.extra["snooze"] = end.snooze
+        return outcome
 
 
 @dataclass(slots=True)
@@ -312,31 +348,67 @@ class _Ending:
 def _made(call: Call, guard: RunGuard | None) -> _Ending:
     """Bind ``call``'s arguments and call its function (under ``guard``); never raises."""
     end = _Ending()
-    name = call.name
     try:
-        try:
-            args, kwargs = call_of(call.payload)
-            fn, bound_args, bound_kwargs = registry.bind(call.function, args, kwargs)
-        except CALL_ERRORS as exc:
-            end.status, end.error = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
-            logger.error("%s cannot run: %s", name, end.error, extra={"action": "run_unrunnable"})
+        bound = _bound(call, end)
+        if bound is None:
             return end
+        fn, args, kwargs = bound
         with running_task(call.task_id):
             if guard is None:
-                end.value = _call(fn, bound_args, bound_kwargs, None)
+                end.value = _call(fn, args, kwargs, None)
             else:
-                end.value, end.entered = _guarded(fn, bound_args, bound_kwargs, guard)
-    except Snooze as exc:  # not a failure: it runs again later (snooze_delay decides)
+                end.value, end.entered = _guarded(fn, args, kwargs, guard)
+    except BaseException as exc:  # a task's SystemExit ends that run only
+        _raised(end, exc, call.name)
+    return end
+
+
+async def _amade(call: Call, guard: RunGuard) -> _Ending:
+    """:func:`_made` of an ``async def`` function, awaited in this asyncio task."""
+    end = _Ending()
+    try:
+        bound = _bound(call, end)
+        if bound is None:
+            return end
+        fn, args, kwargs = bound
+        with running_task(call.task_id):
+            if guard.stopped:  # before it began: it is not made
+                end.entered = False
+                return end
+            _set_current(guard.token)  # in this task's context only
+            task = asyncio.current_task()
+            if task is not None:
+                _cancel_on(guard.token, task)
+            end.value = await fn(*args, **kwargs)
+    except BaseException as exc:
+        _raised(end, exc, call.name)
+    return end
+
+
+def _bound(call: Call, end: _Ending) -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None:
+    """``call``'s function and its arguments bound; None, ``end`` failed, if the
+    function is not registered or the payload or its arguments do not fit."""
+    try:
+        args, kwargs = call_of(call.payload)
+        return registry.bind(call.function, args, kwargs)
+    except CALL_ERRORS as exc:
+        end.status, end.error = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
+        logger.error("%s cannot run: %s", call.name, end.error, extra={"action": "run_unrunnable"})
+        return None
+
+
+def _raised(end: _Ending, exc: BaseException, name: str) -> None:
+    """``end`` as the function raised ``exc`` (called where it is caught)."""
+    if isinstance(exc, Snooze):  # not a failure: it runs again later (snooze_delay decides)
         end.status, end.snooze = RunStatus.SNOOZED, exc.seconds
         end.error = snoozed_for(exc.seconds)
         logger.info("%s %s", name, end.error, extra={"action": "run_snoozed"})
-    except BaseException as exc:  # a task's SystemExit ends that run only
-        end.status, end.retryable = RunStatus.FAILED, True
-        end.error = f"{type(exc).__name__}: {exc}"
-        end.errors = error_names(type(exc))
-        end.tb = traceback.format_exc()
-        # Logged by retry_delay, which says whether it is retried.
-    return end
+        return
+    end.status, end.retryable = RunStatus.FAILED, True
+    end.error = f"{type(exc).__name__}: {exc}"
+    end.errors = error_names(type(exc))
+    end.tb = traceback.format_exc()
+    # Logged by retry_delay, which says whether it is retried.
 
 
 def _stopped_by(end: _Ending, guard: RunGuard, name: str) -> None:
@@ -446,16 +518,21 @@ class _Loop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.pending: set[asyncio.Task[Any]] = set()
-        self.loop.set_task_factory(self._task)
+        pending: set[asyncio.Task[Any]] = set()
+        self.pending = pending
+
+        # Not a method: the loop would hold the _Loop through it, and the two would be
+        # freed by the garbage collector, in any order, instead of as the thread ends:
+        # the loop's own finalizer first, it warns that it was not closed.
+        def task(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+            made = asyncio.Task(coro, loop=loop, **kwargs)
+            pending.add(made)
+            made.add_done_callback(pending.discard)
+            return made
+
+        self.loop.set_task_factory(task)
         # As asyncio.Runner does: asyncio.get_event_loop() in the call finds this loop.
         asyncio.set_event_loop(self.loop)
-
-    def _task(self, loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
-        task = asyncio.Task(coro, loop=loop, **kwargs)
-        self.pending.add(task)
-        task.add_done_callback(self.pending.discard)
-        return task
 
     def run(self, coro: Any, token: CancelToken | None) -> Any:
         """Run ``coro`` to its end, in a copy of the caller's context; then cancel what
@@ -463,12 +540,7 @@ class _Loop:
         loop = self.loop
         task = loop.create_task(coro, context=contextvars.copy_context())
         if token is not None:
-
-            def cancel(_token: CancelToken) -> None:
-                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                    loop.call_soon_threadsafe(task.cancel)
-
-            token.on_cancel(cancel)
+            _cancel_on(token, task)
         value = loop.run_until_complete(task)
         self._cancel_pending()
         return value
@@ -497,6 +569,18 @@ class _Loop:
 
     def __del__(self) -> None:
         self.close()
+
+
+def _cancel_on(token: CancelToken, task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` (at its next ``await``) when ``token`` is cancelled, from whatever
+    thread cancels it."""
+    loop = task.get_loop()
+
+    def cancel(_token: CancelToken) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(task.cancel)
+
+    token.on_cancel(cancel)
 
 
 class _ThreadLoop(threading.local):

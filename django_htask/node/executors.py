@@ -39,6 +39,9 @@ class Executor(abc.ABC):
     #: Seconds the task dispatch lets the ends of calls gather before it writes them
     #: (0: each is written as it comes).
     gather = 0.0
+    #: Whether the node's ``async def`` tasks may run on its async lane
+    #: (:mod:`~django_htask.node.lane`), in this process, rather than here.
+    lane = False
 
     @abc.abstractmethod
     def start(self) -> None:
@@ -75,6 +78,8 @@ class Executor(abc.ABC):
 class ThreadExecutor(Executor):
     """The calls on the worker threads themselves: forced by an exception raised in
     the thread, given up by replacing the thread (its call goes on, unwatched)."""
+
+    lane = True
 
     def start(self) -> None:
         pass  # the worker threads are the node's own, started with it
@@ -113,7 +118,7 @@ class ThreadExecutor(Executor):
             given_up(called.call, called.started_at, guard.reason or "", guard.retryable, ctx.clock)
         )
         ctx.jobs.replace_worker(called.thread)
-        stuck = ctx.jobs.abandoned_workers()
+        stuck = ctx.stuck_threads()
         logger.error(
             "%s %s: its thread did not return when forced and was given up (%d stuck)",
             *key,

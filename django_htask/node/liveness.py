@@ -113,7 +113,7 @@ class Liveness:
         once when the database made it a deadlock's victim: backing off a whole
         interval would show this node late to the others."""
         ctx = self.ctx
-        stuck = ctx.jobs.abandoned_workers()
+        stuck = ctx.stuck_threads()
         deadlock_retried(
             lambda: ctx.store.heartbeat(ctx.node_id, now, lease_until, stuck, renew_below),
             "heartbeat",

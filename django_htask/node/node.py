@@ -40,6 +40,7 @@ from .context import NodeContext, Results
 from .control import ControlThread, DatabaseBackoff, Once
 from .executors import Executor, ProcessExecutor, ThreadExecutor
 from .firing import Firing
+from .lane import Lane
 from .liveness import Liveness
 from .membership import Membership, NodeRoles
 from .processes import ProcessPool
@@ -269,6 +270,9 @@ class Node:
             stopping=lambda: self._stopping or self.fenced is not None,
             connections=self.connections,
         )
+        if self.settings.async_lane and self.executor.lane:
+            lane = Lane(self.node_id, self.clock, ctx.running, self.workers, close)
+            ctx.lane, ctx.running.freed = lane, lane.freed
         supervisor = Supervisor(ctx, self._too_many_stuck, self.executor)
         roles = NodeRoles(ctx) if self.store.supports_several_nodes else None
         firing = Firing(ctx, supervisor, roles)
@@ -343,7 +347,7 @@ class Node:
     def stuck_threads(self) -> int:
         """Worker threads given up, still stuck in their calls (what the heartbeat
         writes on the node's row)."""
-        return self._parts.ctx.jobs.abandoned_workers() if self._parts is not None else 0
+        return self._parts.ctx.stuck_threads() if self._parts is not None else 0
 
     # -- looking at the database -----------------------------------------------------
     def wake(self) -> None:
@@ -466,7 +470,7 @@ class Node:
         ctx = self._parts.ctx
         parts = self._parts
         schedulers = (ctx.control.scheduler, ctx.jobs, parts.liveness.beat, parts.pruner.thread)
-        return all(s.idle() for s in schedulers)
+        return all(s.idle() for s in schedulers) and (ctx.lane is None or ctx.lane.idle())
 
 
 def _nothing() -> None:

@@ -56,6 +56,8 @@ class Running:
         #: The jobs whose function has been called.
         self._calling: dict[Key, Called] = {}
         self.refusing = False  # set when the node stops: a job not called yet is not run
+        #: Called as a job ends (its place among WORKERS is free: the async lane's).
+        self.freed: Callable[[], object] = _nothing
 
     def __len__(self) -> int:
         with self._lock:
@@ -65,6 +67,11 @@ class Running:
         """How many of the jobs handed to the workers no worker has begun yet."""
         with self._lock:
             return len(self._guards) - len(self._calling)
+
+    def in_call(self) -> int:
+        """How many jobs are in their call now (lock-free: a count that may be a call
+        behind)."""
+        return len(self._calling)
 
     def add_tasks(self, tasks: list[StartedTask]) -> None:
         with self._lock:
@@ -113,6 +120,7 @@ class Running:
             self._calling.pop(key, None)
             self._guards.pop(key, None)
             self._tasks.pop(task_id, None)
+        self.freed()
 
     def run_done(self, schedule_id: int, run_id: int) -> None:
         key = ("run", run_id)
@@ -125,6 +133,7 @@ class Running:
                 self._busy[schedule_id] = left
             else:
                 self._busy.pop(schedule_id, None)
+        self.freed()
 
     def snapshot(self) -> Snapshot:
         with self._lock:
@@ -132,3 +141,7 @@ class Running:
             return Snapshot(
                 list(self._tasks.values()), list(self._runs), set(self._calling), aborted
             )
+
+
+def _nothing() -> None:
+    pass

@@ -103,6 +103,8 @@ def _close_threads(ctx: NodeContext, liveness: Liveness, timeout: float) -> None
     ctx.control.close(timeout)  # the call in progress ends; nothing new starts
     ctx.running.refusing = True  # a job a worker has not called yet is not run
     ctx.jobs.close(wait=True, timeout=max(deadline - time.monotonic(), 0))
+    if ctx.lane is not None:
+        ctx.lane.close(max(deadline - time.monotonic(), 0))
     liveness.close(timeout)  # it renewed the leases while the jobs ran
 
 
@@ -148,6 +150,8 @@ def shut_down_fenced(ctx: NodeContext, liveness: Liveness) -> int:
     ctx.running.refusing = True
     ctx.control.close(wait=False)
     ctx.jobs.close(wait=False)
+    if ctx.lane is not None:
+        ctx.lane.close(None)
     liveness.close(wait=False)
     unfinished = len(ctx.running)
     ctx.results.clear()

@@ -30,17 +30,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
+from django_htask.engine import RunGuard, SchedulerClosed, TimerHandle
 from django_htask.engine import Scheduler as EngineScheduler
-from django_htask.engine import SchedulerClosed, TimerHandle
 from django_htask.store import RunOutcome
 from django_htask.store.rules import ABORTED, timed_out
 
 from .context import NodeContext
-from .execution import Call
+from .execution import Call, aexecute
 from .executors import Executor
-from .running import Key
+from .lane import Lane
+from .running import Called, Key
 
 __all__ = ["ABORTED", "FORCE_WAIT", "Supervisor", "timed_out"]
 
@@ -107,17 +109,47 @@ class Supervisor:
         guard = ctx.running.call(key, call, ctx.clock.now(), finish)
         if guard is None:
             return
-        timers: list[TimerHandle | None] = []
-
-        def start_timer() -> None:  # as the call begins
-            timers.append(self.arm(key, self.timeout_of(timeout)))
-
+        timer = _Timer(self, key, timeout)
         try:
-            outcome = self.executor.execute(ctx, key, call, guard, start_timer)
+            outcome = self.executor.execute(ctx, key, call, guard, timer.start)
         finally:
-            for timer in timers:
-                if timer is not None:
-                    timer.cancel()
+            timer.cancel()
+        if guard.settle():
+            finish(outcome)
+
+    def begin_async(
+        self,
+        key: Key,
+        call: Call,
+        timeout: float | None,
+        finish: Callable[[RunOutcome], None],
+    ) -> Coroutine[Any, Any, None] | None:
+        """:meth:`run` for a call of an ``async def`` function on the node's async lane
+        (:mod:`~django_htask.node.lane`), on the lane's thread: the job is begun here
+        (None: the node is stopping, and the job is handed back), and the coroutine
+        returned makes the call as a task of the lane's loop."""
+        ctx = self.ctx
+        guard = ctx.running.call(key, call, ctx.clock.now(), finish)
+        if guard is None:
+            return None
+        return self._run_async(key, call, guard, timeout, finish)
+
+    async def _run_async(
+        self,
+        key: Key,
+        call: Call,
+        guard: RunGuard,
+        timeout: float | None,
+        finish: Callable[[RunOutcome], None],
+    ) -> None:
+        timer = _Timer(self, key, timeout)
+        max_result = self.ctx.settings.result_max_bytes
+        try:
+            outcome = await aexecute(
+                call, clock=self.ctx.clock, guard=guard, max_result=max_result, on_start=timer.start
+            )
+        finally:
+            timer.cancel()
         if guard.settle():
             finish(outcome)
 
@@ -152,12 +184,20 @@ class Supervisor:
             self.scheduler.call_later(self.ctx.settings.timeout_grace, self._force, key)
         return True
 
+    def _lane_of(self, called: Called) -> Lane | None:
+        """The async lane, if ``called`` runs on it: the lane does the forceful steps
+        for its calls, the executor for the others."""
+        lane = self.ctx.lane
+        return lane if lane is not None and lane.owns(called) else None
+
     def _force(self, key: Key) -> None:
-        """Step 2: raise in the job's thread if it is still in its call."""
+        """Step 2: raise in the job's thread if it is still in its call (cancel it again,
+        on the async lane)."""
         called = self.ctx.running.called(key)
         if called is None:
             return  # finished, or not called yet (it will not begin)
-        if not self.executor.force(key, called):
+        lane = self._lane_of(called)
+        if not (lane or self.executor).force(key, called):
             return
         logger.warning(
             "%s %s did not stop within TIMEOUT_GRACE: interrupted",
@@ -174,10 +214,29 @@ class Supervisor:
         called = ctx.running.called(key)
         if called is None:
             return
-        if not self.executor.give_up(ctx, key, called):
+        lane = self._lane_of(called)
+        if not (lane.give_up(key, called) if lane else self.executor.give_up(ctx, key, called)):
             return
         self.given_up += 1
-        stuck = ctx.jobs.abandoned_workers()
+        stuck = ctx.stuck_threads()
         if stuck > ctx.settings.max_abandoned_threads and not self._told:
             self._told = True
             self._on_too_many(stuck)
+
+
+class _Timer:
+    """A job's timeout, armed as its call begins and cancelled as it ends."""
+
+    __slots__ = ("_handle", "_key", "_supervisor", "_timeout")
+
+    def __init__(self, supervisor: Supervisor, key: Key, timeout: float | None) -> None:
+        self._supervisor, self._key, self._timeout = supervisor, key, timeout
+        self._handle: TimerHandle | None = None
+
+    def start(self) -> None:
+        supervisor = self._supervisor
+        self._handle = supervisor.arm(self._key, supervisor.timeout_of(self._timeout))
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()

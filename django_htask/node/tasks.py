@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
+from typing import Any
 
-from django_htask.engine import TimerHandle
+from django_htask.engine import TimerHandle, registry
 from django_htask.exceptions import StoreUnavailable
 from django_htask.store import RunOutcome, Started, StartedTask
 
@@ -301,10 +302,14 @@ class TaskDispatch:
         self.ctx.running.add_tasks(started)
         self._buffered.update(started.buffered)
         self.claimed += len(started)
+        lane = self.ctx.lane
         for task in started:  # highest priority first
             if self.gather:
                 self._calls[task.id] = self.ctx.clock.monotonic()
-            self.ctx.jobs.call_soon(self._job, task)
+            if lane is not None and registry.is_async(task.function):
+                lane.submit(("task", task.id), functools.partial(self._begin_async, task))
+            else:
+                self.ctx.jobs.call_soon(self._job, task)
         self.ask()  # more may have finished meanwhile
 
     def _start(
@@ -339,12 +344,25 @@ class TaskDispatch:
     def _job(self, task: StartedTask) -> None:
         """A worker runs one task. One that waited in the buffer asks for a claim, which
         writes its start: the last one waiting, on threads (:meth:`ask`)."""
-        if task.id in self._buffered and (self.gather or self.ctx.running.waiting() <= 1):
-            self.request.request()
+        self._taken(task)
         finish = functools.partial(self._finish, task)
         self.supervisor.run(
             ("task", task.id), task_call(task, self.ctx.node_id), task.timeout, finish
         )
+
+    def _begin_async(self, task: StartedTask) -> Coroutine[Any, Any, None] | None:
+        """:meth:`_job` for an ``async def`` task, begun on the async lane."""
+        self._taken(task)
+        finish = functools.partial(self._finish, task)
+        return self.supervisor.begin_async(
+            ("task", task.id), task_call(task, self.ctx.node_id), task.timeout, finish
+        )
+
+    def _taken(self, task: StartedTask) -> None:
+        """A task handed out is begun: one that waited in the buffer asks for the claim
+        that writes its start (on threads, the last one waiting: :meth:`ask`)."""
+        if task.id in self._buffered and (self.gather or self.ctx.running.waiting() <= 1):
+            self.request.request()
 
     def _finish(self, task: StartedTask, result: RunOutcome) -> None:
         """Record how the task's attempt ended (on its worker, or by the supervisor):

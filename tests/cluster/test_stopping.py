@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 HANG = "tests.acceptance.app.tasks:hang"
 AHANG = "tests.acceptance.app.tasks:ahang"
+ABLOCK = "tests.acceptance.app.tasks:ablock"
 ANOOP = "tests.cluster.clusterapp.tasks:anoop"
 NOOP = "tests.cluster.clusterapp.tasks:noop"
 GIVEN_UP = "; it did not stop when forced, and its worker thread was given up"
@@ -84,6 +85,34 @@ def test_an_async_task_waiting_at_an_await_is_cancelled_by_its_timeout(site: Sit
         "start",
         "cancelled",
     ]
+
+
+def test_an_async_task_that_blocks_the_loop_is_given_up_and_a_new_loop_runs_the_rest(
+    site: Site,
+) -> None:
+    """An ``async def`` task that blocks the node's async lane (a sleep that does not
+    await) holds up the async tasks behind it until its timeout: 2 s, then TIMEOUT_GRACE
+    1 s, then FORCE_WAIT 0.5 s. Its run is recorded as given up, and the tasks behind it
+    run on a new loop, on a new thread."""
+    site.node("--workers", "2")
+    site.django(
+        "from django_htask import schedule\n"
+        f"schedule({ABLOCK!r}, {str(site.log)!r}, timeout=2, max_attempts=1)\n"
+        f"for i in range(10):\n    schedule({ANOOP!r}, i, delay=0.5)\n"
+    )
+    done = "SELECT count(*) FROM django_htask_task WHERE status = 'succeeded'"
+    wait_until(lambda: site.one(done) == 10, 60, "the 10 async tasks behind it")
+    [(status, error, duration, attempt)] = site.sql(RUNS, ABLOCK)
+    assert (status, attempt) == ("failed", 1)
+    assert error == (
+        "TimedOut: the run took longer than its timeout of 2s; it blocked the event loop "
+        "of the node's async tasks, which was given up"
+    )
+    assert 3.4 <= duration < 5
+    finished = "SELECT min(finished_at) FROM django_htask_task WHERE status = 'succeeded'"
+    given_up = "SELECT finished_at FROM django_htask_run WHERE status = 'failed'"
+    assert site.one(finished) >= site.one(given_up)  # none ran while the loop was blocked
+    assert [line.split()[:2] for line in site.log.read_text().splitlines()] == [["start", "block"]]
 
 
 @pytest.mark.parametrize(

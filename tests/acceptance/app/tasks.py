@@ -108,6 +108,17 @@ async def ahang(log: str) -> None:
     raise AssertionError("ahang returned")
 
 
+@task
+async def ablock(log: str) -> None:
+    """Log ``start block``, then block its event loop (a sleep that does not await) for
+    a minute; log ``end`` if it ever gets there."""
+    import time
+
+    _log(log, "start block")
+    time.sleep(60)
+    _log(log, "end")
+
+
 #: What ``grow`` keeps (the memory stays in use until its process ends).
 _KEPT: list[bytearray] = []
 

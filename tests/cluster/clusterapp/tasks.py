@@ -8,7 +8,7 @@ import time
 from django_htask import BatchState, RetryPolicy, current_batch, task
 
 # Registered here too: tests/cluster/test_stopping.py runs it on PostgreSQL.
-from tests.acceptance.app.tasks import ahang, hang  # noqa: F401
+from tests.acceptance.app.tasks import ablock, ahang, hang  # noqa: F401
 
 
 def _log(line: str) -> None:

@@ -106,9 +106,39 @@ async def awaiting(name: str) -> None:
     ended[name] = "released"
 
 
+@registry.register
+async def shrugs(name: str, times: int) -> None:
+    """An async job that catches its first ``times`` cancellations and goes on
+    awaiting until released (``times`` large: it never stops)."""
+    started, release = gate(name)
+    started.set()
+    caught = 0
+    while not release.is_set():
+        try:
+            await asyncio.sleep(0.005)
+        except asyncio.CancelledError:
+            caught += 1
+            ended[name] = f"cancelled {caught}"
+            if caught > times:
+                raise
+
+
+@registry.register
+async def blocks_its_loop(name: str) -> None:
+    """An async job that blocks its event loop (a wait that does not await) until
+    released."""
+    started, release = gate(name)
+    started.set()
+    release.wait(30)
+    ended[name] = "released"
+    await asyncio.sleep(0)
+
+
 # -- async jobs on a worker's event loop (tests/unit/node/test_node.py) -----------------
 #: name -> (its loop, its token, whether the task it left running was cancelled).
 seen: dict[str, tuple[int, object, list[bool]]] = {}
+#: The names of the threads the calls of leaves_a_task ran on.
+threads: set[str] = set()
 
 
 @registry.register
@@ -128,6 +158,7 @@ async def leaves_a_task(name: str) -> None:
     asyncio.get_running_loop().create_task(forever())
     await asyncio.sleep(0)  # it starts
     seen[name] = (id(asyncio.get_running_loop()), current_token(), left)
+    threads.add(threading.current_thread().name)
 
 
 @registry.register

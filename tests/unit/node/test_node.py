@@ -796,15 +796,34 @@ def test_a_step_of_the_control_thread_that_is_a_deadlocks_victim_is_tried_again_
     assert not [r for r in caplog.records if getattr(r, "action", "") == "db_unavailable"]
 
 
+def test_async_tasks_run_on_the_nodes_async_lane_each_in_a_context_of_its_own(
+    make_node: MakeNode, clock: FakeClock, store: InMemoryStore
+) -> None:
+    """The node's async def tasks run as tasks of one event loop, on a thread that is
+    no worker's: each call sees its own token, and a task it left running is cancelled
+    as it returns, as asyncio.run would."""
+    jobs.seen.clear()
+    jobs.threads.clear()
+    ids = [store.add_task("tests.unit.node.jobs:leaves_a_task", name) for name in "abc"]
+    node = make_node(workers=2)
+    clock.advance(0)
+    assert [store.tasks[i].status for i in ids] == [TaskStatus.SUCCEEDED] * 3
+    seen = [jobs.seen[name] for name in "abc"]
+    assert len({loop for loop, _, _ in seen}) == 1
+    assert len({id(token) for _, token, _ in seen}) == 3 and None not in [t for _, t, _ in seen]
+    assert [left for _, _, left in seen] == [[True]] * 3
+    assert jobs.threads == {f"{node.node_id}-async-1"}
+
+
 def test_async_tasks_on_one_worker_share_its_loop_each_in_a_context_of_its_own(
     make_node: MakeNode, clock: FakeClock, store: InMemoryStore
 ) -> None:
-    """A worker runs its async calls on one event loop, kept between them, as
-    asyncio.run would on a loop of its own: each call sees its own token, and a task it
-    left running is cancelled as it returns."""
+    """Without the async lane (``ASYNC_LANE`` False), a worker runs its async calls on
+    one event loop, kept between them, as asyncio.run would on a loop of its own: each
+    call sees its own token, and a task it left running is cancelled as it returns."""
     jobs.seen.clear()
     ids = [store.add_task("tests.unit.node.jobs:leaves_a_task", name) for name in "ab"]
-    make_node(workers=1)
+    make_node(workers=1, settings=HtaskSettings(async_lane=False))
     clock.advance(0)
     assert [store.tasks[i].status for i in ids] == [TaskStatus.SUCCEEDED] * 2
     (loop_a, token_a, left_a), (loop_b, token_b, left_b) = jobs.seen["a"], jobs.seen["b"]
@@ -816,12 +835,13 @@ def test_async_tasks_on_one_worker_share_its_loop_each_in_a_context_of_its_own(
 def test_an_async_call_that_raised_leaves_the_next_one_a_new_loop(
     make_node: MakeNode, clock: FakeClock, store: InMemoryStore
 ) -> None:
-    """A call that raised may have been stopped inside the loop's own code: its worker's
-    next call gets a loop of its own, and the failure is the task's only."""
+    """Without the async lane: a call that raised may have been stopped inside the
+    loop's own code: its worker's next call gets a loop of its own, and the failure is
+    the task's only."""
     jobs.seen.clear()
     failing = store.add_task("tests.unit.node.jobs:fails_in_its_loop", "a")
     ids = [store.add_task("tests.unit.node.jobs:leaves_a_task", name) for name in "bc"]
-    make_node(workers=1)
+    make_node(workers=1, settings=HtaskSettings(async_lane=False))
     clock.advance(0)
     assert store.tasks[failing].status == TaskStatus.FAILED
     assert [store.tasks[i].status for i in ids] == [TaskStatus.SUCCEEDED] * 2

@@ -7,14 +7,12 @@ boundedly, for what it must have done before the next one."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from django_htask.conf import HtaskSettings
 from django_htask.engine import FakeClock
 from django_htask.enums import TaskStatus
 from django_htask.node import Node
@@ -22,7 +20,7 @@ from django_htask.node.supervisor import ABORTED, FORCE_WAIT
 from django_htask.testing import InMemoryStore
 
 from . import jobs
-from .conftest import ADD
+from .conftest import ADD, GRACE, started, step, task_runs, until
 
 MakeNode = Callable[..., Node]
 SPIN = "tests.unit.node.jobs:spin"
@@ -31,57 +29,7 @@ BLOCKED = "tests.unit.node.jobs:blocked"
 SWALLOW = "tests.unit.node.jobs:swallow"
 AWAITING = "tests.unit.node.jobs:awaiting"
 ADOUBLE = "tests.integration.testapp.tasks:adouble"
-GRACE = 5.0
 TIMED_OUT = "TimedOut: the run took longer than its timeout of 2s"
-
-
-def until(condition: Callable[[], object], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.005)
-
-
-@pytest.fixture
-def start_node(make_node: MakeNode, clock: FakeClock) -> Iterator[Callable[..., Node]]:
-    """A started node whose jobs may hang: time is moved without waiting for them. At
-    the end every gate is opened, before the nodes stop, so no thread is left behind."""
-
-    def start(workers: int = 1, **settings: Any) -> Node:
-        settings.setdefault("timeout_grace", GRACE)
-        node = make_node(start=False, workers=workers, settings=HtaskSettings(**settings))
-        node.start()
-        clock.advance(0, wait=False)
-        return node
-
-    jobs.ended.clear()
-    yield start
-    for _started, release in jobs.gates.values():
-        release.set()
-
-
-def started(name: str) -> None:
-    assert jobs.gate(name)[0].wait(5), f"{name} never started"
-
-
-def step(clock: FakeClock, node: Node, seconds: float, what: str, pending: int) -> None:
-    """Move time on by ``seconds`` to the supervisor's next timer, then wait until it has
-    run and left ``pending`` timers (its next step armed, or none)."""
-    scheduler = node.parts.supervisor.scheduler
-    fired = scheduler.stats()["fired"] + 1
-    clock.advance(seconds, wait=False)
-
-    def done() -> bool:
-        stats = scheduler.stats()
-        return stats["fired"] == fired and stats["pending"] == pending and scheduler.idle()
-
-    until(done, what)
-
-
-def task_runs(store: InMemoryStore, task_id: int) -> list[tuple[str, str]]:
-    """The task's attempts: its runs, and its success from its row."""
-    return [(r.status, r.error) for r in store.attempts_of(task_id)]
 
 
 def test_a_task_past_its_timeout_is_interrupted_after_the_grace(

@@ -7,7 +7,7 @@ import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["current_task_id", "running_task"]
+__all__ = ["current_task_id", "running_task", "set_running_task"]
 
 _task: contextvars.ContextVar[int | None] = contextvars.ContextVar("htask_task", default=None)
 
@@ -25,3 +25,10 @@ def running_task(task_id: int | None) -> Iterator[None]:
         yield
     finally:
         _task.reset(token)
+
+
+def set_running_task(task_id: int | None) -> None:
+    """:func:`current_task_id` is ``task_id`` for the rest of this context: an asyncio
+    task's own, which ends with it (a call on a node's async lane). Nothing is reset, so
+    nothing fails when the task's coroutine is closed from another context."""
+    _task.set(task_id)

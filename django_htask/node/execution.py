@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django_htask.current import running_task
+from django_htask.current import running_task, set_running_task
 from django_htask.engine import (
     CALL_ERRORS,
     CancelToken,
@@ -275,10 +275,11 @@ async def aexecute(
 ) -> RunOutcome:
     """:func:`execute` for an ``async def`` function, awaited in the asyncio task that
     awaits this (a call on a node's async lane, :mod:`~django_htask.node.lane`) rather
-    than run on a loop of its own. ``guard``'s token is the task's
-    :func:`~django_htask.engine.current_token`, and cancels the task at its next
-    ``await``: that task must be the call's own, since the cancel may come at any of
-    its awaits. Never raises."""
+    than run on a loop of its own. That task must be the call's own, in a context of
+    its own: ``guard``'s token, which cancels the task at its next ``await`` (any of
+    them), becomes its :func:`~django_htask.engine.current_token`, and the call's task
+    id its ``current_task_id()``, for the rest of the task. Never raises (but lets
+    ``GeneratorExit`` through: its coroutine closed, it has no outcome)."""
     begun = _Begun(call, clock)
     on_start()
     end = await _amade(call, guard)
@@ -371,15 +372,18 @@ async def _amade(call: Call, guard: RunGuard) -> _Ending:
         if bound is None:
             return end
         fn, args, kwargs = bound
-        with running_task(call.task_id):
-            if guard.stopped:  # before it began: it is not made
-                end.entered = False
-                return end
-            _set_current(guard.token)  # in this task's context only
-            task = asyncio.current_task()
-            if task is not None:
-                _cancel_on(guard.token, task)
-            end.value = await fn(*args, **kwargs)
+        if guard.stopped:  # before it began: it is not made
+            end.entered = False
+            return end
+        # Set in this task's own context, not reset: the context ends with the task.
+        set_running_task(call.task_id)
+        _set_current(guard.token)
+        task = asyncio.current_task()
+        if task is not None:
+            _cancel_on(guard.token, task)
+        end.value = await fn(*args, **kwargs)
+    except GeneratorExit:  # the coroutine itself is closed (its loop went): no outcome
+        raise
     except BaseException as exc:
         _raised(end, exc, call.name)
     return end

@@ -26,7 +26,9 @@ supervisor's three steps (docs/timeouts.md):
    threads (``MAX_ABANDONED_THREADS``) while it lives.
 
 At the node's stop, the calls not begun are handed back as the threads' are, and those
-in progress are waited for up to ``SHUTDOWN_TIMEOUT``.
+in progress are waited for up to ``SHUTDOWN_TIMEOUT``. A loop that ends cancels what
+still runs on it (a call given up that went on) and lets it end, as :func:`asyncio.run`
+does, rather than leave it to be closed wherever the garbage collector frees it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ from .running import Called, Key, Running
 __all__ = ["Lane"]
 
 logger = logging.getLogger(__name__)
+
+#: Seconds a loop that ends lets the tasks it cancels end.
+LEFT_WAIT = 1.0
 
 #: What the lane is handed: a job's key, and what begins its call on the loop's thread
 #: (the call's coroutine; None if it must not run: the node is stopping).
@@ -87,6 +92,13 @@ class _Loop:
             loop.run_forever()
         finally:
             with contextlib.suppress(Exception):  # as asyncio.run ends
+                # What still runs (a call given up that goes on) is cancelled here,
+                # not left to be closed wherever the garbage collector frees it.
+                left = asyncio.all_tasks(loop)
+                for task in left:
+                    task.cancel()
+                if left:
+                    loop.run_until_complete(asyncio.wait(left, timeout=LEFT_WAIT))
                 loop.run_until_complete(loop.shutdown_asyncgens())
                 loop.run_until_complete(loop.shutdown_default_executor())
             loop.close()
@@ -99,6 +111,12 @@ class _Loop:
         except RuntimeError:
             return False
         return True
+
+
+def _log_failure(key: Key) -> None:
+    # Called from the except block of a job whose own code raised (not its call: the
+    # call's outcome holds what the function raised).
+    logger.exception("%s %s failed", *key, extra={"action": "task_failed", "job": key})
 
 
 def _task(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
@@ -129,7 +147,6 @@ class Lane:
         self._ended = threading.Condition(self._lock)
         self._loop: _Loop | None = None
         self._loops = 0
-        self._closed = False
         #: Handed to it, not begun: waiting for a free place among WORKERS.
         self._waiting: deque[tuple[Key, Begin]] = deque()
         #: The loops given up (a call blocked them), while their threads live.
@@ -192,7 +209,11 @@ class Lane:
                 lane_loop.active += 1
         if begin is None:
             return  # moved to the loop that replaced this one
-        coro = begin()
+        try:
+            coro = begin()
+        except Exception:  # a fault of the node's own: said, as a worker thread says it
+            coro = None
+            _log_failure(key)
         if coro is None:  # refused: the node stops, and hands it back
             self._ended_one(lane_loop, key)
             return
@@ -203,6 +224,8 @@ class Lane:
             lane_loop.calls[key] = task
         try:
             await coro
+        except Exception:
+            _log_failure(key)
         finally:
             calls = lane_loop.calls
             calls.pop(key, None)

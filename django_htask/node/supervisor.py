@@ -200,8 +200,9 @@ class Supervisor:
         if not (lane or self.executor).force(key, called):
             return
         logger.warning(
-            "%s %s did not stop within TIMEOUT_GRACE: interrupted",
+            "%s %s did not stop within TIMEOUT_GRACE: %s",
             *key,
+            "cancelled again" if lane else "interrupted",
             extra={"action": "run_interrupted", "job": key},
         )
         with contextlib.suppress(SchedulerClosed):

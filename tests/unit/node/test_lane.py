@@ -3,8 +3,11 @@ place among ``WORKERS``, the three steps that stop a call, and the node's stop."
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
+
+import pytest
 
 from django_htask.engine import FakeClock
 from django_htask.enums import TaskStatus
@@ -79,6 +82,7 @@ def test_a_call_that_never_stops_is_given_up_and_the_loop_goes_on(
     step(clock, node, GRACE, "cancelled again", pending=1)
     until(lambda: jobs.ended.get("never") == "cancelled 2", "the loop ran the second cancel")
     step(clock, node, FORCE_WAIT, "given up", pending=0)
+    until(lambda: task_runs(store, tid), "the run recorded")
     assert task_runs(store, tid) == [
         ("failed", f"{TIMED_OUT}; it did not stop when cancelled twice, and was given up")
     ]
@@ -106,6 +110,7 @@ def test_a_call_that_blocks_the_loop_is_given_up_with_it_and_a_new_loop_runs_the
     step(clock, node, 2, "the timeout", pending=1)
     step(clock, node, GRACE, "cancelled again", pending=1)
     step(clock, node, FORCE_WAIT, "the loop given up", pending=0)
+    until(lambda: task_runs(store, tid), "the run recorded")
     [(status, error)] = task_runs(store, tid)
     assert (status, error) == (
         "failed",
@@ -156,3 +161,78 @@ def test_without_the_lane_async_tasks_run_on_the_worker_threads(
     assert node.parts.ctx.lane is None
     [thread] = jobs.threads
     assert thread.startswith(f"{node.node_id}-jobs-worker-")
+
+
+def test_a_job_whose_own_code_raises_is_logged_and_the_lane_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Not a call's failure (its outcome holds that) but a fault of the node's own code
+    around it: logged with its traceback, as a worker thread logs it, and its place is
+    free for the next."""
+    from django_htask.engine import SystemClock
+    from django_htask.node.lane import Lane
+    from django_htask.node.running import Running
+
+    lane = Lane("n", SystemClock(), Running(), 1, lambda: None)
+    ran = threading.Event()
+
+    def broken() -> None:
+        raise RuntimeError("broken begin")
+
+    async def failing() -> None:
+        raise RuntimeError("broken end")
+
+    async def fine() -> None:
+        ran.set()
+
+    with caplog.at_level(logging.ERROR, logger="django_htask"):
+        lane.submit(("task", 1), broken)
+        lane.submit(("task", 2), failing)
+        lane.submit(("task", 3), fine)
+        assert ran.wait(5)
+        until(lane.idle, "the lane idle")
+    lane.close(5)
+    failed = [r for r in caplog.records if getattr(r, "action", "") == "task_failed"]
+    assert [r.getMessage() for r in failed] == ["task 1 failed", "task 2 failed"]
+    assert [str(r.exc_info[1]) for r in failed if r.exc_info] == ["broken begin", "broken end"]
+
+
+def test_a_call_whose_coroutine_is_closed_ends_with_no_outcome(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A coroutine closed where it awaits (its loop went, and the garbage collector
+    frees it) lets GeneratorExit through: no outcome is made, and no traceback is
+    formatted wherever the collector happens to run (on Python 3.11, formatting one
+    inside another thread's or a finalizer's ``ast.parse`` raises SystemError)."""
+    import asyncio
+
+    from django_htask.engine import RunGuard, SystemClock, registry
+    from django_htask.node import execution
+    from django_htask.node.execution import Call, aexecute
+    from django_htask.signals import run_finished
+
+    finished: list[object] = []
+
+    def receiver(sender: object, **kwargs: object) -> None:
+        finished.append(kwargs)
+
+    run_finished.connect(receiver, weak=False)
+    formatted: list[str] = []
+    monkeypatch.setattr(execution.traceback, "format_exc", lambda: formatted.append("") or "")
+    payload = registry.check_call(AWAITING, ("closed",), {})
+    call = Call(payload, AWAITING, AWAITING, "n", 1, None, task_id=1)
+    coro = aexecute(call, clock=SystemClock(), guard=RunGuard())
+    loop = asyncio.new_event_loop()
+    try:
+        task = loop.create_task(coro)
+        loop.run_until_complete(asyncio.sleep(0.02))
+        assert jobs.gate("closed")[0].is_set() and not task.done()
+        with pytest.raises(GeneratorExit):  # as close() throws it in
+            coro.throw(GeneratorExit)
+        assert finished == []  # no run_finished: the call has no end of its own
+        assert formatted == []
+    finally:
+        run_finished.disconnect(receiver)
+        jobs.gate("closed")[1].set()
+        task.cancel()
+        loop.close()

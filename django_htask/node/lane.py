@@ -39,7 +39,7 @@ import contextvars
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from django_htask.engine import Clock
@@ -153,10 +153,11 @@ class Lane:
         self._blocked: list[_Loop] = []
         clock.track(self)
 
-    def submit(self, key: Key, begin: Begin) -> None:
-        """Hand a job to the lane: ``begin`` is called on the loop's thread once a
-        place is free, and the coroutine it returns runs as a task of the loop."""
-        self._waiting.append((key, begin))
+    def submit(self, jobs: Iterable[tuple[Key, Begin]]) -> None:
+        """Hand jobs to the lane, in order: each one's ``begin`` is called on the loop's
+        thread once a place is free, and the coroutine it returns runs as a task of the
+        loop. One wake-up of the loop for them all: a claim's tasks come together."""
+        self._waiting.extend(jobs)
         self._current().call(self._pump)
 
     def freed(self) -> None:

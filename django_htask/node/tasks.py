@@ -303,13 +303,16 @@ class TaskDispatch:
         self._buffered.update(started.buffered)
         self.claimed += len(started)
         lane = self.ctx.lane
+        to_lane = []
         for task in started:  # highest priority first
             if self.gather:
                 self._calls[task.id] = self.ctx.clock.monotonic()
             if lane is not None and registry.is_async(task.function):
-                lane.submit(("task", task.id), functools.partial(self._begin_async, task))
+                to_lane.append((("task", task.id), functools.partial(self._begin_async, task)))
             else:
                 self.ctx.jobs.call_soon(self._job, task)
+        if lane is not None and to_lane:
+            lane.submit(to_lane)
         self.ask()  # more may have finished meanwhile
 
     def _start(

@@ -186,9 +186,8 @@ def test_a_job_whose_own_code_raises_is_logged_and_the_lane_goes_on(
         ran.set()
 
     with caplog.at_level(logging.ERROR, logger="django_htask"):
-        lane.submit(("task", 1), broken)
-        lane.submit(("task", 2), failing)
-        lane.submit(("task", 3), fine)
+        lane.submit([(("task", 1), broken), (("task", 2), failing)])
+        lane.submit([(("task", 3), fine)])
         assert ran.wait(5)
         until(lane.idle, "the lane idle")
     lane.close(5)

@@ -1,14 +1,18 @@
 """What a node's ``async def`` calls cost on worker threads, against one event loop.
 
-A node runs an ``async def`` task on a worker thread, on that thread's own event loop
-(``django_htask.node.execution``): 50 tasks at once take 50 threads. This measures
-whether one event loop running them as coroutines would be faster, before one is
-built. Each case makes ``--calls`` calls at ``width`` at once, handed out in rounds
-of 16 as a node's claims hand them out, and waits for every end:
+With ``ASYNC_LANE`` off, a node runs an ``async def`` task on a worker thread, on that
+thread's own event loop (``django_htask.node.execution``): 50 tasks at once take 50
+threads. By default it runs them on its async lane, one event loop on a thread of its
+own (``django_htask.node.lane``). This measures both against the leanest equivalents.
+Each case makes ``--calls`` calls at ``width`` at once, handed out in rounds of 16 as
+a node's claims hand them out, and waits for every end:
 
 * ``ours sync`` / ``ours async``: django-htask's own ``execute()`` (the run signals,
   the timing, the cancel token of a ``RunGuard``) of a registered trivial function,
   plain or ``async def``, on ``width`` threads;
+* ``ours lane``: django-htask's async lane, each call begun as the node's supervisor
+  begins one (a guard from the node's running jobs, ``aexecute``) and counted among
+  ``width`` places;
 * ``threads sync`` / ``threads async``: the leanest equivalent of each, the function
   called on ``width`` threads (an ``async def`` one on the thread's kept
   ``asyncio.Runner``);
@@ -46,7 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 ROUND = 16
-CASES = ("ours sync", "ours async", "threads sync", "threads async", "one loop")
+CASES = ("ours sync", "ours async", "ours lane", "threads sync", "threads async", "one loop")
 REFERENCE = "threads async"
 
 
@@ -139,24 +143,79 @@ def _feed(
         done += 1
 
 
-def _ours(asynchronous: bool) -> Callable[[int], object]:
+def _setup(fn: Callable[..., object]) -> tuple[str, bytes]:
+    """Django set up for django-htask's own path, and ``fn`` registered: its name and a
+    call's payload."""
     import django
     from django.conf import settings
 
-    settings.configure(
-        INSTALLED_APPS=["django_htask"],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-        USE_TZ=True,
-        LOGGING_CONFIG=None,
-    )
-    django.setup()
-    from django_htask.engine import RunGuard, SystemClock, registry
+    if not settings.configured:
+        settings.configure(
+            INSTALLED_APPS=["django_htask"],
+            DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+            USE_TZ=True,
+            LOGGING_CONFIG=None,
+        )
+        django.setup()
+    from django_htask.engine import registry
+
+    name = f"bench.{fn.__name__}"
+    if name not in registry:
+        registry.register(fn, name=name)
+    return name, registry.check_call(name, (0,), {})
+
+
+def on_the_lane(calls: int, width: int) -> None:
+    """django-htask's async lane (node/lane.py): each call begun as the supervisor begins
+    one (its guard from the node's running jobs, ``aexecute``, its end handed back), at
+    most ``width`` at once."""
+    name, payload = _setup(coro)
+    from functools import partial
+
+    from django_htask.engine import SystemClock
+    from django_htask.node.execution import Call, aexecute
+    from django_htask.node.lane import Lane
+    from django_htask.node.running import Key, Running
+    from django_htask.store import RunOutcome, StartedTask
+
+    clock = SystemClock()
+    running = Running()
+    lane = Lane("bench", clock, running, width, lambda: None)
+    running.freed = lane.freed
+    ends: queue.SimpleQueue[int] = queue.SimpleQueue()
+
+    def finish(n: int, outcome: RunOutcome) -> None:
+        if outcome.status != "succeeded":
+            raise SystemExit(f"{name}: {outcome.status} {outcome.error}")
+        running.task_done(n)
+        ends.put(n)
+
+    def begin(key: Key, n: int) -> Any:
+        c = Call(payload, name, name, "bench", 1, None, task_id=n)
+        guard = running.call(key, c, clock.now(), partial(finish, n))
+        assert guard is not None
+
+        async def run() -> None:
+            outcome = await aexecute(c, clock=clock, guard=guard)
+            if guard.settle():
+                finish(n, outcome)
+
+        return run()
+
+    def hand(batch: range) -> None:
+        now = clock.now()
+        running.add_tasks([StartedTask(n, "", name, payload, now, 1, 1) for n in batch])
+        lane.submit((("task", n), partial(begin, ("task", n), n)) for n in batch)
+
+    _feed(calls, width, hand, ends)
+    lane.close(5)
+
+
+def _ours(asynchronous: bool) -> Callable[[int], object]:
+    name, payload = _setup(coro if asynchronous else plain)
+    from django_htask.engine import RunGuard, SystemClock
     from django_htask.node.execution import Call, execute
 
-    fn = coro if asynchronous else plain
-    name = f"bench.{fn.__name__}"
-    registry.register(fn, name=name)
-    payload = registry.check_call(name, (0,), {})
     clock = SystemClock()
 
     def call(n: int) -> None:
@@ -171,6 +230,9 @@ def _ours(asynchronous: bool) -> Callable[[int], object]:
 def _run(case: str, calls: int, width: int) -> dict[str, float]:
     if case == "one loop":
         run: Callable[[], None] = lambda: on_one_loop(calls, width)  # noqa: E731
+    elif case == "ours lane":
+        on_the_lane(ROUND, width)  # imports and the loop's start out of the timing
+        run = lambda: on_the_lane(calls, width)  # noqa: E731
     else:
         if case.startswith("ours"):
             call = _ours(case.endswith("async"))

@@ -109,3 +109,25 @@ def test_bad_options_are_refused_and_named(db_file: Path, args: list[str], messa
     done = run(db_file, *args)
     assert done.returncode == 1, done.stdout
     assert message in done.stderr
+
+
+def test_a_node_runs_with_the_collector_on_and_its_set_up_frozen(
+    db_file: Path, django_code: Callable[[str], str]
+) -> None:
+    """The node's process turned the garbage collector off while Django set up, and on
+    again with what the set-up made frozen (left out of its collections): a task run
+    there finds it so."""
+    token = django_code(
+        "from django_htask import schedule\n"
+        "print(schedule('tests.acceptance.app.tasks:collector').token)\n"
+    ).strip()
+    done = run(db_file, "--batch")
+    assert done.returncode == 0, done.stderr
+    out = django_code(
+        f"from django_htask import get_result\nr = get_result({token!r})\n"
+        "print(r.status, r.value['enabled'], r.value['frozen'])\n"
+    )
+    status, enabled, frozen = out.split()
+    assert (status, enabled) == ("succeeded", "True"), out
+    # Django's modules, models and the node's own: tens of thousands of objects.
+    assert int(frozen) > 10_000, out

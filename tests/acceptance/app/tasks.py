@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import gc
 import os
 import socket
 import time
@@ -168,3 +169,9 @@ def counts(n: int) -> int:
     for done in range(1, n + 1):
         set_progress({"done": done, "of": n, "pid": os.getpid()})
     return n
+
+
+@task
+def collector() -> dict[str, object]:
+    """The garbage collector as the node process that runs this has it."""
+    return {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}

@@ -31,6 +31,29 @@ def hang_runs(site: Site) -> list[tuple[Any, ...]]:
     return site.sql(RUNS, HANG)
 
 
+def tasks_behind(
+    site: Site,
+    workers: int,
+    first: str,
+    args: tuple[str, ...],
+    behind: str,
+    count: int,
+    **opts: int,
+) -> None:
+    """A node of ``workers`` workers; ``first(*args)`` scheduled with a timeout of 2 s
+    (and ``opts``), then ``count`` tasks of ``behind`` due 0.5 s later: returns once
+    those have succeeded."""
+    site.node("--workers", str(workers))
+    given = ", ".join([*map(repr, args), "timeout=2", *(f"{k}={v!r}" for k, v in opts.items())])
+    site.django(
+        "from django_htask import schedule\n"
+        f"schedule({first!r}, {given})\n"
+        f"for i in range({count}):\n    schedule({behind!r}, i, delay=0.5)\n"
+    )
+    done = "SELECT count(*) FROM django_htask_task WHERE status = 'succeeded'"
+    wait_until(lambda: site.one(done) == count, 60, f"the {count} tasks behind {first}")
+
+
 def started(site: Site, kind: str) -> bool:
     return site.log.exists() and f"start {kind}" in site.log.read_text()
 
@@ -42,14 +65,7 @@ def started(site: Site, kind: str) -> bool:
 def test_a_hung_task_times_out_and_the_tasks_behind_it_run(
     site: Site, kind: str, forced: bool
 ) -> None:
-    site.node("--workers", "1")
-    site.django(
-        "from django_htask import schedule\n"
-        f"schedule({HANG!r}, {kind!r}, {str(site.log)!r}, timeout=2, max_attempts=2)\n"
-        f"for i in range(20):\n    schedule({NOOP!r}, i, delay=0.5)\n"
-    )
-    done = "SELECT count(*) FROM django_htask_task WHERE status = 'succeeded'"
-    wait_until(lambda: site.one(done) == 20, 60, "the 20 tasks behind it")
+    tasks_behind(site, 1, HANG, (kind, str(site.log)), NOOP, 20, max_attempts=2)
     wait_until(lambda: len(hang_runs(site)) == 2, 60, "its retry timed out too")
     expected = "TimedOut: the run took longer than its timeout of 2s" + ("" if forced else GIVEN_UP)
     assert [(s, e, a) for s, e, _d, a in hang_runs(site)] == [
@@ -65,14 +81,7 @@ def test_a_hung_task_times_out_and_the_tasks_behind_it_run(
 def test_an_async_task_waiting_at_an_await_is_cancelled_by_its_timeout(site: Site) -> None:
     """An ``async def`` task waiting at an ``await`` is cancelled there by its timeout
     (step 1, nothing forced), and its worker's loop runs the async tasks behind it."""
-    site.node("--workers", "1")
-    site.django(
-        "from django_htask import schedule\n"
-        f"schedule({AHANG!r}, {str(site.log)!r}, timeout=2, max_attempts=1)\n"
-        f"for i in range(10):\n    schedule({ANOOP!r}, i, delay=0.5)\n"
-    )
-    done = "SELECT count(*) FROM django_htask_task WHERE status = 'succeeded'"
-    wait_until(lambda: site.one(done) == 10, 60, "the 10 async tasks behind it")
+    tasks_behind(site, 1, AHANG, (str(site.log),), ANOOP, 10, max_attempts=1)
     wait_until(lambda: len(site.sql(RUNS, AHANG)) == 1, 30, "its run")
     [(status, error, duration, attempt)] = site.sql(RUNS, AHANG)
     assert (status, error, attempt) == (
@@ -94,14 +103,7 @@ def test_an_async_task_that_blocks_the_loop_is_given_up_and_a_new_loop_runs_the_
     await) holds up the async tasks behind it until its timeout: 2 s, then TIMEOUT_GRACE
     1 s, then FORCE_WAIT 0.5 s. Its run is recorded as given up, and the tasks behind it
     run on a new loop, on a new thread."""
-    site.node("--workers", "2")
-    site.django(
-        "from django_htask import schedule\n"
-        f"schedule({ABLOCK!r}, {str(site.log)!r}, timeout=2, max_attempts=1)\n"
-        f"for i in range(10):\n    schedule({ANOOP!r}, i, delay=0.5)\n"
-    )
-    done = "SELECT count(*) FROM django_htask_task WHERE status = 'succeeded'"
-    wait_until(lambda: site.one(done) == 10, 60, "the 10 async tasks behind it")
+    tasks_behind(site, 2, ABLOCK, (str(site.log),), ANOOP, 10, max_attempts=1)
     [(status, error, duration, attempt)] = site.sql(RUNS, ABLOCK)
     assert (status, attempt) == ("failed", 1)
     assert error == (
@@ -124,27 +126,34 @@ def test_an_async_task_that_blocks_the_loop_is_given_up_and_a_new_loop_runs_the_
         pytest.param("socket", "thread", 3, GIVEN_UP, marks=pytest.mark.executor_variant),
         # After TIMEOUT_GRACE 1 s, the signal that forces it breaks its read.
         pytest.param("socket", "process", 2, "", marks=pytest.mark.executor_variant),
+        # An async task on the node's async lane: its asyncio task cancelled at its await.
+        ("await", "thread", 1, ""),
     ],
 )
 def test_an_abort_from_another_process_reaches_the_node(
     site: Site, kind: str, pool: str, within: float, suffix: str
 ) -> None:
     node = site.node("--workers", "2", "--pool", pool)
+    fn, args = (AHANG, (str(site.log),)) if kind == "await" else (HANG, (kind, str(site.log)))
+    given = ", ".join(map(repr, args))
     token = site.django(
         "from django_htask import schedule\n"
-        f"print(schedule({HANG!r}, {kind!r}, {str(site.log)!r}, max_attempts=3).token)\n"
+        f"print(schedule({fn!r}, {given}, max_attempts=3).token)\n"
     ).strip()
     wait_until(lambda: started(site, kind), 30, "the hung task")
     said = site.django(f"from django_htask import abort\nprint(abort({token!r}).value)\n")
     asked = time.monotonic()
     assert said.strip() == "requested"
-    wait_until(lambda: hang_runs(site), 30, "its run recorded")
+    wait_until(lambda: site.sql(RUNS, fn), 30, "its run recorded")
     took = time.monotonic() - asked
     assert took < within + site.HEARD_WITHIN, took  # on PostgreSQL: NOTIFY, not the 5 s poll
-    [(status, error, _duration, attempt)] = hang_runs(site)
+    [(status, error, _duration, attempt)] = site.sql(RUNS, fn)
     assert (status, error, attempt) == ("failed", ABORTED + suffix, 1)
     assert site.sql("SELECT status, attempts FROM django_htask_task") == [("failed", 1)]
     assert node.process.poll() is None
+    if kind == "await":  # cancelled at its await, nothing forced
+        lines = site.log.read_text().splitlines()
+        assert [line.split()[0] for line in lines] == ["start", "cancelled"]
 
 
 def test_an_abort_of_a_schedule_run_from_the_admin_operations(site: Site) -> None:
